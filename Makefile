@@ -1,0 +1,35 @@
+# The README's quickstart: `make demo` and `make test`. Both create .venv on first use,
+# so a fresh machine with Python 3.11+ needs nothing installed by hand.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/assembler_demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The ci hypothesis profile runs every property test with >= 500 examples.
+test: lint typecheck
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
+
+bench: $(STAMP)
+	$(BIN)/python bench/tokens_bench.py
+	$(BIN)/python bench/assembler_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .hypothesis

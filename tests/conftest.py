@@ -1,0 +1,24 @@
+"""Shared test configuration: hypothesis profiles.
+
+`ci` (set by `.ci/run`) runs every property test with at least 500 examples; `dev` is the
+faster default for local runs. Deadlines are off: these machines are shared and noisy, and
+speed is measured in `bench/`, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

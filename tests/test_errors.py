@@ -1,0 +1,52 @@
+"""The error tree: one root, the documented subclasses, messages that say what to do."""
+
+from __future__ import annotations
+
+import pytest
+
+import loom
+from loom.errors import Oversize
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        loom.ConfigError,
+        loom.MessageFormatError,
+        loom.TokenizerError,
+        loom.BudgetExceededError,
+        loom.StoreError,
+        loom.ProviderError,
+        loom.ToolError,
+        loom.MissingExtraError,
+    ],
+)
+def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:
+    assert issubclass(cls, loom.LoomError)
+    assert cls.__name__ in (loom.errors.__doc__ or "")
+
+
+def test_config_errors_are_value_errors_and_missing_extras_import_errors() -> None:
+    assert issubclass(loom.ConfigError, ValueError)
+    assert issubclass(loom.MessageFormatError, loom.ConfigError)
+    assert issubclass(loom.MissingExtraError, ImportError)
+
+
+def test_budget_exceeded_names_every_offender_and_the_budget() -> None:
+    err = loom.BudgetExceededError(
+        offenders=[Oversize(name="system", tokens=900), Oversize(name="user_input", tokens=300)],
+        budget=1000,
+    )
+    text = str(err)
+    assert "`system` (900 tokens)" in text
+    assert "`user_input` (300 tokens)" in text
+    assert "budget of 1000 tokens" in text
+    assert "needs 1200 tokens" in text
+    assert err.budget == 1000
+    assert [o.name for o in err.offenders] == ["system", "user_input"]
+
+
+def test_missing_extra_names_the_extra_to_install() -> None:
+    err = loom.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
+    assert "pip install 'loom-context[hf]'" in str(err)
+    assert err.extra == "hf"
