@@ -1,0 +1,65 @@
+"""Loom: the best context window that fits an exact token budget, before every LLM call."""
+
+from loom.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
+from loom.errors import (
+    BudgetExceededError,
+    ConfigError,
+    LoomError,
+    MessageFormatError,
+    MissingExtraError,
+    ProviderError,
+    StoreError,
+    TokenizerError,
+    ToolError,
+)
+from loom.messages import (
+    Message,
+    MessageUnit,
+    ToolCall,
+    flatten_units,
+    from_anthropic,
+    from_openai,
+    split_units,
+    to_anthropic,
+    to_openai,
+)
+from loom.tokens import (
+    CallableCounter,
+    HeuristicCounter,
+    HuggingFaceCounter,
+    TiktokenCounter,
+    TokenCounter,
+    counter_for_model,
+    encoding_for_model,
+)
+
+__all__ = [
+    "BudgetExceededError",
+    "CallableCounter",
+    "ComponentPriority",
+    "ConfigError",
+    "ContextAssembler",
+    "ContextComponent",
+    "HeuristicCounter",
+    "HuggingFaceCounter",
+    "LoomError",
+    "Message",
+    "MessageFormatError",
+    "MessageUnit",
+    "MissingExtraError",
+    "ProviderError",
+    "StoreError",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenizerError",
+    "ToolCall",
+    "ToolError",
+    "counter_for_model",
+    "encoding_for_model",
+    "flatten_units",
+    "from_anthropic",
+    "from_openai",
+    "split_units",
+    "to_anthropic",
+    "to_openai",
+]

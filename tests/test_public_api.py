@@ -1,0 +1,57 @@
+"""The public API: the names `loom` exports are pinned, sorted, documented and importable."""
+
+from __future__ import annotations
+
+import inspect
+
+import loom
+
+EXPECTED = [
+    "BudgetExceededError",
+    "CallableCounter",
+    "ComponentPriority",
+    "ConfigError",
+    "ContextAssembler",
+    "ContextComponent",
+    "HeuristicCounter",
+    "HuggingFaceCounter",
+    "LoomError",
+    "Message",
+    "MessageFormatError",
+    "MessageUnit",
+    "MissingExtraError",
+    "ProviderError",
+    "StoreError",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenizerError",
+    "ToolCall",
+    "ToolError",
+    "counter_for_model",
+    "encoding_for_model",
+    "flatten_units",
+    "from_anthropic",
+    "from_openai",
+    "split_units",
+    "to_anthropic",
+    "to_openai",
+]
+
+
+def test_all_is_pinned() -> None:
+    assert loom.__all__ == EXPECTED
+
+
+def test_all_is_sorted_classes_first() -> None:
+    assert loom.__all__ == sorted(loom.__all__, key=lambda n: (n[0].islower(), n))
+
+
+def test_every_public_name_exists_and_is_documented() -> None:
+    for name in loom.__all__:
+        obj = getattr(loom, name)
+        assert inspect.getdoc(obj), f"`loom.{name}` has no docstring"
+
+
+def test_nothing_public_is_left_unexported() -> None:
+    public = {n for n in vars(loom) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(loom.__all__)
