@@ -1,0 +1,1 @@
+"""Task-based tiered memory (L1-L4)."""
