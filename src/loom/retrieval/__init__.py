@@ -1,0 +1,1 @@
+"""Unified retrieval: query rewriting, recall, reranking and injection (seed 002)."""
