@@ -1,0 +1,164 @@
+"""The invariants of DESIGN.md section 5, property-tested with the real o200k counter."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from loom import (
+    BudgetExceededError,
+    ContextOrchestrator,
+    ContextWindow,
+    HistorySource,
+    Message,
+    PromptSource,
+    TiktokenCounter,
+    ToolSource,
+    UserInputSource,
+    split_units,
+)
+from loom.context.render import CONTEXT_PREAMBLE, section_overhead
+from tests.context.test_orchestrator import SQL, WEATHER, DocsSource
+from tests.strategies import histories
+
+COUNTER = TiktokenCounter()
+WORDS = st.sampled_from(
+    ["order", "shipped", "天气", "很好", "refund", "the", "customer", "。", "\n", "👍🏽", "SQL"]
+)
+DOC = st.lists(WORDS, min_size=1, max_size=120).map(" ".join)
+SCENARIO = st.fixed_dictionaries(
+    {
+        "history": histories(system=False, names=False, max_units=12),
+        "docs": st.lists(DOC, max_size=6),
+        "instructions": st.lists(WORDS, max_size=40).map(" ".join),
+        "query": st.lists(WORDS, max_size=30).map(" ".join),
+        "tools": st.sampled_from([[], [WEATHER], [WEATHER, SQL]]),
+        "window": st.integers(min_value=60, max_value=900),
+    }
+)
+
+
+def build(s: dict[str, object]) -> tuple[ContextOrchestrator, ContextWindow | None]:
+    orch = ContextOrchestrator(
+        token_counter=COUNTER,
+        sources=[
+            PromptSource(s["instructions"]),  # type: ignore[arg-type]
+            ToolSource(s["tools"]),  # type: ignore[arg-type]
+            DocsSource(s["docs"]),  # type: ignore[arg-type]
+            HistorySource(s["history"]),  # type: ignore[arg-type]
+            UserInputSource(),
+        ],
+        model_context_window=s["window"],  # type: ignore[arg-type]
+        output_reserve_ratio=0.125,
+    )
+    try:
+        window = asyncio.run(orch.build(query=s["query"]))  # type: ignore[arg-type]
+    except BudgetExceededError as exc:
+        offenders = {o.name for o in exc.offenders}
+    else:
+        for status in sorted({b.status for b in window.report.blocks}):
+            event(status)
+        return orch, window
+    event("pinned content over budget")
+    assert offenders <= {"system_prompt", "user_input"}
+    return orch, None
+
+
+def parts(
+    window: ContextWindow, s: dict[str, object]
+) -> tuple[list[Message], list[Message], list[Message]]:
+    """(prefix and context system messages, history, the user turn)."""
+    msgs = list(window.messages)
+    system = [m for m in msgs if m.role == "system"]
+    rest = msgs[len(system) :]
+    if str(s["query"]).strip():
+        return system, rest[:-1], rest[-1:]
+    return system, rest, []
+
+
+@given(SCENARIO)
+def test_never_over_budget_and_counted_exactly(s: dict[str, object]) -> None:
+    orch, window = build(s)
+    if window is not None:
+        assert window.token_count == COUNTER.count_messages(window.messages, tools=window.tools)
+        assert window.token_count <= orch.available
+
+
+@given(SCENARIO)
+def test_user_turn_and_instructions_are_whole_and_in_place(s: dict[str, object]) -> None:
+    _, window = build(s)
+    if window is None:
+        return
+    query, instructions = str(s["query"]).strip(), str(s["instructions"]).strip()
+    if query:
+        assert window.messages[-1] == Message.user(str(s["query"]))
+    if instructions:
+        assert window.messages[0].role == "system"
+        assert window.messages[0].content.startswith(str(s["instructions"]))
+
+
+@given(SCENARIO)
+def test_tool_units_are_atomic_and_history_is_an_unbroken_suffix(s: dict[str, object]) -> None:
+    _, window = build(s)
+    if window is None:
+        return
+    _, history, _ = parts(window, s)
+    split_units(history)  # every call with its results, every result with its call
+    full: list[Message] = s["history"]  # type: ignore[assignment]
+    if history:
+        assert history == full[len(full) - len(history) :]
+        assert history[0].role == "user"
+
+
+@given(SCENARIO)
+def test_layout_order(s: dict[str, object]) -> None:
+    _, window = build(s)
+    if window is None:
+        return
+    roles = [m.role for m in window.messages]
+    first_non_system = next((i for i, r in enumerate(roles) if r != "system"), len(roles))
+    assert "system" not in roles[first_non_system:]
+    assert roles.count("system") <= 2
+    if roles.count("system") == 2:
+        assert window.messages[1].content.startswith(CONTEXT_PREAMBLE)
+
+
+@given(SCENARIO, st.lists(WORDS, max_size=10).map(" ".join))
+def test_prefix_is_stable_while_its_inputs_are(s: dict[str, object], other_query: str) -> None:
+    _, first = build(s)
+    _, second = build({**s, "query": other_query, "docs": [*s["docs"], "new doc"]})  # type: ignore[list-item]
+    if first is None or second is None:
+        return
+    if str(s["instructions"]).strip():
+        assert first.messages[0] == second.messages[0]
+    if len(first.tools) == len(s["tools"]) == len(second.tools):  # type: ignore[arg-type]
+        assert first.tools == second.tools
+
+
+@given(SCENARIO)
+def test_deterministic(s: dict[str, object]) -> None:
+    _, first = build(s)
+    _, second = build(s)
+    if first is not None and second is not None:
+        assert first.messages == second.messages
+        assert first.tools == second.tools
+        assert first.report.blocks == second.report.blocks
+
+
+@given(SCENARIO)
+def test_no_source_is_starved_while_budget_sits_unused(s: dict[str, object]) -> None:
+    orch, window = build(s)
+    if window is None:
+        return
+    left = orch.available - window.token_count
+    # Framing reserved for sections that ended up empty, and a fence's tags, are the only slack.
+    slack = section_overhead({"instructions", "context", "tools"}, COUNTER) + 24
+    for b in window.report.blocks:
+        if b.status != "dropped" or b.section == "history":
+            continue
+        if b.section == "context":  # truncatable: cut rather than dropped while room is left
+            assert left < orch.compactor.min_truncated_tokens + slack, (b, left)
+        else:
+            assert b.offered_tokens > left - slack, (b, left)
