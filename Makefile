@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/assembler_demo.py
+	$(BIN)/python examples/context_window.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples
@@ -30,6 +30,7 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python bench/tokens_bench.py
 	$(BIN)/python bench/assembler_bench.py
+	$(BIN)/python bench/orchestrator_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .hypothesis

@@ -35,7 +35,6 @@ import re
 import threading
 import unicodedata
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -97,23 +96,23 @@ class TokenCounter(Protocol):
 
 
 class _CountCache:
-    """A small LRU of text -> count, bounded by entries and by total characters held."""
+    """Text -> count, bounded by entries and by total characters held.
+
+    Hits are plain dict look-ups with no lock: a window build makes hundreds of them. Eviction
+    is first in, first out (dicts keep insertion order), done under a lock on insert.
+    """
 
     __slots__ = ("_chars", "_data", "_lock", "max_chars", "max_entries")
 
     def __init__(self, *, max_entries: int, max_chars: int) -> None:
-        self._data: OrderedDict[str, int] = OrderedDict()
+        self._data: dict[str, int] = {}
         self._chars = 0
         self._lock = threading.Lock()
         self.max_entries = max_entries
         self.max_chars = max_chars
 
     def get(self, text: str) -> int | None:
-        with self._lock:
-            n = self._data.get(text)
-            if n is not None:
-                self._data.move_to_end(text)
-            return n
+        return self._data.get(text)
 
     def put(self, text: str, n: int) -> None:
         if len(text) > self.max_chars // 8:
@@ -124,7 +123,8 @@ class _CountCache:
             self._data[text] = n
             self._chars += len(text)
             while len(self._data) > self.max_entries or self._chars > self.max_chars:
-                old, _ = self._data.popitem(last=False)
+                old = next(iter(self._data))
+                del self._data[old]
                 self._chars -= len(old)
 
     def __len__(self) -> int:

@@ -162,3 +162,23 @@ def test_no_source_is_starved_while_budget_sits_unused(s: dict[str, object]) -> 
             assert left < orch.compactor.min_truncated_tokens + slack, (b, left)
         else:
             assert b.offered_tokens > left - slack, (b, left)
+
+
+@given(SCENARIO)
+def test_a_source_within_its_allocation_is_never_cut_for_another(s: dict[str, object]) -> None:
+    _, window = build(s)
+    if window is None:
+        return
+    first_user = "history must begin with a user message"  # a rule, not a budget cut
+    pinned = [x for x in window.report.sources if x.name in ("system_prompt", "user_input")]
+    if any(x.used > x.allocated for x in pinned):
+        return  # must-keep content beyond its share comes first, from everyone's budget
+    for src in window.report.sources:
+        # The summary reserve takes at most an eighth of every share.
+        if src.requested <= src.allocated * 7 // 8 - 1:
+            cut = [
+                b
+                for b in window.report.blocks
+                if b.source == src.name and b.status != "kept" and first_user not in b.reason
+            ]
+            assert cut == [], (src, cut)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from loom.context.block import ContextBlock
+from loom.context.budget import BudgetManager
 from loom.context.packing import truncate_text
 from loom.context.report import BlockStatus
 from loom.errors import BudgetExceededError, ConfigError, Oversize
@@ -32,6 +33,8 @@ from loom.messages import Message
 from loom.tokens import TokenCounter
 
 __all__ = ["Candidate", "ContextCompactor", "Decision"]
+
+_SUMMARY_CACHE = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,20 +82,27 @@ class ContextCompactor:
         self.summarize_history = summarize_history
         self.summary_max_tokens = summary_max_tokens
         self.min_truncated_tokens = min_truncated_tokens
+        # The same dropped stretch is summarized on every rebuild within a turn: remember it.
+        self._summaries: dict[tuple[tuple[str, ...], int, str], str] = {}
 
     async def compact(
         self,
         candidates: Sequence[Candidate],
         *,
         grants: Mapping[str, int],
+        priorities: Mapping[str, float],
         budget: int,
         counter: TokenCounter,
         cost_of: Callable[[ContextBlock], int],
         context_frame: int = 0,
     ) -> list[Decision]:
         """One decision per candidate (in the order given), plus one for a summary block of
-        dropped history if one was made. `context_frame` is what opening the dynamic-context
-        section costs if no other block is kept there (a summary block goes there)."""
+        dropped history if one was made.
+
+        `grants` is each source's share of `budget` (by name), `priorities` each source's
+        priority; `context_frame` is what opening the dynamic-context section costs if no
+        other block is kept there (a summary block goes there).
+        """
         decided: dict[int, Decision] = {}
         pinned = [c for c in candidates if c.block.pinned]
         pinned_cost = sum(c.cost for c in pinned)
@@ -141,6 +151,15 @@ class ContextCompactor:
         if self.summarize_history and history_cost > left:
             reserve = min(self.summary_max_tokens, left // 8)
         left -= reserve
+        # Each source keeps what it needs of its share (the reserve taken out pro rata); the
+        # rest flows to the sources that want more, highest priority first.
+        scale = (budget - reserve) / budget if budget else 0.0
+        demands: dict[str, int] = {}
+        for c in candidates:
+            demands[c.block.source] = demands.get(c.block.source, 0) + c.cost
+        shares = BudgetManager.redistribute(
+            {name: int(g * scale) for name, g in grants.items()}, demands, priorities
+        )
         # Newest history first within a source, whatever priorities it gave.
         ranked = sorted(
             (c for c in candidates if not c.block.pinned),
@@ -164,7 +183,7 @@ class ContextCompactor:
                 room = (
                     left
                     if step != "its source's budget"
-                    else min(grants.get(src, 0) - spent.get(src, 0), left)
+                    else min(shares.get(src, 0) - spent.get(src, 0), left)
                 )
                 used = take(c, room, step) if room > 0 else 0
                 spent[src] = spent.get(src, 0) + used
@@ -172,11 +191,19 @@ class ContextCompactor:
                 if not used and c.block.section == "history":
                     blocked.add(src)
 
-        self._keep_history_unbroken(candidates, decided)
+        leading: set[int] = set()
+        self._keep_history_unbroken(candidates, decided, leading)
         left += reserve
+        first_user = "the window's history must begin with a user message"
         decisions = [
             decided.get(c.order)
-            or Decision(candidate=c, block=c.block, status="dropped", cost=0, reason="")
+            or Decision(
+                candidate=c,
+                block=c.block,
+                status="dropped",
+                cost=0,
+                reason=first_user if c.order in leading else "",
+            )
             for c in candidates
         ]
         decisions = [self._explain(d) for d in decisions]
@@ -188,10 +215,10 @@ class ContextCompactor:
 
     @staticmethod
     def _keep_history_unbroken(
-        candidates: Sequence[Candidate], decided: dict[int, Decision]
+        candidates: Sequence[Candidate], decided: dict[int, Decision], leading: set[int]
     ) -> None:
         """Per history source: keep only the unbroken run of kept units ending at the newest,
-        and start it at a user message."""
+        and start it at a user message (the units before that go into `leading`)."""
         by_source: dict[str, list[Candidate]] = {}
         for c in candidates:
             if c.block.section == "history":
@@ -208,6 +235,7 @@ class ContextCompactor:
                 if c.block.messages and c.block.messages[0].role == "user":
                     break
                 del decided[c.order]
+                leading.add(c.order)
 
     @staticmethod
     def _explain(d: Decision) -> Decision:
@@ -255,7 +283,13 @@ class ContextCompactor:
         texts = [
             " | ".join(_describe(m) for m in decisions[i].candidate.block.messages) for i in dropped
         ]
-        text = await self.summarizer.summarize(texts, max_tokens=room, counter=counter)
+        key = (tuple(texts), room, counter.name)
+        text = self._summaries.get(key)
+        if text is None:
+            text = await self.summarizer.summarize(texts, max_tokens=room, counter=counter)
+            self._summaries[key] = text
+            if len(self._summaries) > _SUMMARY_CACHE:
+                del self._summaries[next(iter(self._summaries))]
         if not text:
             return []
         block = shell.with_content(header + text, counter.count(header + text))
@@ -269,7 +303,7 @@ class ContextCompactor:
                 block=d.block,
                 status="summarized",
                 cost=0,
-                reason=f"summarized into `{block.id}`",
+                reason=f"summarized into `{block.id}`: {d.reason}",
             )
         summary = Candidate(block=block, cost=cost, source_priority=0.0, order=-1)
         return [Decision(candidate=summary, block=block, status="kept", cost=cost)]

@@ -32,6 +32,7 @@ from loom.tokens import TiktokenCounter, TokenCounter
 __all__ = ["ContextOrchestrator", "ContextWindow"]
 
 _MAX_ROUNDS = 4
+_MESSAGE_COST_CACHE = 65_536
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +130,7 @@ class ContextOrchestrator:
         self.compactor = compactor or ContextCompactor()
         self.collector = ContextCollector(timeout=source_timeout)
         self.sources: list[ContextSource] = []
+        self._message_costs: dict[int, tuple[tuple[Message, ...], int]] = {}
         for source in sources:
             self.add_source(source)
 
@@ -162,7 +164,7 @@ class ContextOrchestrator:
                 candidates.append(
                     Candidate(
                         block=block,
-                        cost=block_cost(block, counter),
+                        cost=self._cost(block),
                         source_priority=item.source.priority,
                         order=len(candidates),
                     )
@@ -177,15 +179,14 @@ class ContextOrchestrator:
         demands = {s.name: 0 for s in self.sources}
         for c in candidates:
             demands[c.block.source] += c.cost
-        shares = BudgetManager.redistribute(
-            {name: b.tokens for name, b in grants.items()},
-            demands,
-            {s.name: s.priority for s in self.sources},
-        )
+        priorities = {s.name: s.priority for s in self.sources}
         for _ in range(_MAX_ROUNDS):
+            # Shares of the room left after framing; what a source does not need flows on.
+            shares = self.budget_manager.allocate(names, max(room, 0), ctx=ctx)
             decisions = await self.compactor.compact(
                 candidates,
-                grants=shares,
+                grants={name: b.tokens for name, b in shares.items()},
+                priorities=priorities,
                 budget=max(room, 0),
                 counter=counter,
                 cost_of=lambda b: block_cost(b, counter),
@@ -199,7 +200,7 @@ class ContextOrchestrator:
             room -= token_count - self.available
         else:  # pragma: no cover - sums and exact counts differ by a few tokens at most
             raise ConfigError("could not fit the window after repeated selection; please report")
-        report = self._report(collected, grants, decisions, token_count)
+        report = self._report(collected, shares, decisions, token_count, demands)
         return ContextWindow(
             messages=tuple(messages),
             tools=tuple(tools),
@@ -208,12 +209,28 @@ class ContextOrchestrator:
             report=report,
         )
 
+    def _cost(self, block: ContextBlock) -> int:
+        """`block_cost`, remembered for message tuples a source hands over again and again
+        (a history's units): keyed by identity, holding the tuple so its id is not reused."""
+        if not block.messages:
+            return block_cost(block, self.token_counter)
+        key = id(block.messages)
+        hit = self._message_costs.get(key)
+        if hit is not None and hit[0] is block.messages:
+            return hit[1]
+        cost = block_cost(block, self.token_counter)
+        if len(self._message_costs) >= _MESSAGE_COST_CACHE:
+            del self._message_costs[next(iter(self._message_costs))]
+        self._message_costs[key] = (block.messages, cost)
+        return cost
+
     def _report(
         self,
         collected: Sequence[Collected],
         grants: Mapping[str, Any],
         decisions: Sequence[Decision],
         token_count: int,
+        requested: Mapping[str, int],
     ) -> ContextReport:
         used: dict[str, int] = {}
         kept: dict[str, int] = {}
@@ -227,7 +244,7 @@ class ContextOrchestrator:
                 name=item.source.name,
                 priority=item.source.priority,
                 allocated=grants[item.source.name].tokens,
-                requested=sum(block_cost(b, self.token_counter) for b in item.blocks),
+                requested=requested[item.source.name],
                 used=used.get(item.source.name, 0),
                 blocks_offered=len(item.blocks),
                 blocks_kept=kept.get(item.source.name, 0),
