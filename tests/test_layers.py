@@ -15,6 +15,7 @@ LAYERS = [  # bottom first
     "errors",
     "messages",
     "tokens",
+    "text",
     "embeddings",
     "stores",
     "memory",

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from loom.errors import ConfigError
 from loom.memory.summarizers import (
     DEFAULT_INSTRUCTIONS,
-    STOP_WORDS,
     ExtractiveSummarizer,
     LLMSummarizer,
     Summarizer,
 )
+from loom.text import STOP_WORDS
 from loom.tokens import BaseTokenCounter, TiktokenCounter
 from tests.strategies import texts as mixed_texts
 

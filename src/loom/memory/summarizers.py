@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from loom.errors import ConfigError
+from loom.text import terms
 from loom.tokens import TokenCounter
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
-    "STOP_WORDS",
     "ExtractiveSummarizer",
     "LLMSummarizer",
     "Summarizer",
@@ -46,39 +46,10 @@ class Summarizer(Protocol):
         ...
 
 
-# English: function words, pronouns, auxiliaries, chat filler, and the halves that
-# contractions split into ("don't" -> "don" + "t").
-_ENGLISH_STOP_WORDS: Final = """
-about after again all also am an and any are aren as at be because been before being both but
-by can could couldn did didn do does doesn doing don done each few for from further had hadn
-has hasn have haven having he her here hers herself him himself his how if in into is isn it
-its itself just let ll me more most my myself no nor not now of off ok okay on once only or
-other our ours ourselves out over own please re same shall she should shouldn so some such sure
-than thank thanks that the their theirs them themselves then there these they this those
-through to too under until up us ve very was wasn we were weren what when where which while
-who whom why will with won would wouldn yes you your yours yourself yourselves hi hello hey
-"""
-# Chinese: particles and pronouns (as lone characters between other scripts), and the
-# commonest function-word bigrams.
-_CHINESE_STOP_WORDS: Final = """
-的 了 是 在 和 也 就 都 而 及 与 着 或 被 把 吗 呢 吧 啊 呀 我 你 他 她 它 这 那 有 个
-我们 你们 他们 她们 它们 这个 那个 这些 那些 一个 一些 没有 什么 怎么 可以 因为 所以
-但是 如果 已经 就是 还是 这样 那么 自己 不是 的话 然后 以及 或者 而且 并且 请问 谢谢
-好的 你好 现在 需要 帮我 一下
-"""
-STOP_WORDS: Final[frozenset[str]] = frozenset(
-    _ENGLISH_STOP_WORDS.split() + _CHINESE_STOP_WORDS.split()
-)
-"""Words that carry no content for scoring: a small English and Chinese list."""
-
-# Han (with extensions A and the compatibility block) and kana: scripts written without
-# spaces, where a run of characters is cut into overlapping bigrams instead of words.
-_CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TERM: Final = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
 # A sentence ends at . ! ? followed by whitespace (so "3.5" and "example.com" do not end one),
 # at 。！？ (Chinese needs no space after them), closing quotes included, or at a line end.
 _BOUNDARY: Final = re.compile(r"[.!?]+[\"')\]”’]*(?=\s|$)|[。！？]+[”’」』）)]*|\n")
-_CJK_START: Final = re.compile(f"[{_CJK}]")
+_CJK_START: Final = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_ENDS: Final = ("。", "！", "？", "。”", "！”", "？”", "」", "』", "）")
 
 _ELLIPSIS: Final = "…"
@@ -98,24 +69,6 @@ def _sentences(text: str) -> list[str]:
     if tail:
         out.append(tail)
     return out
-
-
-def _terms(sentence: str) -> list[str]:
-    """The content terms of a sentence: words of two or more letters or digits, and bigrams
-    of CJK runs (a lone CJK character is a term of its own), stop words removed."""
-    found: list[str] = []
-    for cjk, word in _TERM.findall(sentence.lower()):
-        if word:
-            if len(word) >= 2 and word not in STOP_WORDS:
-                found.append(word)
-        elif len(cjk) == 1:
-            if cjk not in STOP_WORDS:
-                found.append(cjk)
-        else:
-            found += [
-                b for b in (cjk[i : i + 2] for i in range(len(cjk) - 1)) if b not in STOP_WORDS
-            ]
-    return found
 
 
 def _fit(text: str, max_tokens: int, counter: TokenCounter, *, prefix: str = "") -> str:
@@ -184,16 +137,16 @@ class ExtractiveSummarizer:
         if max_tokens <= 0:
             return ""
         split = [_sentences(text) for text in texts]
-        terms = [[_terms(s) for s in sentences] for sentences in split]
+        sentence_terms = [[terms(s) for s in sentences] for sentences in split]
         df: Counter[str] = Counter()
-        for per_text in terms:
-            df.update({t for sentence_terms in per_text for t in sentence_terms})
+        for per_text in sentence_terms:
+            df.update({t for found in per_text for t in found})
 
         candidates: list[_Sentence] = []
         for doc, sentences in enumerate(split):
             scored = []
             for pos, text in enumerate(sentences):
-                found = terms[doc][pos]
+                found = sentence_terms[doc][pos]
                 score = sum(df[t] for t in found) / math.sqrt(len(found)) if found else 0.0
                 if pos == 0:
                     score *= _FIRST_SENTENCE_BONUS

@@ -43,7 +43,7 @@ from typing import Final
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
 from loom.context.sources._common import check_source, fit_ceiling, short
 from loom.errors import ConfigError
-from loom.retrieval.text import coverage, terms
+from loom.text import coverage, terms
 
 __all__ = ["Skill", "SkillSource", "load_skills"]
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
 from loom.context.sources._common import check_source, fit_ceiling, short
 from loom.errors import ConfigError
-from loom.retrieval.text import coverage, terms
+from loom.text import coverage, terms
 from loom.tokens import TokenCounter, _tool_parts, render_tool_definitions
 
 __all__ = ["ToolSource"]

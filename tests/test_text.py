@@ -1,11 +1,11 @@
-"""`loom.retrieval.text`: terms of English and Chinese text, and query overlap."""
+"""`loom.text`: terms of English and Chinese text, and query overlap."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.retrieval.text import (
+from loom.text import (
     CHINESE_STOP_WORDS,
     ENGLISH_STOP_WORDS,
     STOP_WORDS,
