@@ -1,0 +1,1 @@
+"""Storage backends behind one batch contract: SQLite embedded (default), PostgreSQL later."""

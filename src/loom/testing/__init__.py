@@ -1,0 +1,1 @@
+"""Public test doubles and conformance suites."""
