@@ -16,10 +16,11 @@ from loom.text import (
 from tests.strategies import texts
 
 
-def test_english_words_are_lowercased_without_stop_words_or_single_characters() -> None:
+def test_english_words_are_lowercased_without_stop_words_or_single_letters() -> None:
     assert terms("What is the Weather in PARIS, x 5 42 times?") == [
         "weather",
         "paris",
+        "5",
         "42",
         "times",
     ]
@@ -87,4 +88,4 @@ def test_terms_hold_no_stop_words_and_no_single_latin_letters(text: str) -> None
     for term in terms(text):
         assert term not in STOP_WORDS
         assert term == term.lower()
-        assert len(term) >= 2 or "\u3040" <= term <= "\U0002ffff"
+        assert len(term) >= 2 or term.isdigit() or "\u3040" <= term <= "\U0002ffff"

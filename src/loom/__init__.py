@@ -10,7 +10,12 @@ from loom.context.report import BlockReport, ContextReport, SourceReport
 from loom.context.sources import (
     AgentOutputSource,
     HistorySource,
+    InheritedSource,
+    L1RecentSource,
+    L2ImportantSource,
+    L4SemanticSource,
     PromptSource,
+    SharedPoolSource,
     Skill,
     SkillSource,
     ToolSource,
@@ -28,7 +33,10 @@ from loom.errors import (
     TokenizerError,
     ToolError,
 )
+from loom.memory.context_builder import ContextBuilder, ExecutionContext
+from loom.memory.core import LoomMemory, MemoryHit
 from loom.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from loom.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loom.messages import (
     Message,
     MessageUnit,
@@ -40,6 +48,8 @@ from loom.messages import (
     to_anthropic,
     to_openai,
 )
+from loom.stores.base import MemoryStore, Record
+from loom.stores.sqlite import SQLiteStore
 from loom.tokens import (
     CallableCounter,
     HeuristicCounter,
@@ -62,6 +72,7 @@ __all__ = [
     "ConfigError",
     "ContextAssembler",
     "ContextBlock",
+    "ContextBuilder",
     "ContextCollector",
     "ContextCompactor",
     "ContextComponent",
@@ -69,23 +80,38 @@ __all__ = [
     "ContextReport",
     "ContextSource",
     "ContextWindow",
+    "ExecutionContext",
     "ExtractiveSummarizer",
     "HeuristicCounter",
     "HistorySource",
     "HuggingFaceCounter",
+    "InheritedSource",
+    "L1RecentSource",
+    "L2ImportantSource",
+    "L4SemanticSource",
     "LLMSummarizer",
     "LoomError",
+    "LoomMemory",
+    "MemoryHit",
+    "MemoryStore",
+    "MemoryTier",
     "Message",
     "MessageFormatError",
     "MessageUnit",
     "MissingExtraError",
     "PromptSource",
     "ProviderError",
+    "Record",
+    "SQLiteStore",
+    "SharedPoolSource",
     "Skill",
     "SkillSource",
     "SourceReport",
     "StoreError",
     "Summarizer",
+    "Task",
+    "TaskStatus",
+    "TaskSummary",
     "TiktokenCounter",
     "TokenBudget",
     "TokenCounter",
@@ -101,6 +127,7 @@ __all__ = [
     "from_openai",
     "load_skills",
     "split_units",
+    "tasks_from_messages",
     "to_anthropic",
     "to_openai",
 ]

@@ -2,9 +2,9 @@
 
 `terms` cuts a text into the words a query and a document are compared on:
 
-- runs of letters and digits are lowercased words; words shorter than 2 characters and
-  English stop words are dropped (``_`` separates words, so ``get_weather`` gives ``get`` and
-  ``weather``);
+- runs of letters and digits are lowercased words; words shorter than 2 characters (but
+  not numbers) and English stop words are dropped (``_`` separates words, so
+  ``get_weather`` gives ``get`` and ``weather``);
 - runs of CJK ideographs and kana are first cut at Chinese stop words (longest match first),
   then each piece gives its overlapping character bigrams (``数据库`` -> ``数据``, ``据库``);
   a piece of one character is kept as it is. Bigrams match Chinese words of any length without
@@ -91,7 +91,8 @@ def terms(text: str) -> list[str]:
             _add_cjk(run, out)
         else:
             word = match.group().lower()
-            if len(word) >= 2 and word not in ENGLISH_STOP_WORDS:
+            # Numbers are kept whatever their length: "order 7" must not match every order.
+            if (len(word) >= 2 or word.isdigit()) and word not in ENGLISH_STOP_WORDS:
                 out.append(word)
     return out
 

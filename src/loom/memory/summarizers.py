@@ -134,6 +134,11 @@ class ExtractiveSummarizer:
         self, texts: Sequence[str], *, max_tokens: int, counter: TokenCounter
     ) -> str:
         """The chosen sentences of `texts`, one line per text, within `max_tokens`."""
+        return self.summarize_now(texts, max_tokens=max_tokens, counter=counter)
+
+    def summarize_now(self, texts: Sequence[str], *, max_tokens: int, counter: TokenCounter) -> str:
+        """`summarize` without the event loop: it does no I/O, so synchronous callers (memory
+        promotion) use it directly."""
         if max_tokens <= 0:
             return ""
         split = [_sentences(text) for text in texts]

@@ -20,7 +20,12 @@ def test_exports_are_sorted_and_documented() -> None:
     assert sources.__all__ == [
         "AgentOutputSource",
         "HistorySource",
+        "InheritedSource",
+        "L1RecentSource",
+        "L2ImportantSource",
+        "L4SemanticSource",
         "PromptSource",
+        "SharedPoolSource",
         "Skill",
         "SkillSource",
         "ToolSource",

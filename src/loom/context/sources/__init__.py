@@ -1,5 +1,6 @@
-"""The context sources that need no memory tier: instructions, the user's turn, tools,
-skills, earlier agent outputs and a plain history.
+"""The built-in context sources: instructions, the user's turn, tools, skills, earlier agent
+outputs, a plain history, and the memory tiers (L1 recent, L2 important, L4 semantic, a
+parent's inherited memory, a shared pool).
 
 Each implements `loom.context.block.ContextSource`: a `name`, a `priority` and
 ``async collect(query, budget, *, ctx)``, returning blocks in its order of preference with
@@ -12,6 +13,13 @@ from __future__ import annotations
 
 from loom.context.sources.agent_output import AgentOutputSource
 from loom.context.sources.history import HistorySource
+from loom.context.sources.memory import (
+    InheritedSource,
+    L1RecentSource,
+    L2ImportantSource,
+    L4SemanticSource,
+    SharedPoolSource,
+)
 from loom.context.sources.prompt import PromptSource, UserInputSource
 from loom.context.sources.skills import Skill, SkillSource, load_skills
 from loom.context.sources.tools import ToolSource
@@ -19,7 +27,12 @@ from loom.context.sources.tools import ToolSource
 __all__ = [
     "AgentOutputSource",
     "HistorySource",
+    "InheritedSource",
+    "L1RecentSource",
+    "L2ImportantSource",
+    "L4SemanticSource",
     "PromptSource",
+    "SharedPoolSource",
     "Skill",
     "SkillSource",
     "ToolSource",
