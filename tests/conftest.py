@@ -1,8 +1,8 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: hypothesis profiles, and no real model requests.
 
-`ci` (set by `.ci/run`) runs every property test with at least 500 examples; `dev` is the
-faster default for local runs. Deadlines are off: these machines are shared and noisy, and
-speed is measured in `bench/`, never asserted in tests.
+`ci` (set by `make test`, which CI runs) runs every property test with at least 500
+examples; `dev` is the faster default for local runs. Deadlines are off: these machines are
+shared and noisy, and speed is measured in `bench/`, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -10,6 +10,12 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+
+import loom.agent.llm
+
+# Tests never call a real model: providers raise unless a test allows requests explicitly
+# (the provider tests do, against a local server speaking the wire protocol).
+loom.agent.llm.ALLOW_MODEL_REQUESTS = False
 
 settings.register_profile(
     "ci",

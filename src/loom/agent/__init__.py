@@ -1,0 +1,1 @@
+"""The agent runtime: LLM providers, tools, events and the recursive turn loop."""

@@ -1,0 +1,11 @@
+"""LLM providers over the official SDKs: `OpenAIChatLLM` (OpenAI and every OpenAI-compatible
+server) and `AnthropicLLM`. Each SDK is an optional extra (`openai`, `anthropic`), imported
+only when a provider is built; a missing one raises `MissingExtraError` naming the extra.
+"""
+
+from __future__ import annotations
+
+from loom.agent.providers.anthropic import AnthropicLLM
+from loom.agent.providers.openai import OpenAIChatLLM
+
+__all__ = ["AnthropicLLM", "OpenAIChatLLM"]
