@@ -238,7 +238,9 @@ class LoomMemory:
         if limit <= 0 or not query.strip():
             return []
         skip = set(exclude)
-        wanted = (limit + len(skip)) * 3
+        # Each excluded task can push out at most one hit; twice the limit leaves room for
+        # summaries and tasks that both match and fuse into one.
+        wanted = limit * 2 + len(skip)
         ops: list[Search | VectorSearch] = [
             Search(prefix=self.search_scope, query=query, limit=wanted)
         ]

@@ -1,0 +1,129 @@
+"""Tiered memory on the embedded store, with real conversation text (LoCoMo turns).
+
+Run: .venv/bin/python bench/memory_bench.py
+- durable ingest through LoomMemory.add_tasks into a file store, batched (turns/s);
+- single add_task latency, p50 / p99 (every call a committed write, searchable at once);
+- L4SemanticSource.collect p50 / p95 at 1k, 10k and 100k stored turns (lexical recall; the
+  store's numbers for dense search are in bench/store_bench.py);
+- resident memory with 100k turns stored.
+Stored turns cycle the LoCoMo text with a counter appended so every turn is distinct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _common import locomo_turns
+
+from loom import (
+    BuildContext,
+    L4SemanticSource,
+    LoomMemory,
+    SQLiteStore,
+    Task,
+    TaskStatus,
+    TiktokenCounter,
+    TokenBudget,
+)
+from loom.memory.task import USER_MESSAGE
+
+QUERIES = [
+    "When did Caroline go to the LGBTQ support group?",
+    "What did Melanie paint recently?",
+    "Where did Jon open his dance studio?",
+    "What books has Caroline been reading?",
+    "How many children does Melanie have?",
+]
+
+
+def tasks(turns: list[str], start: int, n: int) -> list[Task]:
+    return [
+        Task(
+            action=USER_MESSAGE,
+            source_agent="user",
+            parameters={"content": f"{turns[i % len(turns)]} #{i}"},
+            status=TaskStatus.COMPLETED,
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def measure(
+    source: L4SemanticSource, budget: TokenBudget, ctx: BuildContext
+) -> tuple[list[float], list[object]]:
+    """Sorted collect times (after 5 warm-up calls) in one event loop, and the last blocks."""
+    samples = []
+    blocks: list[object] = []
+    for round_ in range(65):
+        query = QUERIES[round_ % len(QUERIES)]
+        t0 = time.perf_counter()
+        blocks = list(await source.collect(query, budget, ctx=ctx))
+        samples.append(time.perf_counter() - t0)
+    return sorted(samples[5:]), blocks
+
+
+def main() -> None:
+    turns = locomo_turns()
+    counter = TiktokenCounter()
+    ctx = BuildContext(counter=counter)
+    budget = TokenBudget(tokens=420, ceiling=7000)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "memory.db")
+        memory = LoomMemory("bench", store=store, counter=counter)
+        source = L4SemanticSource(memory)
+
+        batch = tasks(turns, 0, 5000)
+        t0 = time.perf_counter()
+        for k in range(0, len(batch), 100):
+            memory.add_tasks(batch[k : k + 100])
+        rate = len(batch) / (time.perf_counter() - t0)
+        print(f"batched ingest (100 per batch): {rate:,.0f} turns/s")
+
+        singles = []
+        for task in tasks(turns, 5000, 1000):
+            t1 = time.perf_counter()
+            memory.add_task(task)
+            singles.append(time.perf_counter() - t1)
+        singles.sort()
+        print(
+            f"single add_task: p50 {statistics.median(singles) * 1000:.3f} ms, "
+            f"p99 {singles[int(len(singles) * 0.99)] * 1000:.3f} ms"
+        )
+
+        stored = 6000
+        print(f"\n{'stored':>8} {'collect p50 ms':>15} {'p95 ms':>8} {'blocks':>7} {'RSS MB':>8}")
+        for target in (1_000, 10_000, 100_000):
+            if stored < target:
+                more = tasks(turns, stored, target - stored)
+                for k in range(0, len(more), 1000):
+                    memory.add_tasks(more[k : k + 1000])
+                stored = target
+            elif target == 1_000:
+                memory = LoomMemory("small", store=store, counter=counter)
+                memory.add_tasks(tasks(turns, 0, 1000))
+                source = L4SemanticSource(memory)
+            samples, blocks = asyncio.run(measure(source, budget, ctx))
+            print(
+                f"{target:>8} {statistics.median(samples) * 1000:>15.2f} "
+                f"{samples[int(len(samples) * 0.95)] * 1000:>8.2f} {len(blocks):>7} "
+                f"{rss_mb():>8.0f}"
+            )
+            if target == 1_000:
+                memory = LoomMemory("bench", store=store, counter=counter)
+                source = L4SemanticSource(memory)
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
