@@ -1,5 +1,17 @@
 """Loom: the best context window that fits an exact token budget, before every LLM call."""
 
+from loom.agent.llm import (
+    LLM,
+    Completed,
+    LLMChunk,
+    LLMOptions,
+    LLMResponse,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    complete,
+)
+from loom.agent.providers import AnthropicLLM, OpenAIChatLLM
 from loom.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
 from loom.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
 from loom.context.budget import AdaptiveBudgetManager, BudgetManager
@@ -22,9 +34,17 @@ from loom.context.sources import (
     UserInputSource,
     load_skills,
 )
+from loom.embeddings import (
+    Embedder,
+    MultilingualE5Embedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    default_embedder,
+)
 from loom.errors import (
     BudgetExceededError,
     ConfigError,
+    EmbeddingError,
     LoomError,
     MessageFormatError,
     MissingExtraError,
@@ -35,6 +55,7 @@ from loom.errors import (
 )
 from loom.memory.context_builder import ContextBuilder, ExecutionContext
 from loom.memory.core import LoomMemory, MemoryHit
+from loom.memory.enrichment import BackgroundEmbedder
 from loom.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loom.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loom.messages import (
@@ -61,13 +82,17 @@ from loom.tokens import (
 )
 
 __all__ = [
+    "LLM",
     "AdaptiveBudgetManager",
     "AgentOutputSource",
+    "AnthropicLLM",
+    "BackgroundEmbedder",
     "BlockReport",
     "BudgetExceededError",
     "BudgetManager",
     "BuildContext",
     "CallableCounter",
+    "Completed",
     "ComponentPriority",
     "ConfigError",
     "ContextAssembler",
@@ -80,6 +105,8 @@ __all__ = [
     "ContextReport",
     "ContextSource",
     "ContextWindow",
+    "Embedder",
+    "EmbeddingError",
     "ExecutionContext",
     "ExtractiveSummarizer",
     "HeuristicCounter",
@@ -89,6 +116,9 @@ __all__ = [
     "L1RecentSource",
     "L2ImportantSource",
     "L4SemanticSource",
+    "LLMChunk",
+    "LLMOptions",
+    "LLMResponse",
     "LLMSummarizer",
     "LoomError",
     "LoomMemory",
@@ -99,10 +129,14 @@ __all__ = [
     "MessageFormatError",
     "MessageUnit",
     "MissingExtraError",
+    "MultilingualE5Embedder",
+    "OpenAIChatLLM",
+    "OpenAIEmbedder",
     "PromptSource",
     "ProviderError",
     "Record",
     "SQLiteStore",
+    "SentenceTransformerEmbedder",
     "SharedPoolSource",
     "Skill",
     "SkillSource",
@@ -112,15 +146,20 @@ __all__ = [
     "Task",
     "TaskStatus",
     "TaskSummary",
+    "TextDelta",
     "TiktokenCounter",
     "TokenBudget",
     "TokenCounter",
     "TokenizerError",
     "ToolCall",
+    "ToolCallDelta",
     "ToolError",
     "ToolSource",
+    "Usage",
     "UserInputSource",
+    "complete",
     "counter_for_model",
+    "default_embedder",
     "encoding_for_model",
     "flatten_units",
     "from_anthropic",

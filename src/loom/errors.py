@@ -9,6 +9,7 @@ The tree::
     ├── BudgetExceededError    must-keep content does not fit the token budget
     ├── StoreError             a memory store failed to read or write
     ├── ProviderError          an LLM provider call failed
+    ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
     └── MissingExtraError      an optional dependency is not installed (also an `ImportError`)
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "EmbeddingError",
     "LoomError",
     "MessageFormatError",
     "MissingExtraError",
@@ -57,6 +59,10 @@ class StoreError(LoomError):
 
 class ProviderError(LoomError):
     """An LLM provider call failed (after any retries the provider is configured to make)."""
+
+
+class EmbeddingError(LoomError):
+    """An embedding model failed to load or returned something that is not an embedding."""
 
 
 class ToolError(LoomError):

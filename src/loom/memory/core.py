@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 from loom.errors import ConfigError
+from loom.memory.enrichment import BackgroundEmbedder
 from loom.memory.summarizers import ExtractiveSummarizer
 from loom.memory.task import (
     MemoryTier,
@@ -90,7 +91,9 @@ class LoomMemory:
     `namespace` (default ``("default", node_id)``) is where this memory's records live;
     `search_scope` (default: the namespace) is the prefix `search_tasks` reads from, e.g.
     ``(tenant, agent)`` to search every session of an agent. `embedder`, if given, makes
-    search hybrid (lexical + dense, fused), over what the background embedder has embedded.
+    search hybrid (lexical + dense, fused) over what is embedded so far; a daemon thread
+    (`background`, a `BackgroundEmbedder`) embeds new records off the write path unless
+    `embed_in_background=False` (then call `background.drain()` yourself). Call `close()`.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class LoomMemory:
         counter: TokenCounter | None = None,
         promote_threshold: float = 0.6,
         summary_tokens: int = 80,
+        embed_in_background: bool = True,
     ) -> None:
         for name, size in (("max_l1_size", max_l1_size), ("max_l2_size", max_l2_size),
                            ("max_l3_size", max_l3_size)):  # fmt: skip
@@ -147,6 +151,11 @@ class LoomMemory:
         self._l3: deque[TaskSummary] = deque()
         self._order = 0
         self._restore()
+        self.background: BackgroundEmbedder | None = None
+        if embedder is not None:
+            self.background = BackgroundEmbedder(store, embedder, prefix=self.namespace)
+            if embed_in_background:
+                self.background.start()
 
     # --- the seed 004 API -------------------------------------------------------------------
 
@@ -187,6 +196,8 @@ class LoomMemory:
             records += [self._archive_record(t) for t in archived]
             records += self._push_l3(summaries)
             self.store.batch([Put(record=r) for r in records])
+        if self.background is not None:
+            self.background.notify()
 
     def get_l1_tasks(self, limit: int = 10) -> list[Task]:
         """The `limit` most recent tasks of L1, oldest first."""
@@ -421,7 +432,9 @@ class LoomMemory:
             self._order = max(self._order, int(last[0].data.get("order", -1)) + 1)
 
     def close(self) -> None:
-        """Close the store if this memory created it."""
+        """Stop background embedding, and close the store if this memory created it."""
+        if self.background is not None:
+            self.background.stop()
         if self._owns_store:
             self.store.close()
 
