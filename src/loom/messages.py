@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from loom.errors import MessageFormatError
+from loom.errors import ConfigError, MessageFormatError
 
 __all__ = [
     "Message",
@@ -39,7 +39,10 @@ __all__ = [
     "from_openai",
     "split_units",
     "to_anthropic",
+    "to_anthropic_tools",
     "to_openai",
+    "to_openai_tools",
+    "tool_spec",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -535,3 +538,64 @@ def split_units(messages: Sequence[Message]) -> list[MessageUnit]:
 def flatten_units(units: Iterable[MessageUnit]) -> list[Message]:
     """The messages of `units`, in order: the inverse of `split_units`."""
     return [m for unit in units for m in unit.messages]
+
+
+# --- tool definitions ---------------------------------------------------------------------
+
+
+def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
+    """(name, description, JSON schema) of a tool definition in OpenAI's function format or
+    Anthropic's format; `ConfigError` when it has no name."""
+    spec = tool["function"] if tool.get("type") == "function" else tool
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"a function tool's `function` must be a JSON object with `name`, `description` and "
+            f"`parameters`, got {type(spec).__name__} {spec!r:.60}"
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(
+            f"a tool definition has no `name`: {json.dumps(tool, default=str)[:120]!r}; use "
+            'OpenAI\'s {"type": "function", "function": {"name", "description", "parameters"}} '
+            'or Anthropic\'s {"name", "description", "input_schema"}'
+        )
+    schema = spec.get("parameters", spec.get("input_schema")) or {
+        "type": "object",
+        "properties": {},
+    }
+    return name, str(spec.get("description") or ""), schema
+
+
+def to_openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tools as OpenAI function tools; OpenAI-style definitions pass through unchanged."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        kind = tool.get("type")
+        if kind == "function":
+            tool_spec(tool)  # checks that it has a name
+            out.append(dict(tool))
+        elif kind is not None and "input_schema" not in tool:
+            out.append(dict(tool))  # another OpenAI tool type: the API decides
+        else:
+            name, description, schema = tool_spec(tool)
+            function: dict[str, Any] = {"name": name, "parameters": dict(schema)}
+            if description:
+                function["description"] = description
+            out.append({"type": "function", "function": function})
+    return out
+
+
+def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tools as Anthropic tools; Anthropic-style definitions (and server tools, which carry
+    their own `type`) pass through unchanged."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        name, description, schema = tool_spec(tool)  # also checks that it has a name
+        if tool.get("type") != "function":
+            out.append(dict(tool))
+            continue
+        converted: dict[str, Any] = {"name": name, "input_schema": dict(schema)}
+        if description:
+            converted["description"] = description
+        out.append(converted)
+    return out

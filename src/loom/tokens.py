@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from loom.errors import ConfigError, MissingExtraError, TokenizerError
+from loom.messages import tool_spec
 
 if TYPE_CHECKING:
     import tiktoken
@@ -512,19 +513,6 @@ def counter_for_model(model: str) -> BaseTokenCounter:
 # Tool definitions as the provider renders them
 
 
-def _tool_parts(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
-    spec: Mapping[str, Any] = tool.get("function", tool) if tool.get("type") == "function" else tool
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(
-            f"a tool definition has no `name`: {json.dumps(tool, default=str)[:120]!r}; use "
-            'OpenAI\'s {"type": "function", "function": {"name", "description", "parameters"}} '
-            'or Anthropic\'s {"name", "description", "input_schema"}'
-        )
-    params = spec.get("parameters", spec.get("input_schema")) or {}
-    return name, str(spec.get("description") or ""), params
-
-
 def _ts_type(schema: Mapping[str, Any], indent: str) -> str:
     if "enum" in schema:
         return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
@@ -560,7 +548,7 @@ def render_tool_definitions(tools: Sequence[Mapping[str, Any]]) -> str:
     receive; `count_messages` bills this text. Accepts OpenAI and Anthropic tool formats."""
     out = ["# Tools", "", "## functions", "", "namespace functions {", ""]
     for tool in tools:
-        name, description, params = _tool_parts(tool)
+        name, description, params = tool_spec(tool)
         if description:
             out.append(f"// {description}")
         if params.get("properties"):

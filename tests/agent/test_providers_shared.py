@@ -10,9 +10,10 @@ from loom.agent.llm import ToolCallDelta
 from loom.agent.providers import _base
 from loom.agent.providers._assembly import ToolCallAssembler, parse_arguments
 from loom.agent.providers._base import _provider_message, backoff
-from loom.agent.providers._tools import anthropic_tools, openai_tools
 from loom.errors import ConfigError, ProviderError
 from loom.messages import ToolCall
+from loom.messages import to_anthropic_tools as anthropic_tools
+from loom.messages import to_openai_tools as openai_tools
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 OPENAI_STYLE = {

@@ -26,7 +26,13 @@ from loom.context.compactor import Candidate, ContextCompactor, Decision
 from loom.context.render import block_cost, render, section_overhead
 from loom.context.report import BlockReport, ContextReport, SourceReport
 from loom.errors import ConfigError
-from loom.messages import Message, to_anthropic, to_openai
+from loom.messages import (
+    Message,
+    to_anthropic,
+    to_anthropic_tools,
+    to_openai,
+    to_openai_tools,
+)
 from loom.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["ContextOrchestrator", "ContextWindow"]
@@ -49,7 +55,7 @@ class ContextWindow:
         """Keyword arguments for OpenAI's chat completions: `messages` (and `tools`)."""
         out: dict[str, Any] = {"messages": to_openai(self.messages)}
         if self.tools:
-            out["tools"] = [_openai_tool(t) for t in self.tools]
+            out["tools"] = to_openai_tools(self.tools)
         return out
 
     def to_anthropic(self) -> dict[str, Any]:
@@ -59,37 +65,8 @@ class ContextWindow:
         if system is not None:
             out["system"] = system
         if self.tools:
-            out["tools"] = [_anthropic_tool(t) for t in self.tools]
+            out["tools"] = to_anthropic_tools(self.tools)
         return out
-
-
-def _spec(tool: Mapping[str, Any]) -> Mapping[str, Any]:
-    inner = tool.get("function")
-    return inner if tool.get("type") == "function" and isinstance(inner, Mapping) else tool
-
-
-def _openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    spec = _spec(tool)
-    fn: dict[str, Any] = {"name": spec["name"]}
-    if spec.get("description"):
-        fn["description"] = spec["description"]
-    fn["parameters"] = spec.get("parameters", spec.get("input_schema")) or {
-        "type": "object",
-        "properties": {},
-    }
-    return {"type": "function", "function": fn}
-
-
-def _anthropic_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    spec = _spec(tool)
-    out: dict[str, Any] = {"name": spec["name"]}
-    if spec.get("description"):
-        out["description"] = spec["description"]
-    out["input_schema"] = spec.get("input_schema", spec.get("parameters")) or {
-        "type": "object",
-        "properties": {},
-    }
-    return out
 
 
 class ContextOrchestrator:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from loom.agent.llm import LLMChunk, LLMOptions, TextDelta, Usage
 from loom.agent.providers._assembly import ToolCallAssembler, Truncated, completed
 from loom.agent.providers._base import SDKProvider, check_settings, import_sdk
-from loom.agent.providers._tools import anthropic_tools
 from loom.errors import ConfigError
-from loom.messages import Message, to_anthropic
+from loom.messages import Message, to_anthropic, to_anthropic_tools
 
 if TYPE_CHECKING:
     import anthropic
@@ -133,7 +132,7 @@ class AnthropicLLM(SDKProvider):
         if system is not None:
             request["system"] = system
         if tools:
-            request["tools"] = anthropic_tools(tools)
+            request["tools"] = to_anthropic_tools(tools)
         if options.tool_choice is not None:
             request["tool_choice"] = {
                 "auto": {"type": "auto"},

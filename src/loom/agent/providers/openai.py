@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 from loom.agent.llm import LLMChunk, LLMOptions, TextDelta, Usage
 from loom.agent.providers._assembly import ToolCallAssembler, Truncated, completed
 from loom.agent.providers._base import SDKProvider, check_settings, import_sdk
-from loom.agent.providers._tools import openai_tools
 from loom.errors import ConfigError
-from loom.messages import Message, to_openai
+from loom.messages import Message, to_openai, to_openai_tools
 
 if TYPE_CHECKING:
     import openai
@@ -122,7 +121,7 @@ class OpenAIChatLLM(SDKProvider):
             "stream_options": {"include_usage": True},
         }
         if tools:
-            request["tools"] = openai_tools(tools)
+            request["tools"] = to_openai_tools(tools)
         if options.tool_choice is not None:
             request["tool_choice"] = (
                 options.tool_choice

@@ -32,11 +32,17 @@ __all__ = [
 _AGE_DECAY = 0.97
 
 
-def _check(memory: object, priority: float, name: str) -> None:
-    if not isinstance(memory, LoomMemory):
-        raise ConfigError(f"source `{name}` needs a LoomMemory, got {type(memory).__name__}")
-    if not 0 <= priority <= 1:
-        raise ConfigError(f"source `{name}`: `priority` must be in 0..1, got {priority!r}")
+class _MemorySource:
+    """What every memory source holds: the memory it reads, its name and its priority."""
+
+    def __init__(self, memory: LoomMemory, *, name: str, priority: float) -> None:
+        if not isinstance(memory, LoomMemory):
+            raise ConfigError(f"source `{name}` needs a LoomMemory, got {type(memory).__name__}")
+        if not 0 <= priority <= 1:
+            raise ConfigError(f"source `{name}`: `priority` must be in 0..1, got {priority!r}")
+        self.memory = memory
+        self.name = name
+        self.priority = priority
 
 
 def _text_blocks(
@@ -69,16 +75,13 @@ def _text_blocks(
     return blocks
 
 
-class L1RecentSource:
+class L1RecentSource(_MemorySource):
     """The recent tasks of `memory` as history messages, newest first within the ceiling."""
 
     def __init__(
         self, memory: LoomMemory, *, name: str = "L1_recent", priority: float = 0.85
     ) -> None:
-        _check(memory, priority, name)
-        self.memory = memory
-        self.name = name
-        self.priority = priority
+        super().__init__(memory, name=name, priority=priority)
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -107,16 +110,13 @@ class L1RecentSource:
         return blocks
 
 
-class L2ImportantSource:
+class L2ImportantSource(_MemorySource):
     """The important tasks of `memory` that have left L1, most important first."""
 
     def __init__(
         self, memory: LoomMemory, *, name: str = "L2_important", priority: float = 0.7
     ) -> None:
-        _check(memory, priority, name)
-        self.memory = memory
-        self.name = name
-        self.priority = priority
+        super().__init__(memory, name=name, priority=priority)
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -129,7 +129,7 @@ class L2ImportantSource:
         return _text_blocks(self.name, entries, budget, ctx)
 
 
-class L4SemanticSource:
+class L4SemanticSource(_MemorySource):
     """Tasks from the archive of `memory` that match the query, best first."""
 
     def __init__(
@@ -141,12 +141,9 @@ class L4SemanticSource:
         limit: int = 10,
         exclude_recent: bool = True,
     ) -> None:
-        _check(memory, priority, name)
+        super().__init__(memory, name=name, priority=priority)
         if limit < 1:
             raise ConfigError(f"source `{name}`: `limit` must be >= 1, got {limit!r}")
-        self.memory = memory
-        self.name = name
-        self.priority = priority
         self.limit = limit
         self.exclude_recent = exclude_recent
 
@@ -169,7 +166,7 @@ class L4SemanticSource:
         )
 
 
-class _ReadOnlyMemorySource:
+class _ReadOnlyMemorySource(_MemorySource):
     """Another memory's important, recent and relevant tasks, each once, read-only."""
 
     def __init__(
@@ -181,10 +178,7 @@ class _ReadOnlyMemorySource:
         recent: int,
         relevant: int,
     ) -> None:
-        _check(memory, priority, name)
-        self.memory = memory
-        self.name = name
-        self.priority = priority
+        super().__init__(memory, name=name, priority=priority)
         self.recent = recent
         self.relevant = relevant
 

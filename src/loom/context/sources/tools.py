@@ -25,8 +25,9 @@ from typing import Any, Final
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
 from loom.context.sources._common import check_source, fit_ceiling, short
 from loom.errors import ConfigError
+from loom.messages import tool_spec
 from loom.text import coverage, terms
-from loom.tokens import TokenCounter, _tool_parts, render_tool_definitions
+from loom.tokens import TokenCounter, render_tool_definitions
 
 __all__ = ["ToolSource"]
 
@@ -68,7 +69,7 @@ def _parse(index: int, tool: object) -> _Tool:
             f"{_FORMATS}"
         )
     try:
-        name, description, params = _tool_parts(tool)
+        name, description, params = tool_spec(tool)
         rendered = render_tool_definitions([tool])
     except ConfigError as exc:
         raise ConfigError(f"`tools[{index}]`: {exc}") from exc
