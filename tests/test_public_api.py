@@ -10,6 +10,8 @@ import loom
 EXPECTED = [
     "LLM",
     "AdaptiveBudgetManager",
+    "AgentEvent",
+    "AgentEventType",
     "AgentOutputSource",
     "AnthropicLLM",
     "BackgroundEmbedder",
@@ -77,9 +79,12 @@ EXPECTED = [
     "TokenBudget",
     "TokenCounter",
     "TokenizerError",
+    "Tool",
     "ToolCall",
     "ToolCallDelta",
+    "ToolContext",
     "ToolError",
+    "ToolResult",
     "ToolSource",
     "Usage",
     "UserInputSource",
@@ -91,10 +96,12 @@ EXPECTED = [
     "from_anthropic",
     "from_openai",
     "load_skills",
+    "run_tool_calls",
     "split_units",
     "tasks_from_messages",
     "to_anthropic",
     "to_openai",
+    "tool",
 ]
 
 

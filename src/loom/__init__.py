@@ -1,5 +1,6 @@
 """Loom: the best context window that fits an exact token budget, before every LLM call."""
 
+from loom.agent.events import AgentEvent, AgentEventType
 from loom.agent.llm import (
     LLM,
     Completed,
@@ -12,6 +13,7 @@ from loom.agent.llm import (
     complete,
 )
 from loom.agent.providers import AnthropicLLM, OpenAIChatLLM
+from loom.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loom.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
 from loom.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
 from loom.context.budget import AdaptiveBudgetManager, BudgetManager
@@ -84,6 +86,8 @@ from loom.tokens import (
 __all__ = [
     "LLM",
     "AdaptiveBudgetManager",
+    "AgentEvent",
+    "AgentEventType",
     "AgentOutputSource",
     "AnthropicLLM",
     "BackgroundEmbedder",
@@ -151,9 +155,12 @@ __all__ = [
     "TokenBudget",
     "TokenCounter",
     "TokenizerError",
+    "Tool",
     "ToolCall",
     "ToolCallDelta",
+    "ToolContext",
     "ToolError",
+    "ToolResult",
     "ToolSource",
     "Usage",
     "UserInputSource",
@@ -165,8 +172,10 @@ __all__ = [
     "from_anthropic",
     "from_openai",
     "load_skills",
+    "run_tool_calls",
     "split_units",
     "tasks_from_messages",
     "to_anthropic",
     "to_openai",
+    "tool",
 ]
