@@ -1,6 +1,7 @@
 """Loom: the best context window that fits an exact token budget, before every LLM call."""
 
 from loom.agent.events import AgentEvent, AgentEventType
+from loom.agent.executor import Agent
 from loom.agent.llm import (
     LLM,
     Completed,
@@ -13,6 +14,7 @@ from loom.agent.llm import (
     complete,
 )
 from loom.agent.providers import AnthropicLLM, OpenAIChatLLM
+from loom.agent.retriever import BaseContextRetriever, ContextRetriever, Document, MemoryRetriever
 from loom.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loom.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
 from loom.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
@@ -86,11 +88,13 @@ from loom.tokens import (
 __all__ = [
     "LLM",
     "AdaptiveBudgetManager",
+    "Agent",
     "AgentEvent",
     "AgentEventType",
     "AgentOutputSource",
     "AnthropicLLM",
     "BackgroundEmbedder",
+    "BaseContextRetriever",
     "BlockReport",
     "BudgetExceededError",
     "BudgetManager",
@@ -107,8 +111,10 @@ __all__ = [
     "ContextComponent",
     "ContextOrchestrator",
     "ContextReport",
+    "ContextRetriever",
     "ContextSource",
     "ContextWindow",
+    "Document",
     "Embedder",
     "EmbeddingError",
     "ExecutionContext",
@@ -127,6 +133,7 @@ __all__ = [
     "LoomError",
     "LoomMemory",
     "MemoryHit",
+    "MemoryRetriever",
     "MemoryStore",
     "MemoryTier",
     "Message",

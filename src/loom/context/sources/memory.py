@@ -86,8 +86,15 @@ class L1RecentSource(_MemorySource):
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:
-        """Whole tasks (a tool call with its result is one unit), newest first."""
-        tasks = self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
+        """Whole tasks (a tool call with its result is one unit), newest first. Tasks of the
+        agent run being built for (`ctx.metadata["run_id"]`) are left out: the user turn and
+        the run's own exchange have sources of their own."""
+        run_id = ctx.metadata.get("run_id")
+        tasks = [
+            t
+            for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
+            if run_id is None or t.metadata.get("run_id") != run_id
+        ]
         blocks: list[ContextBlock] = []
         room = budget.ceiling
         for age, (seq, task) in enumerate(reversed(list(enumerate(tasks)))):
