@@ -24,6 +24,7 @@ LAYERS = [  # bottom first
     "context",
     "session",
     "agent",
+    "evaluation",
     "testing",
     "cli",
 ]

@@ -1,0 +1,337 @@
+"""The retrieval evaluation harness: loaders, metric arithmetic, aggregation, windows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loom.errors import ConfigError
+from loom.evaluation._vector_cache import CachedEmbedder
+from loom.evaluation.retrieval import (
+    evaluate_locomo,
+    evaluate_longmemeval,
+    load_locomo,
+    load_longmemeval,
+    ndcg_at,
+    recall_at,
+)
+from loom.testing.embedders import HashingEmbedder
+
+LOCOMO_KEYS = {"r@5", "r@10", "r@20", "ndcg@10", "window@2000", "window@4000"}
+LME_KEYS = {"recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"}
+
+
+def _filler(i: int) -> str:
+    return f"Sure thing, item {i}."
+
+
+def locomo_data() -> list[dict[str, Any]]:
+    """60 turns over two sessions; L1 (50 turns) holds D1:11 onwards.
+
+    - q0 (category 1): evidence D1:3 and D1:4, both old and lexically findable (rank 1-2).
+    - q1 (category 5): evidence D1:5, which shares no word with the question.
+    - q2 (category 2): no evidence (skipped).
+    """
+    s1 = [
+        {"speaker": "Alice" if i % 2 else "Bob", "dia_id": f"D1:{i}", "text": _filler(i)}
+        for i in range(1, 31)
+    ]
+    s1[2]["text"] = "I adopt puppy Biscuit near Denver lakes."
+    s1[3]["text"] = "Biscuit the puppy loves Denver."
+    s1[3]["blip_caption"] = "a photo of a dog"
+    s1[4]["text"] = "It was crimson."
+    s2 = [
+        {"speaker": "Alice" if i % 2 else "Bob", "dia_id": f"D2:{i}", "text": _filler(100 + i)}
+        for i in range(1, 31)
+    ]
+    conv = {
+        "speaker_a": "Alice",
+        "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": s1,
+        "session_2_date_time": "2:00 pm on 9 May, 2023",
+        "session_2": s2,
+    }
+    qa = [
+        {"question": "Where did Alice adopt puppy Biscuit?", "evidence": ["D1:3; D1:4"],
+         "category": 1, "answer": "Denver"},
+        {"question": "What color is the zeppelin?", "evidence": ["D1:5"], "category": 5},
+        {"question": "Anything?", "evidence": [], "category": 2},
+    ]  # fmt: skip
+    return [{"sample_id": "conv-x", "conversation": conv, "qa": qa}]
+
+
+def lme_data() -> list[dict[str, Any]]:
+    def session(words: str, n: int = 2) -> list[dict[str, str]]:
+        return [
+            {"role": "user", "content": f"{words} turn {i}"}
+            if i % 2 == 0
+            else {"role": "assistant", "content": f"Noted {i}."}
+            for i in range(n)
+        ]
+
+    haystack = [session(f"chat about gardening {i}") for i in range(6)]
+    haystack[2] = session("my saxophone recital went great")
+    haystack[4] = session("the weather was mild")
+    ids = [f"s{i}" for i in range(6)]
+    ids[2], ids[4] = "ans_sax", "ans_weather"
+
+    def q(qid: str, qtype: str, text: str, answers: list[str]) -> dict[str, Any]:
+        return {
+            "question_id": qid,
+            "question_type": qtype,
+            "question": text,
+            "answer": "x",
+            "haystack_session_ids": ids,
+            "haystack_sessions": haystack,
+            "answer_session_ids": answers,
+        }
+
+    return [
+        # two answer sessions; only the saxophone one shares words with the question
+        q("q1", "multi-session", "How was my saxophone recital?", ["ans_sax", "ans_weather"]),
+        q("q2", "single-session-user", "Tell me about the saxophone recital", ["ans_sax"]),
+        q("q3_abs", "single-session-user", "Which violin did I buy?", ["ans_sax"]),
+    ]
+
+
+def write(path: Path, data: object) -> Path:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            json.dump(data, f)
+    else:
+        path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+# --- metric arithmetic -------------------------------------------------------------------------
+
+
+def test_recall_and_ndcg_arithmetic() -> None:
+    ranked = [f"t{i}" for i in range(1, 21)]
+    assert recall_at(ranked, ["t1"], 10) == 1.0
+    assert recall_at(ranked, ["t12"], 10) == 0.0
+    assert recall_at(ranked, ["t12"], 20) == 1.0
+    # one question at rank 1, another at rank 12: R@10 = 0.5
+    assert (recall_at(ranked, ["t1"], 10) + recall_at(ranked, ["t12"], 10)) / 2 == 0.5
+    assert recall_at(ranked, ["t1", "t30"], 5) == 0.5
+    assert recall_at(ranked, [], 5) == 0.0
+    assert ndcg_at(ranked, ["t1"], 10) == 1.0
+    assert ndcg_at(ranked, ["t2"], 10) == pytest.approx(1 / math.log2(3))
+    assert ndcg_at(ranked, ["t12"], 10) == 0.0
+    # two gold, found at ranks 1 and 3: (1 + 1/log2 4) / (1 + 1/log2 3)
+    assert ndcg_at(ranked, ["t1", "t3"], 10) == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
+    assert ndcg_at(["a", "a", "b"], ["a"], 10) == 1.0  # a repeated item counts once
+
+
+# --- LoCoMo ------------------------------------------------------------------------------------
+
+
+def test_load_locomo(tmp_path: Path) -> None:
+    (conv,) = load_locomo(write(tmp_path / "l.json", locomo_data()))
+    assert conv.sample_id == "conv-x"
+    assert conv.speakers == ("Alice", "Bob")
+    assert len(conv.turns) == 60
+    t = conv.turns[3]
+    assert (t.dia_id, t.speaker, t.session) == ("D1:4", "Bob", 1)
+    assert t.text == "Biscuit the puppy loves Denver. and shared a photo of a dog."
+    assert t.date == "1:56 pm on 8 May, 2023"
+    assert conv.questions[0].evidence == ("D1:3", "D1:4")  # "D1:3; D1:4" split
+    assert conv.questions[2].evidence == ()
+
+
+def test_evaluate_locomo_lexical(tmp_path: Path) -> None:
+    r = evaluate_locomo(write(tmp_path / "l.json", locomo_data()), dense=False)
+    assert r.keys() >= LOCOMO_KEYS
+    assert r["questions"] == 2
+    assert r["skipped"] == 1
+    # q0 finds both evidence turns at ranks 1-2, q1 none: macro mean 0.5
+    assert r["r@5"] == r["r@10"] == r["r@20"] == 0.5
+    assert r["ndcg@10"] == 0.5
+    # windows are micro over gold turns: q0's two (old, found by L4) in, q1's one out: 2/3
+    assert r["window@2000"] == pytest.approx(2 / 3)
+    assert r["window@4000"] == pytest.approx(2 / 3)
+    assert r["by_category"]["1"]["r@10"] == 1.0
+    assert r["by_category"]["1"]["window@2000"] == 1.0
+    assert r["by_category"]["5"]["r@10"] == 0.0
+    assert r["by_category"]["5"]["window@2000"] == 0.0
+    assert set(r["by_category"]) == {"1", "5"}
+    ex = r["excluding_category_5"]
+    assert ex["questions"] == 1
+    assert ex["r@5"] == 1.0
+    assert ex["window@4000"] == 1.0
+    assert "stages" not in r
+    json.dumps(r)  # JSON-ready
+
+
+def test_window_counts_recent_history_and_respects_budget(tmp_path: Path) -> None:
+    data = locomo_data()
+    # q1's evidence becomes the most recent turn: in the window through L1 history
+    data[0]["qa"][1]["evidence"] = ["D2:30"]
+    path = write(tmp_path / "l.json", data)
+    r = evaluate_locomo(path, dense=False, budgets=(2000, 150))
+    assert r["window@2000"] == 1.0
+    assert r["r@10"] == 0.5  # not found by search
+    # 150 tokens: the newest turns fill the room; q0's old evidence (found by L4) stays out
+    assert r["window@150"] == pytest.approx(1 / 3)
+    assert r["by_category"]["5"]["window@150"] == 1.0
+    assert "window@4000" not in r
+
+
+def test_evaluate_locomo_limit_and_key_options(tmp_path: Path) -> None:
+    path = write(tmp_path / "l.json", locomo_data())
+    r = evaluate_locomo(path, dense=False, limit=1)
+    assert r["questions"] == 1
+    assert r["r@5"] == 1.0
+    # the speaker in the searchable text makes "Alice" match her turns too: still found
+    r = evaluate_locomo(path, dense=False, limit=1, speaker_in_text=True, date_in_text=True)
+    assert r["r@20"] == 1.0
+    assert r["config"]["speaker_in_text"] is True
+    with pytest.raises(ConfigError, match="limit"):
+        evaluate_locomo(path, dense=False, limit=0)
+
+
+def test_evaluate_locomo_stages_with_embedder(tmp_path: Path) -> None:
+    path = write(tmp_path / "l.json", locomo_data())
+    r = evaluate_locomo(path, embedder=HashingEmbedder(dim=256), stages=True)
+    assert set(r["stages"]) == {"lexical", "dense", "fused"}
+    for stage in r["stages"].values():
+        assert {"r@5", "r@10", "r@20", "ndcg@10", "by_category", "excluding_category_5"} <= set(
+            stage
+        )
+        assert stage["by_category"]["1"]["r@20"] == 1.0
+    # vector search ranks every turn, so only lexical search misses q1's evidence for sure
+    assert r["stages"]["lexical"]["by_category"]["5"]["r@20"] == 0.0
+    assert r["r@10"] == r["stages"]["fused"]["r@10"]
+    assert r["config"]["embedder"] == "hashing:v1:256"
+
+
+def test_json_gz_loads_like_json(tmp_path: Path) -> None:
+    a = evaluate_locomo(write(tmp_path / "l.json", locomo_data()), dense=False)
+    b = evaluate_locomo(write(tmp_path / "l.json.gz", locomo_data()), dense=False)
+    assert {k: a[k] for k in LOCOMO_KEYS} == {k: b[k] for k in LOCOMO_KEYS}
+    c = evaluate_longmemeval(write(tmp_path / "m.json.gz", lme_data()), dense=False)
+    assert c["questions"] == 2
+
+
+# --- LongMemEval -------------------------------------------------------------------------------
+
+
+def test_load_longmemeval(tmp_path: Path) -> None:
+    qs = load_longmemeval(write(tmp_path / "m.json", lme_data()))
+    assert [q.question_id for q in qs] == ["q1", "q2", "q3_abs"]
+    assert [q.abstention for q in qs] == [False, False, True]
+    assert qs[0].sessions[2][0] == ("user", "my saxophone recital went great turn 0")
+    assert qs[0].answer_session_ids == ("ans_sax", "ans_weather")
+
+
+def test_evaluate_longmemeval_lexical(tmp_path: Path) -> None:
+    r = evaluate_longmemeval(write(tmp_path / "m.json", lme_data()), dense=False)
+    assert r.keys() >= LME_KEYS
+    assert r["questions"] == 2
+    assert r["skipped"] == 1
+    assert r["recall_any@5"] == 1.0
+    assert r["recall_all@5"] == r["recall_all@10"] == 0.5  # q1's weather session is never found
+    # q1: one of two gold sessions at rank 1 -> 1 / (1 + 1/log2 3); q2: 1
+    assert r["ndcg@10"] == pytest.approx((1 / (1 + 1 / math.log2(3)) + 1) / 2)
+    assert r["by_question_type"]["multi-session"]["recall_all@5"] == 0.0
+    assert r["by_question_type"]["single-session-user"] == {
+        "questions": 1, "recall_any@5": 1.0, "recall_all@5": 1.0, "recall_all@10": 1.0,
+        "ndcg@10": 1.0,
+    }  # fmt: skip
+    json.dumps(r)
+
+
+def test_evaluate_longmemeval_stages_and_limit(tmp_path: Path) -> None:
+    path = write(tmp_path / "m.json", lme_data())
+    r = evaluate_longmemeval(path, embedder=HashingEmbedder(dim=256), stages=True, limit=1)
+    assert r["questions"] == 1
+    assert set(r["stages"]) == {"lexical", "dense", "fused"}
+    assert r["stages"]["lexical"]["recall_any@5"] == 1.0
+    assert r["recall_any@5"] == r["stages"]["fused"]["recall_any@5"]
+
+
+# --- malformed input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d[0].pop("qa"), "has no `qa`"),
+        (lambda d: d[0].pop("conversation"), "has no `conversation`"),
+        (lambda d: d[0]["conversation"]["session_1"][0].pop("dia_id"), "turn 0 has no `dia_id`"),
+        (lambda d: d[0]["qa"][0].pop("evidence"), "qa 0 has no `evidence`"),
+        (lambda d: d[0]["qa"][0].update(category="one"), "`category` must be a int"),
+    ],
+)
+def test_malformed_locomo(tmp_path: Path, mutate: Any, message: str) -> None:
+    data = locomo_data()
+    mutate(data)
+    path = write(tmp_path / "bad.json", data)
+    with pytest.raises(ConfigError, match=message) as info:
+        evaluate_locomo(path, dense=False)
+    assert "bad.json" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d[0].pop("haystack_sessions"), "has no `haystack_sessions`"),
+        (lambda d: d[1].pop("answer_session_ids"), "'q2' has no `answer_session_ids`"),
+        (lambda d: d[0].update(haystack_session_ids=["a"]), "6 `haystack_sessions` but 1"),
+        (lambda d: d[0]["haystack_sessions"][0][0].pop("role"), "turn 0 has no `role`"),
+    ],
+)
+def test_malformed_longmemeval(tmp_path: Path, mutate: Any, message: str) -> None:
+    data = lme_data()
+    mutate(data)
+    path = write(tmp_path / "bad.json", data)
+    with pytest.raises(ConfigError, match=message) as info:
+        evaluate_longmemeval(path, dense=False)
+    assert "bad.json" in str(info.value)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_locomo(tmp_path / "missing.json")
+    (tmp_path / "junk.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"junk\.json.*not readable JSON"):
+        load_locomo(tmp_path / "junk.json")
+    (tmp_path / "junk.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(ConfigError, match="not readable JSON"):
+        load_longmemeval(tmp_path / "junk.json.gz")
+    write(tmp_path / "dict.json", {"a": 1})
+    with pytest.raises(ConfigError, match="non-empty list of conversations"):
+        load_locomo(tmp_path / "dict.json")
+    with pytest.raises(ConfigError, match="non-empty list of questions"):
+        load_longmemeval(tmp_path / "dict.json")
+
+
+# --- the vector cache --------------------------------------------------------------------------
+
+
+def test_cached_embedder_persists(tmp_path: Path) -> None:
+    inner = HashingEmbedder(dim=32)
+    first = CachedEmbedder(inner, tmp_path)
+    texts = ["alpha beta", "gamma", "alpha beta"]
+    a = first.embed(texts)
+    assert first.misses == 2
+    assert first.hits == 1
+    first.save()
+    second = CachedEmbedder(inner, tmp_path)
+    b = second.embed(texts)
+    q = second.embed(["alpha beta"], kind="query")  # queries are keyed apart from documents
+    assert second.hits == 3
+    assert second.misses == 1
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(q[0], inner.embed(["alpha beta"], kind="query")[0])
+    assert second.name == inner.name
+    assert second.dim == 32
+    with pytest.raises(ConfigError):
+        second.embed("one string")
