@@ -19,6 +19,7 @@ from loom.errors import Oversize
         loom.ProviderError,
         loom.ToolError,
         loom.MissingExtraError,
+        loom.BusClosedError,
     ],
 )
 def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:

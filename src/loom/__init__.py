@@ -47,6 +47,7 @@ from loom.embeddings import (
 )
 from loom.errors import (
     BudgetExceededError,
+    BusClosedError,
     ConfigError,
     EmbeddingError,
     LoomError,
@@ -73,6 +74,7 @@ from loom.messages import (
     to_anthropic,
     to_openai,
 )
+from loom.session.bus import Event, EventBus, InProcessEventBus
 from loom.stores.base import MemoryStore, Record
 from loom.stores.sqlite import SQLiteStore
 from loom.tokens import (
@@ -99,6 +101,7 @@ __all__ = [
     "BudgetExceededError",
     "BudgetManager",
     "BuildContext",
+    "BusClosedError",
     "CallableCounter",
     "Completed",
     "ComponentPriority",
@@ -117,11 +120,14 @@ __all__ = [
     "Document",
     "Embedder",
     "EmbeddingError",
+    "Event",
+    "EventBus",
     "ExecutionContext",
     "ExtractiveSummarizer",
     "HeuristicCounter",
     "HistorySource",
     "HuggingFaceCounter",
+    "InProcessEventBus",
     "InheritedSource",
     "L1RecentSource",
     "L2ImportantSource",

@@ -11,6 +11,7 @@ The tree::
     ├── ProviderError          an LLM provider call failed
     ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
+    ├── BusClosedError         an event bus is closed (also a `RuntimeError`)
     └── MissingExtraError      an optional dependency is not installed (also an `ImportError`)
 
 Messages say what was wrong and how to fix it; identifiers appear in backticks and values
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BudgetExceededError",
+    "BusClosedError",
     "ConfigError",
     "EmbeddingError",
     "LoomError",
@@ -67,6 +69,10 @@ class EmbeddingError(LoomError):
 
 class ToolError(LoomError):
     """A tool was defined wrongly, or called with arguments that do not fit its schema."""
+
+
+class BusClosedError(LoomError, RuntimeError):
+    """The event bus is closed (or closing): it accepts no new publishes or subscriptions."""
 
 
 class MissingExtraError(LoomError, ImportError):

@@ -1,0 +1,1 @@
+"""Sessions, the multi-session ContextController, and the EventBus (seed 003)."""
