@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from loom.agent.events import (
     AgentEvent,
@@ -59,6 +59,8 @@ from loom.messages import Message
 from loom.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["Agent", "TurnSource"]
+
+E = TypeVar("E", bound=AgentEvent)
 
 
 class TurnSource:
@@ -206,7 +208,11 @@ class Agent:
         usage: Usage | None = None
         last_text = ""
         turn = 0
-        yield RunStarted(run_id=run_id, agent=self.name, turn=0, prompt=prompt)
+
+        def event(kind: type[E], **fields: Any) -> E:
+            return kind(run_id=run_id, agent=self.name, **fields)
+
+        yield event(RunStarted, turn=0, prompt=prompt)
         try:
             self._record([self._task(USER_MESSAGE, "user", prompt, run_id)])
             orchestrator = self._orchestrator(self._static_context(prompt), retrieved, turn_source)
@@ -218,9 +224,8 @@ class Agent:
                         query, self.retrieval_top_k
                     )
                     retrieved.text = self.context_retriever.format_documents(docs)
-                    yield RetrievalCompleted(
-                        run_id=run_id,
-                        agent=self.name,
+                    yield event(
+                        RetrievalCompleted,
                         turn=turn,
                         query=query,
                         documents=tuple(
@@ -243,9 +248,7 @@ class Agent:
                     window.messages, tools=window.tools, options=self.llm_options
                 ):
                     if chunk.kind == "text":
-                        yield LLMTextDelta(
-                            run_id=run_id, agent=self.name, turn=turn, text=chunk.text
-                        )
+                        yield event(LLMTextDelta, turn=turn, text=chunk.text)
                     elif chunk.kind == "completed":
                         completed = chunk
                 if completed is None:
@@ -254,9 +257,8 @@ class Agent:
                 if completed.usage is not None:
                     usage = completed.usage if usage is None else usage + completed.usage
                 last_text = reply.content
-                yield LLMCompleted(
-                    run_id=run_id,
-                    agent=self.name,
+                yield event(
+                    LLMCompleted,
                     turn=turn,
                     text=reply.content,
                     tool_calls=reply.tool_calls,
@@ -265,16 +267,14 @@ class Agent:
                 )
                 if not reply.tool_calls:
                     self._record([self._task(ASSISTANT_MESSAGE, self.name, reply.content, run_id)])
-                    yield TurnCompleted(
-                        run_id=run_id,
-                        agent=self.name,
+                    yield event(
+                        TurnCompleted,
                         turn=turn,
                         usage=completed.usage,
                         had_tool_calls=False,
                     )
-                    yield RunCompleted(
-                        run_id=run_id,
-                        agent=self.name,
+                    yield event(
+                        RunCompleted,
                         turn=turn,
                         output=reply.content,
                         turns=turn,
@@ -283,7 +283,7 @@ class Agent:
                     )
                     return
                 for call in reply.tool_calls:
-                    yield ToolCallEvent(run_id=run_id, agent=self.name, turn=turn, call=call)
+                    yield event(ToolCallEvent, turn=turn, call=call)
                 results = await self._run_tools(completed, ids)
                 for result in results:
                     yield ToolResultEvent.from_result(
@@ -292,16 +292,14 @@ class Agent:
                 turn_source.units.append((reply, *(r.to_message() for r in results)))
                 self._record_tools(reply, results, run_id)
                 revealed = "\n".join(r.content for r in results)
-                yield TurnCompleted(
-                    run_id=run_id,
-                    agent=self.name,
+                yield event(
+                    TurnCompleted,
                     turn=turn,
                     usage=completed.usage,
                     had_tool_calls=True,
                 )
-            yield RunCompleted(
-                run_id=run_id,
-                agent=self.name,
+            yield event(
+                RunCompleted,
                 turn=turn,
                 output=last_text,
                 turns=turn,
@@ -309,17 +307,15 @@ class Agent:
                 stopped="max_turns",
             )
         except Exception as exc:
-            yield ErrorEvent(
-                run_id=run_id,
-                agent=self.name,
+            yield event(
+                ErrorEvent,
                 turn=turn,
                 message=str(exc),
                 error_type=type(exc).__name__,
                 recoverable=False,
             )
-            yield RunCompleted(
-                run_id=run_id,
-                agent=self.name,
+            yield event(
+                RunCompleted,
                 turn=turn,
                 output=last_text,
                 turns=turn,
