@@ -12,6 +12,7 @@ stretch just before it, and reports every decision.
 from __future__ import annotations
 
 import asyncio
+import textwrap
 
 from loom import (
     AgentOutputSource,
@@ -101,10 +102,16 @@ def print_report(window: ContextWindow) -> None:
             f"{s.name:14} {s.allocated:>6} {s.requested:>8} {s.used:>6} "
             f"{s.blocks_kept:>3}/{s.blocks_offered:<3}  {s.status}"
         )
-    shown = [b for b in r.blocks if b.status != "kept"][:8]
-    print(f"\nnot kept whole ({sum(b.status != 'kept' for b in r.blocks)} blocks), e.g.:")
-    for b in shown:
-        print(f"  {b.id:22} {b.status:10} {b.reason}")
+    groups: dict[tuple[str, str, str], int] = {}
+    for b in r.blocks:
+        if b.status != "kept":
+            why = b.reason.split(": ", 1)[-1] if b.status == "summarized" else b.reason
+            key = (b.source, b.status, why)
+            groups[key] = groups.get(key, 0) + 1
+    print(f"\nnot kept whole ({sum(groups.values())} blocks):")
+    for (source, status, why), n in groups.items():
+        print(f"  {n:>3} {source:12} {status:10}")
+        print(textwrap.fill(why, width=96, initial_indent="      ", subsequent_indent="      "))
 
 
 async def main() -> None:
