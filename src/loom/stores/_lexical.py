@@ -19,8 +19,6 @@ Scoring is Okapi BM25 (k1 = 1.2, b = 0.75) with the non-negative IDF
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loom.stores._codes import Codes, row_mask
+from loom.stores._snapshot import read_snapshot, write_snapshot
 
 __all__ = ["LexicalIndex"]
 
@@ -310,46 +309,39 @@ class LexicalIndex:
             "kinds": self._kind_codes.names,
             "total_len": self._total_len,
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with temporary.open("wb") as file:
-            np.savez(
-                file,
-                manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8),
-                ids=self._ids[:n],
-                namespaces=self._ns[:n],
-                kinds=self._kind[:n],
-                lengths=self._len[:n],
-                df=np.array(self._df, dtype=np.int64),
-                offsets=self._offsets,
-                rows=self._rows,
-                tfs=self._tfs,
-            )
-        os.replace(temporary, path)
+        write_snapshot(
+            path,
+            manifest,
+            {
+                "ids": self._ids[:n],
+                "namespaces": self._ns[:n],
+                "kinds": self._kind[:n],
+                "lengths": self._len[:n],
+                "df": np.array(self._df, dtype=np.int64),
+                "offsets": self._offsets,
+                "rows": self._rows,
+                "tfs": self._tfs,
+            },
+        )
         self.dirty = False
 
     @classmethod
     def load(cls, path: Path, *, stamp: dict[str, Any]) -> LexicalIndex | None:
         """The index saved at `path` if its stamp equals `stamp`, else None."""
-        try:
-            with np.load(path, allow_pickle=False) as saved:
-                manifest = json.loads(saved["manifest"].tobytes())
-                if manifest.get("format") != _FORMAT or any(
-                    manifest.get(key) != value for key, value in stamp.items()
-                ):
-                    return None
-                n = len(saved["ids"])
-                index = cls(capacity=n)
-                index._ids[:n] = saved["ids"]
-                index._ns[:n] = saved["namespaces"]
-                index._kind[:n] = saved["kinds"]
-                index._len[:n] = saved["lengths"]
-                index._df = saved["df"].tolist()
-                index._offsets = saved["offsets"]
-                index._rows = saved["rows"]
-                index._tfs = saved["tfs"]
-        except (OSError, ValueError, KeyError):
-            return None  # missing, truncated or foreign: rebuilt from SQLite
+        found = read_snapshot(path, {"format": _FORMAT, **stamp})
+        if found is None:
+            return None  # missing, truncated, foreign or stale: rebuilt from SQLite
+        manifest, saved = found
+        n = len(saved["ids"])
+        index = cls(capacity=n)
+        index._ids[:n] = saved["ids"]
+        index._ns[:n] = saved["namespaces"]
+        index._kind[:n] = saved["kinds"]
+        index._len[:n] = saved["lengths"]
+        index._df = saved["df"].tolist()
+        index._offsets = saved["offsets"]
+        index._rows = saved["rows"]
+        index._tfs = saved["tfs"]
         index._alive[:n] = True
         index._n = index._live = n
         index._total_len = int(manifest["total_len"])

@@ -27,8 +27,6 @@ Rows are removed by moving the last row into the hole, so arrays stay dense.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -37,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loom.stores._codes import Codes, row_mask
+from loom.stores._snapshot import read_snapshot, write_snapshot
 
 __all__ = ["EXACT_ROWS", "RERANK", "VectorIndex"]
 
@@ -271,18 +270,16 @@ class VectorIndex:
             "namespaces": self._ns_codes.names,
             "kinds": self._kind_codes.names,
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with temporary.open("wb") as file:
-            np.savez(
-                file,
-                manifest=np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8),
-                vectors=self._vecs[:n],
-                ids=self._ids[:n],
-                namespaces=self._ns[:n],
-                kinds=self._kind[:n],
-            )
-        os.replace(temporary, path)
+        write_snapshot(
+            path,
+            manifest,
+            {
+                "vectors": self._vecs[:n],
+                "ids": self._ids[:n],
+                "namespaces": self._ns[:n],
+                "kinds": self._kind[:n],
+            },
+        )
         self.dirty = False
 
     @classmethod
@@ -291,26 +288,17 @@ class VectorIndex:
     ) -> VectorIndex | None:
         """The index saved at `path` if it is this store's and current (its model, dim, count
         and high-water seq match SQLite's), else None: the caller rebuilds from SQLite."""
-        try:
-            with np.load(path, allow_pickle=False) as saved:
-                manifest = json.loads(saved["manifest"].tobytes())
-                current = (
-                    manifest.get("format") == _FORMAT
-                    and manifest.get("store_id") == store_id
-                    and manifest.get("model") == model
-                    and manifest.get("dim") == dim
-                    and manifest.get("count") == count
-                    and manifest.get("high_seq") == high_seq
-                )
-                if not current:
-                    return None
-                index = cls(model, dim, capacity=count)
-                index._vecs[:count] = saved["vectors"]
-                index._ids[:count] = saved["ids"]
-                index._ns[:count] = saved["namespaces"]
-                index._kind[:count] = saved["kinds"]
-        except (OSError, ValueError, KeyError):
-            return None  # missing, truncated or foreign: rebuilt from SQLite
+        expected = {"format": _FORMAT, "store_id": store_id, "model": model, "dim": dim,
+                    "count": count, "high_seq": high_seq}  # fmt: skip
+        found = read_snapshot(path, expected)
+        if found is None:
+            return None  # missing, truncated, foreign or stale: rebuilt from SQLite
+        manifest, saved = found
+        index = cls(model, dim, capacity=count)
+        index._vecs[:count] = saved["vectors"]
+        index._ids[:count] = saved["ids"]
+        index._ns[:count] = saved["namespaces"]
+        index._kind[:count] = saved["kinds"]
         index._n = count
         index.high_seq = high_seq
         index._row = {int(record_id): row for row, record_id in enumerate(index._ids[:count])}
