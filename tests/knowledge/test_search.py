@@ -1,0 +1,172 @@
+"""Hybrid search: the right chunk first, in English, Chinese and across the two; score fusion."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loom.embeddings import MultilingualE5Embedder
+from loom.errors import ConfigError
+from loom.knowledge import KnowledgeBase, KnowledgeHit
+from loom.knowledge._fusion import fuse
+from loom.stores.base import Hit, Record
+from loom.testing.embedders import HashingEmbedder
+
+from .corpus import DOCS, QUESTIONS
+
+
+def handbook(**options: object) -> KnowledgeBase:
+    kb = KnowledgeBase("handbook", **options)  # type: ignore[arg-type]
+    for doc_id, text in DOCS.items():
+        kb.add_text(text, document_id=doc_id)
+    return kb
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["lexical", "hybrid"])
+@pytest.mark.parametrize(("question", "document", "headings"), QUESTIONS)
+def test_the_answering_chunk_ranks_first(
+    dense: bool, question: str, document: str, headings: str | None
+) -> None:
+    kb = handbook(embedder=HashingEmbedder(256) if dense else None)
+    hits = kb.search_sync(question, limit=5)
+    assert (hits[0].document_id, hits[0].metadata.get("headings")) == (document, headings)
+    assert all(0 < h.score <= 1 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert (hits[0].vector_score is not None) == dense
+    assert hits[0].lexical_score == 1.0
+
+
+def test_limit_and_min_relevance() -> None:
+    kb = handbook(embedder=HashingEmbedder(256))
+    everything = kb.search_sync("release database backup cache tokens", limit=50)
+    assert len(everything) > 3
+    assert [
+        h.chunk_id for h in kb.search_sync("release database backup cache tokens", limit=2)
+    ] == [h.chunk_id for h in everything[:2]]
+    floor = everything[2].score
+    kept = kb.search_sync("release database backup cache tokens", limit=50, min_relevance=floor)
+    assert kept == [h for h in everything if h.score >= floor]
+    strict = handbook(embedder=HashingEmbedder(256), min_relevance=floor)
+    assert strict.search_sync("release database backup cache tokens", limit=50) == kept
+    assert strict.search_sync("release database backup cache tokens", min_relevance=0.0) == kept
+
+
+def test_blank_queries_and_bad_arguments() -> None:
+    kb = handbook()
+    assert kb.search_sync("") == kb.search_sync("  \n") == []
+    assert kb.search_sync("release", limit=0) == []
+    assert kb.search_sync("the of and") == []  # only stop words: nothing to match
+    for call, match in [
+        (lambda: kb.search_sync(b"release"), "`query` must be a string"),  # type: ignore[arg-type]
+        (lambda: kb.search_sync("release", limit=-1), "`limit` must be an int >= 0"),
+        (lambda: kb.search_sync("release", limit=True), "`limit`"),
+        (lambda: kb.search_sync("release", min_relevance=2), "`min_relevance`"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            call()
+
+
+async def test_async_search_is_the_sync_search() -> None:
+    kb = handbook(embedder=HashingEmbedder(256))
+    hits = await kb.search("OAuth tokens", limit=3, min_relevance=0.1)
+    assert hits == kb.search_sync("OAuth tokens", limit=3, min_relevance=0.1)
+    assert isinstance(hits[0], KnowledgeHit)
+    many = await asyncio.gather(*(kb.search(q) for q, _, _ in QUESTIONS))
+    assert [h[0].document_id for h in many] == [d for _, d, _ in QUESTIONS]
+
+
+def test_the_overlap_is_searched_but_not_shown() -> None:
+    facts = " ".join(f"Fact {i} concerns topic{i}." for i in range(40))
+    kb = KnowledgeBase("kb", chunk_tokens=48, overlap_tokens=16)
+    kb.add_text(facts, document_id="facts")
+    chunks = sorted(kb.search_sync("concerns", limit=50), key=lambda h: h.chunk_id)
+    assert len(chunks) > 3
+    # shown without the overlap, the chunks are the text exactly once
+    ordered = sorted(chunks, key=lambda h: int(h.chunk_id.rpartition("#")[2]))
+    assert " ".join(h.text for h in ordered) == facts
+    # the last fact of the first chunk is repeated, unseen, at the start of the second
+    last = ordered[0].text.rpartition("Fact ")[2].split()[0]
+    found = {h.chunk_id: h.text for h in kb.search_sync(f"topic{last}")}
+    assert set(found) == {"facts#0", "facts#1"}
+    assert f"topic{last}" not in found["facts#1"]
+
+
+# --- the real model, across languages --------------------------------------------------------
+
+HELP_CENTER = {
+    "account.md": "# 账户安全\n\n如果忘记了密码，请在登录页面点击“忘记密码”，"
+    "我们会把重置链接发送到你的邮箱。链接在三十分钟内有效。",
+    "shipping.md": "# Shipping\n\nOrders placed before 2 pm ship the same day. "
+    "Delivery inside the EU takes two to four working days.",
+    "returns.md": "# Returns\n\nYou can return any item within 30 days for a full refund. "
+    "Print the prepaid label from your order page.",
+    "backup.md": "# 数据库备份\n\n生产数据库每天凌晨三点自动备份，"
+    "备份文件保存在对象存储中，保留三十天。",
+    "pancakes.md": "# Pancakes\n\nMix two eggs, a cup of flour and a cup of milk. "
+    "Fry each pancake for a minute on each side.",
+    "cache.md": "# 缓存策略\n\n我们使用 Redis 作为缓存，默认过期时间为五分钟。"
+    "热点数据在发布之后会自动预热。",
+}
+
+
+def test_an_english_question_finds_the_chinese_document(e5: MultilingualE5Embedder) -> None:
+    kb = KnowledgeBase("help", embedder=e5)
+    for doc_id, text in HELP_CENTER.items():
+        kb.add_text(text, document_id=doc_id)
+    for question, answer in [
+        ("How do I reset my password?", "account.md"),
+        ("How long are database backups kept?", "backup.md"),
+    ]:
+        hits = kb.search_sync(question, limit=3)
+        assert hits[0].document_id == answer
+        assert hits[0].lexical_score == 0.0  # no shared word: found by meaning alone
+        assert hits[0].vector_score is not None
+
+
+# --- fusion ------------------------------------------------------------------------------------
+
+
+def hit(key: str, score: float, text: str = "") -> Hit:
+    return Hit(record=Record(namespace=("k",), key=key, kind="kb_chunk", text=text), score=score)
+
+
+def test_fusion_scales_each_side_and_damps_weak_evidence() -> None:
+    lexical = [hit("a", 8.0, "alpha beta gamma"), hit("b", 4.0, "alpha only")]
+    dense = [hit("b", 0.9), hit("c", 0.7), hit("a", 0.5)]
+    fused = {
+        f.record.key: f
+        for f in fuse(["alpha", "beta", "gamma"], lexical, dense, lexical_complete=True)
+    }
+    a, b, c = fused["a"], fused["b"], fused["c"]
+    assert a.lexical_score == 1.0
+    assert b.lexical_score == 0.5
+    assert c.lexical_score == 0.0
+    assert a.score == pytest.approx(0.5 * 0 + 0.5 * 1.0 * 1.0)  # the worst dense candidate
+    assert b.score == pytest.approx(0.5 * 1.0 * 0.9 + 0.5 * 0.5 / 3)
+    assert c.score == pytest.approx(0.5 * 0.5 * 0.7)
+    assert (a.vector_score, b.vector_score, c.vector_score) == (0.5, 0.9, 0.7)
+
+
+def test_fusion_without_an_embedder_or_with_incomplete_lexical_results() -> None:
+    only = fuse(["alpha", "beta"], [hit("a", 2.0, "Alpha")], None, lexical_complete=True)
+    assert [(f.score, f.vector_score, f.lexical_score) for f in only] == [(0.5, None, 1.0)]
+    partial = fuse(["x"], [hit("a", 2.0, "x")], [hit("b", 0.4)], lexical_complete=False)
+    assert {f.record.key: f.lexical_score for f in partial} == {"a": 1.0, "b": None}
+    # equal cosines cannot be rescaled: the cosine alone counts; negative ones count as 0
+    same = fuse([], [], [hit("a", 0.3), hit("b", 0.3)], lexical_complete=True)
+    assert [f.score for f in same] == [pytest.approx(0.15)] * 2
+    assert [f.score for f in fuse([], [], [hit("a", -0.2)], lexical_complete=True)] == [0.0]
+    assert fuse(["x"], [], [], lexical_complete=True) == []
+
+
+def test_coverage_counts_stems_the_stemmer_changed() -> None:
+    text = "We were happy making pancakes in 2024."
+    full = fuse(
+        ["happi", "make", "pancak", "2024"], [hit("a", 1.0, text)], None, lexical_complete=True
+    )
+    assert full[0].score == 1.0
+    half = fuse(
+        ["pancak", "2025", "syrup", "make"], [hit("a", 1.0, text)], None, lexical_complete=True
+    )
+    assert half[0].score == 0.5  # "2025" and "syrup" are not there; a number is not shortened
