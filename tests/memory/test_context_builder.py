@@ -83,3 +83,12 @@ def test_unknown_strategies_are_rejected() -> None:
     bad = Task(action="x", metadata={"context_strategy": "fast"})
     with pytest.raises(ConfigError, match="asks for context strategy 'fast'"):
         ContextBuilder(fill()).with_current_task(bad).build()
+
+
+def test_depth_counts_delegations_from_the_parent_context() -> None:
+    assert ExecutionContext().depth == 0
+    assert ContextBuilder().with_parent_context({"goal": "g"}).build().depth == 1
+    assert ExecutionContext(parent_context={"depth": 3}).depth == 3
+    for bad in (0, True, "2"):
+        with pytest.raises(ConfigError, match=r"`parent_context\['depth'\]` must be an int >= 1"):
+            ContextBuilder().with_parent_context({"depth": bad})

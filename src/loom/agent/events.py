@@ -1,9 +1,11 @@
 """The events an agent run streams: small frozen dataclasses with a `type` discriminator.
 
-Every event carries the run's id, the agent's name, the turn (0 before the first LLM call) and
-the time (`time.time()`); each subclass adds its data and fixes its `type`. `to_dict()` gives
-plain JSON types with `type` as its string. The `AgentEventType` values are public strings,
-stored and matched on by users: they never change.
+Every event carries the run's id, the agent's name, the turn (0 before the first LLM call), the
+time (`time.time()`) and, for a sub-agent's run, `parent_run_id`: the run that delegated to it.
+A parent's stream carries its sub-agents' events too, so a UI nests a run's events under the
+run named by their `parent_run_id`. Each subclass adds its data and fixes its `type`.
+`to_dict()` gives plain JSON types with `type` as its string. The `AgentEventType` values are
+public strings, stored and matched on by users: they never change.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class AgentEvent:
     agent: str
     turn: int
     at: float = field(default_factory=time.time)
+    parent_run_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (`type` as its string, tuples as lists), stable field names."""
@@ -94,8 +97,8 @@ class RunStarted(AgentEvent):
 class ContextAssembled(AgentEvent):
     """The window for the next LLM call was built: its size, parts, what did not fit.
 
-    `report` is `ContextReport.summary()` plus ``"sources"``: one entry per source (name,
-    allocated, requested, used, blocks offered and kept, status, error).
+    `report` is the whole `ContextReport.to_dict()` (every source and block, what was kept,
+    cut or dropped and why) plus the `summary()` totals: what `loom inspect` renders.
     """
 
     type: AgentEventType = field(default=AgentEventType.CONTEXT_ASSEMBLED, init=False)
@@ -106,31 +109,25 @@ class ContextAssembled(AgentEvent):
 
     @classmethod
     def from_report(
-        cls, report: ContextReport, *, run_id: str, agent: str, turn: int
+        cls,
+        report: ContextReport,
+        *,
+        run_id: str,
+        agent: str,
+        turn: int,
+        parent_run_id: str | None = None,
     ) -> ContextAssembled:
         """The event for a build's `ContextReport`."""
         summary = report.summary()
-        summary["sources"] = [
-            {
-                "name": s.name,
-                "allocated": s.allocated,
-                "requested": s.requested,
-                "used": s.used,
-                "blocks_offered": s.blocks_offered,
-                "blocks_kept": s.blocks_kept,
-                "status": s.status,
-                "error": s.error,
-            }
-            for s in report.sources
-        ]
         return cls(
             run_id=run_id,
             agent=agent,
             turn=turn,
+            parent_run_id=parent_run_id,
             total_tokens=summary["total_tokens"],
             components=summary["components"],
             overflow=summary["overflow"],
-            report=summary,
+            report=_jsonable({**report.to_dict(), **summary}),
         )
 
 
@@ -198,13 +195,20 @@ class ToolResultEvent(AgentEvent):
 
     @classmethod
     def from_result(
-        cls, result: ToolResult, *, run_id: str, agent: str, turn: int
+        cls,
+        result: ToolResult,
+        *,
+        run_id: str,
+        agent: str,
+        turn: int,
+        parent_run_id: str | None = None,
     ) -> ToolResultEvent:
         """The event for a `ToolResult`."""
         return cls(
             run_id=run_id,
             agent=agent,
             turn=turn,
+            parent_run_id=parent_run_id,
             call_id=result.call_id,
             name=result.name,
             content=result.content,

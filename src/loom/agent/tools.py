@@ -45,10 +45,14 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeAlias, Union, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union, overload
 
 from loom.errors import ConfigError, ToolError
 from loom.messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    from loom.agent.events import AgentEvent
+    from loom.memory.context_builder import ExecutionContext
 
 __all__ = ["Tool", "ToolContext", "ToolResult", "run_tool_calls", "tool"]
 
@@ -76,11 +80,22 @@ class ToolContext:
 
     `call_id` is the id the model gave the call, `tool_name` the tool's name, and `metadata`
     whatever the caller (the agent) passes along, read-only: run id, agent name, session, ...
+
+    When an `Agent` makes the call, `execution` is the run's `ExecutionContext` for it:
+    `current_task` is the Task the agent will record for this call (its `task_id` is known
+    before the tool runs, so work the tool delegates can point at it with `parent_task_id`),
+    `memory` the agent's memory (read it, do not write it), `parent_context` what the run was
+    handed if it is itself a sub-agent's. `emit` puts an event into the run's stream, in order
+    (that is how a sub-agent's events reach its parent's `stream()`). Both are None when the
+    tool is invoked outside an agent run. Pass the whole context on as
+    ``agent.run(task, parent=ctx)`` to run another agent as this call's sub-agent.
     """
 
     call_id: str
     tool_name: str
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    execution: ExecutionContext | None = None
+    emit: Callable[[AgentEvent], None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -549,9 +564,12 @@ class Tool:
         *,
         call_id: str = "",
         metadata: Mapping[str, Any] | None = None,
+        execution: ExecutionContext | None = None,
+        emit: Callable[[AgentEvent], None] | None = None,
     ) -> ToolResult:
         """Validate, run (sync functions in a worker thread) within `timeout`, and return the
-        result as text. Never raises except on cancellation: a failure is an error result."""
+        result as text. Never raises except on cancellation: a failure is an error result.
+        `metadata`, `execution` and `emit` reach the `ToolContext`."""
         start = time.perf_counter()
 
         def result(content: str, is_error: bool = False) -> ToolResult:
@@ -576,6 +594,8 @@ class Tool:
                 call_id=call_id,
                 tool_name=self.name,
                 metadata=MappingProxyType(dict(metadata or {})),
+                execution=execution,
+                emit=emit,
             )
         deadline = asyncio.timeout(self.timeout)
         try:
@@ -678,6 +698,8 @@ async def run_tool_calls(
     *,
     max_concurrency: int = 8,
     metadata: Mapping[str, Any] | None = None,
+    executions: Mapping[str, ExecutionContext] | None = None,
+    emit: Callable[[AgentEvent], None] | None = None,
 ) -> list[ToolResult]:
     """Run `calls` and return their results in the order of `calls`.
 
@@ -685,7 +707,8 @@ async def run_tool_calls(
     to a tool with ``concurrent=False`` waits for the calls before it, runs alone, and the calls
     after it wait for it. A call to an unknown tool gets an error result listing the tools.
     Cancelling this coroutine cancels every running call (sync tools' threads run on).
-    `metadata` reaches each call's `ToolContext`.
+    `metadata` and `emit` reach each call's `ToolContext`, and so does the `ExecutionContext`
+    that `executions` holds for the call's id.
     """
     if (
         isinstance(max_concurrency, bool)
@@ -694,13 +717,20 @@ async def run_tool_calls(
     ):
         raise ConfigError(f"`max_concurrency` must be an int >= 1, got {max_concurrency!r}")
     by_name = _by_name(tools)
+    executions = executions or {}
     results: list[ToolResult | None] = [None] * len(calls)
     semaphore = asyncio.Semaphore(max_concurrency)
 
     async def run(index: int, tool_: Tool) -> None:
         call = calls[index]
         async with semaphore:
-            results[index] = await tool_.invoke(call.arguments, call_id=call.id, metadata=metadata)
+            results[index] = await tool_.invoke(
+                call.arguments,
+                call_id=call.id,
+                metadata=metadata,
+                execution=executions.get(call.id),
+                emit=emit,
+            )
 
     batch: list[tuple[int, Tool]] = []
 

@@ -36,7 +36,9 @@ class ExecutionContext:
     """What a task runs with: itself, the relevant history, and where it sits.
 
     `task_history` is deduplicated and ordered oldest first; `parent_context` carries what a
-    parent agent passed down to a sub-agent (fractal tasks), read-only.
+    parent agent passed down to a sub-agent (fractal tasks), read-only. An agent's sub-agent
+    finds there the parent's ``agent``, ``run_id``, ``task_id`` (the parent's Task for the
+    delegating call), ``request``, the delegated ``task`` and its ``depth``.
     """
 
     current_task: Task | None = None
@@ -47,6 +49,22 @@ class ExecutionContext:
     parent_context: Mapping[str, Any] | None = None
     strategy: Strategy = "balanced"
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        depth = (self.parent_context or {}).get("depth", 1)
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ConfigError(
+                f"`parent_context['depth']` must be an int >= 1 (how many delegations below "
+                f"the top-level task this one runs), got {depth!r}"
+            )
+
+    @property
+    def depth(self) -> int:
+        """How many delegations below a top-level task this one runs: 0 without a parent,
+        else `parent_context["depth"]` (1 if the parent did not say)."""
+        if self.parent_context is None:
+            return 0
+        return int(self.parent_context.get("depth", 1))
 
     def history_text(self) -> str:
         """The history as one line per task, for prompts."""

@@ -7,8 +7,10 @@
   if the memory has an embedder), as dynamic context; tasks still in L1 are left to the
   history, so nothing appears twice.
 - `InheritedSource`: a parent agent's memory, read-only: its important, recent and relevant
-  tasks, each once.
-- `SharedPoolSource`: a memory several agents write to, read the same way.
+  tasks, each once (what a sub-agent inherits).
+- `SharedPoolSource`: a memory several agents write to, read the same way, less the tasks of
+  the agent being built for (`Task.metadata["agent"]` equal to `ctx.agent_id`): those are in
+  its own memory already.
 """
 
 from __future__ import annotations
@@ -184,10 +186,12 @@ class _ReadOnlyMemorySource(_MemorySource):
         priority: float,
         recent: int,
         relevant: int,
+        skip_own: bool = False,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
         self.recent = recent
         self.relevant = relevant
+        self.skip_own = skip_own
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -195,6 +199,10 @@ class _ReadOnlyMemorySource(_MemorySource):
         """Relevant tasks first (by search rank), then important ones, then recent ones."""
         seen: set[str] = set()
         ranked: list[tuple[Task, float, dict[str, object]]] = []
+        own = ctx.agent_id if self.skip_own else None
+
+        def others(tasks: Iterable[Task]) -> list[Task]:
+            return [t for t in tasks if own is None or t.metadata.get("agent") != own]
 
         def add(tasks: Iterable[Task], top: float, kind: str) -> None:
             for i, task in enumerate(tasks):
@@ -202,9 +210,13 @@ class _ReadOnlyMemorySource(_MemorySource):
                     seen.add(task.task_id)
                     ranked.append((task, top * 0.97**i, {"from": kind}))
 
-        add(self.memory.search_tasks(query, limit=self.relevant), 1.0, "relevant")
-        add(self.memory.get_l2_tasks(), 0.7, "important")
-        add(reversed(self.memory.get_l1_tasks(limit=self.recent)), 0.5, "recent")
+        # Left-out tasks must not take the places of others: ask for more, then cut.
+        extra = 2 if own is not None else 1
+        relevant = others(self.memory.search_tasks(query, limit=self.relevant * extra))
+        recent = others(self.memory.get_l1_tasks(limit=self.memory.max_l1_size))
+        add(relevant[: self.relevant], 1.0, "relevant")
+        add(others(self.memory.get_l2_tasks()), 0.7, "important")
+        add(reversed(recent[max(0, len(recent) - self.recent) :]), 0.5, "recent")
         return _text_blocks(self.name, ranked, budget, ctx)
 
 
@@ -224,7 +236,8 @@ class InheritedSource(_ReadOnlyMemorySource):
 
 
 class SharedPoolSource(_ReadOnlyMemorySource):
-    """A memory shared by several agents (each adds its tasks to it), read for the query."""
+    """A memory shared by several agents (each adds its tasks to it), read for the query;
+    the tasks of the agent it builds for (`ctx.agent_id`) are left out."""
 
     def __init__(
         self,
@@ -235,4 +248,6 @@ class SharedPoolSource(_ReadOnlyMemorySource):
         recent: int = 5,
         relevant: int = 5,
     ) -> None:
-        super().__init__(pool, name=name, priority=priority, recent=recent, relevant=relevant)
+        super().__init__(
+            pool, name=name, priority=priority, recent=recent, relevant=relevant, skip_own=True
+        )
