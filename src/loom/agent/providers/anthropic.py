@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
+from urllib.parse import urlsplit
 
 from loom.agent.llm import LLMChunk, LLMOptions, TextDelta, Usage
 from loom.agent.providers._assembly import ToolCallAssembler, Truncated, completed
@@ -86,7 +87,9 @@ class AnthropicLLM(SDKProvider):
                 )
         else:
             base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-            if api_key is None and base_url is not None and not _key_in_env():
+            # A local server needs no key; Anthropic's own does, and the SDK should say so.
+            local = base_url is not None and urlsplit(base_url).hostname != "api.anthropic.com"
+            if api_key is None and local and not _key_in_env():
                 api_key = NO_KEY
             try:
                 client = cast(
