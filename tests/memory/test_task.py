@@ -94,6 +94,7 @@ def test_tasks_render_as_messages_and_text() -> None:
     user = Task(action=USER_MESSAGE, parameters={"content": "hi", "speaker": "Ann"})
     assert task_messages(user) == (Message.user("hi"),)
     assert task_line(user) == "Ann: hi"
+    assert task_text(user) == "Ann: hi"
     reply = Task(action=ASSISTANT_MESSAGE, parameters={"content": "hello"})
     assert task_line(reply) == "assistant: hello"
     tool = Task(action="sql", parameters={"q": "1"}, status=TaskStatus.COMPLETED,

@@ -230,9 +230,13 @@ def _result_text(task: Task) -> str:
 
 
 def task_text(task: Task) -> str:
-    """The searchable text of a task: what was said, or ``action(arguments) -> result``."""
+    """The searchable text of a task: what was said (``"speaker: content"`` when the message
+    names its speaker: questions about a person then find what that person said), or
+    ``action(arguments) -> result``."""
     if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
-        return str(task.parameters.get("content", ""))
+        content = str(task.parameters.get("content", ""))
+        speaker = task.parameters.get("speaker")
+        return f"{speaker}: {content}" if speaker else content
     args = json.dumps(_jsonable(task.parameters), ensure_ascii=False, sort_keys=True)
     result = _result_text(task)
     return f"{task.action}({args}) -> {result}" if result else f"{task.action}({args})"
