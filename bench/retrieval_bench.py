@@ -4,11 +4,13 @@
 
 Runs `loom.evaluation.retrieval` on ``../shared/data`` and prints one table per dataset:
 
-- ``lexical``: the engine without an embedder (`LoomMemory` lexical search; its windows);
-- ``lex+spk`` / ``lex+spk+date``: the same with the speaker / session date in the searchable
-  text (an idea to measure; not what the engine does today);
-- ``dense``: the store's vector search alone (default embedder, multilingual-e5-small);
-- ``fused``: the engine with the default embedder (lexical + dense, reciprocal rank fusion).
+- ``engine, no embedder``: `UnifiedRetrievalSource` over a lexical-only memory, and the
+  windows the engine builds with it; ``+date in text``: the same with the session date in the
+  searchable text (an idea measured; not what the engine does);
+- the stages with the default embedder (multilingual-e5-small): ``lexical`` (BM25), ``dense``
+  (vector search alone), ``fused`` (`LoomMemory.search`: value fusion + neighbours),
+  ``+rewriter`` (`QueryRewriter`'s extra recall), ``+reranker`` (seed 002's four signals);
+- ``engine (default)``: the whole pipeline with the embedder, and its windows.
 
 Document and query vectors are cached under ``~/.cache/loom-bench`` (``$LOOM_BENCH_CACHE``),
 so only the first dense run pays for embedding (LoCoMo dev: ~3k turns, a few minutes on two
@@ -121,26 +123,27 @@ def main() -> None:
         return out
 
     common = {"path": LOCOMO, "limit": args.limit, "progress": log}
-    lc["lexical"] = timed("locomo lexical", evaluate_locomo, dense=False, **common)
-    lc["lex+spk"] = timed("locomo lex+spk", evaluate_locomo, dense=False,
-                          speaker_in_text=True, **common)  # fmt: skip
-    lc["lex+spk+date"] = timed("locomo lex+spk+date", evaluate_locomo, dense=False,
-                               speaker_in_text=True, date_in_text=True, **common)  # fmt: skip
-    lm["lexical"] = timed("longmemeval lexical", evaluate_longmemeval, path=LME, dense=False,
-                          limit=args.lme_limit, progress=log)  # fmt: skip
+    lexical = timed("locomo lexical", evaluate_locomo, dense=False, stages=True, **common)
+    lc["engine, no embedder"] = lexical
+    lc["+date in text"] = timed("locomo +date", evaluate_locomo, dense=False,
+                                date_in_text=True, **common)  # fmt: skip
+    lme_lexical = timed("longmemeval lexical", evaluate_longmemeval, path=LME, dense=False,
+                        stages=True, limit=args.lme_limit, progress=log)  # fmt: skip
+    lm["engine, no embedder"] = lme_lexical
     if not args.no_dense:
-        fused = timed("locomo dense+fused", evaluate_locomo, dense=True, stages=True,
-                      cache_dir=DEFAULT_CACHE_DIR, **common)  # fmt: skip
-        lc["dense"] = with_stage(fused, "dense")
-        lc["fused"] = fused
+        full = timed("locomo dense", evaluate_locomo, dense=True, stages=True,
+                     cache_dir=DEFAULT_CACHE_DIR, **common)  # fmt: skip
+        for stage in full["stages"]:
+            lc[stage] = with_stage(full, stage)
+        lc["engine (default)"] = full
         limit = args.lme_dense_limit or args.lme_limit
-        fused = timed("longmemeval dense+fused", evaluate_longmemeval, path=LME, dense=True,
-                      stages=True, cache_dir=DEFAULT_CACHE_DIR, limit=limit,
-                      progress=log)  # fmt: skip
-        if limit is not None:  # lexical on the same subset, for a side-by-side comparison
-            lm[f"lexical (first {limit})"] = with_stage(fused, "lexical")
-        lm["dense" + (f" (first {limit})" if limit else "")] = with_stage(fused, "dense")
-        lm["fused" + (f" (first {limit})" if limit else "")] = fused
+        full = timed("longmemeval dense", evaluate_longmemeval, path=LME, dense=True,
+                     stages=True, cache_dir=DEFAULT_CACHE_DIR, limit=limit,
+                     progress=log)  # fmt: skip
+        suffix = f" (first {limit})" if limit else ""
+        for stage in full["stages"]:
+            lm[stage + suffix] = with_stage(full, stage)
+        lm["engine (default)" + suffix] = full
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")

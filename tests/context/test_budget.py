@@ -51,7 +51,7 @@ def test_defaults_are_seed_003_plus_later_sources() -> None:
         "history": 0.18,
         "inherited": 0.06,
         "shared_pool": 0.06,
-        "unified_retrieval": 0.10,
+        "unified_retrieval": 0.16,  # L4_semantic + RAG_knowledge: it replaces both
         "turn": 0.12,
     }
     assert BudgetManager().ratios == DEFAULT_RATIOS

@@ -10,6 +10,7 @@ rest MEDIUM, rules LOW, within 4,000 tokens.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from typing import Protocol, runtime_checkable
 
 from loom.context.assembler import ComponentPriority, ContextAssembler
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
+from loom.context.sources.retrieval import UnifiedRetrievalSource
+from loom.errors import ConfigError
+from loom.knowledge import KnowledgeBaseProvider
 from loom.memory.core import LoomMemory
 from loom.memory.task import task_line
 from loom.tokens import TiktokenCounter, TokenCounter
@@ -25,8 +29,10 @@ __all__ = [
     "BaseContextRetriever",
     "ContextRetriever",
     "Document",
+    "KnowledgeRetriever",
     "MemoryRetriever",
     "RetrievedContextSource",
+    "UnifiedRetriever",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,6 +113,71 @@ class MemoryRetriever(BaseContextRetriever):
         return [
             Document(id=f"task_{h.task.task_id}", content=task_line(h.task), score=h.score)
             for h in self.memory.search(query, limit=top_k)
+        ]
+
+
+class KnowledgeRetriever(BaseContextRetriever):
+    """Documents from knowledge bases: each searched (hybrid) concurrently, the hits merged
+    by score. Chunks below `min_relevance` are left out."""
+
+    def __init__(
+        self,
+        *knowledge_bases: KnowledgeBaseProvider,
+        min_relevance: float = 0.0,
+        counter: TokenCounter | None = None,
+        max_tokens: int = 4000,
+    ) -> None:
+        super().__init__(counter=counter, max_tokens=max_tokens)
+        if not knowledge_bases:
+            raise ConfigError("KnowledgeRetriever needs at least one knowledge base")
+        self.knowledge_bases = knowledge_bases
+        self.min_relevance = min_relevance
+
+    async def retrieve_for_query(self, query: str, top_k: int = 5) -> list[Document]:
+        """The `top_k` best chunks over all the knowledge bases."""
+        found = await asyncio.gather(
+            *(
+                kb.search(query, limit=top_k, min_relevance=self.min_relevance)
+                for kb in self.knowledge_bases
+            )
+        )
+        hits = sorted((h for part in found for h in part), key=lambda h: -h.score)
+        return [
+            Document(
+                id=f"{h.knowledge_base}:{h.chunk_id}",
+                content=h.text,
+                score=h.score,
+                metadata={"document_id": h.document_id, **h.metadata},
+            )
+            for h in hits[:top_k]
+        ]
+
+
+class UnifiedRetriever(BaseContextRetriever):
+    """Documents from a `UnifiedRetrievalSource`: memory and knowledge bases recalled
+    together, rewritten and reranked (seed 002), formatted as seed 001 does."""
+
+    def __init__(
+        self,
+        source: UnifiedRetrievalSource,
+        *,
+        counter: TokenCounter | None = None,
+        max_tokens: int = 4000,
+    ) -> None:
+        super().__init__(counter=counter, max_tokens=max_tokens)
+        self.source = source
+
+    async def retrieve_for_query(self, query: str, top_k: int = 5) -> list[Document]:
+        """The `top_k` best reranked candidates."""
+        ranked = await self.source.candidates(query)
+        return [
+            Document(
+                id=f"{c.origin}:{c.id}",
+                content=c.text,
+                score=c.score,
+                metadata={**c.metadata, "origin": c.origin},
+            )
+            for c in ranked[:top_k]
         ]
 
 

@@ -49,11 +49,12 @@ DEFAULT_RATIOS: Final[Mapping[str, float]] = MappingProxyType(
         "RAG_knowledge": 0.10,
         "agent_output": 0.05,
         # Sources added later. A user-supplied history plays L1's role, so it gets L1's share;
-        # `turn` is the in-flight tool exchange of an agent run, as large as a user turn.
+        # `turn` is the in-flight tool exchange of an agent run, as large as a user turn;
+        # unified retrieval searches L4 and the knowledge bases together: their two shares.
         "history": 0.18,
         "inherited": 0.06,
         "shared_pool": 0.06,
-        "unified_retrieval": 0.10,
+        "unified_retrieval": 0.16,
         "turn": 0.12,
     }
 )

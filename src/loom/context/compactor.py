@@ -12,6 +12,8 @@ Selection, in order:
 4. **Summarization.** History units that did not fit are summarized (a `Summarizer`; the
    extractive default needs no LLM) into one dynamic-context block, if room is left for it.
    Tool units are atomic everywhere: a unit is kept whole, or dropped or summarized whole.
+5. **Deduplication.** A task two sources offer (recent history and retrieval, say; blocks
+   name it in `metadata["task_id"]`) goes in once, and the room freed goes to waiting blocks.
 
 The history kept is a contiguous run ending at the newest unit and starting at a user
 message (Anthropic requires the first message to be the user's), so the model never sees a
@@ -35,6 +37,12 @@ from loom.tokens import TokenCounter
 __all__ = ["Candidate", "ContextCompactor", "Decision"]
 
 _SUMMARY_CACHE = 16
+
+
+def _task_of(block: ContextBlock) -> str | None:
+    """The task a block stands for (memory sources say so in `metadata["task_id"]`)."""
+    key = block.metadata.get("task_id")
+    return str(key) if key is not None else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,8 +108,8 @@ class ContextCompactor:
         dropped history if one was made.
 
         `grants` is each source's share of `budget` (by name), `priorities` each source's
-        priority; `context_frame` is what opening the dynamic-context section costs if no
-        other block is kept there (a summary block goes there).
+        priority; `context_frame` is what a summary block's fence costs (with opening the
+        dynamic-context section, if no other source opens it).
         """
         decided: dict[int, Decision] = {}
         pinned = [c for c in candidates if c.block.pinned]
@@ -193,6 +201,31 @@ class ContextCompactor:
 
         leading: set[int] = set()
         self._keep_history_unbroken(candidates, decided, leading)
+        # The same task offered by two sources (recent history and retrieval, an inherited
+        # memory and a shared pool) goes in once; the room it frees goes to waiting blocks.
+        duplicate = self._drop_duplicates(ranked, decided)
+        if duplicate:
+            free = budget - reserve - sum(d.cost for d in decided.values())
+            seen = {_task_of(d.block) for d in decided.values()} - {None}
+            for c in ranked:
+                key = _task_of(c.block)
+                if c.order in decided or c.block.section == "history" or key in seen:
+                    continue
+                if free <= 0:
+                    break
+                used = take(c, free, "the budget left by duplicates")
+                free -= used
+                if used and key is not None:
+                    seen.add(key)
+        # A copy left out because its task is in the window already says so, whichever step
+        # left it out.
+        holder = {k: d.block.source for d in decided.values() if (k := _task_of(d.block))}
+        for c in candidates:
+            key = _task_of(c.block)
+            if c.order not in decided and c.block.section != "history" and key in holder:
+                duplicate.setdefault(
+                    c.order, f"task {key!r} is in the window already (from `{holder[key]}`)"
+                )
         left += reserve
         first_user = "the window's history must begin with a user message"
         decisions = [
@@ -202,14 +235,12 @@ class ContextCompactor:
                 block=c.block,
                 status="dropped",
                 cost=0,
-                reason=first_user if c.order in leading else "",
+                reason=first_user if c.order in leading else duplicate.get(c.order, ""),
             )
             for c in candidates
         ]
         decisions = [self._explain(d) for d in decisions]
-        left = budget - sum(d.cost for d in decisions)
-        if not any(d.block.section == "context" and d.cost for d in decisions):
-            left -= context_frame
+        left = budget - sum(d.cost for d in decisions) - context_frame
         summary = await self._summarize(decisions, left, counter, cost_of)
         return [*decisions, *summary]
 
@@ -236,6 +267,30 @@ class ContextCompactor:
                     break
                 del decided[c.order]
                 leading.add(c.order)
+
+    @staticmethod
+    def _drop_duplicates(
+        ranked: Sequence[Candidate], decided: dict[int, Decision]
+    ) -> dict[int, str]:
+        """Drop kept blocks whose task (`metadata["task_id"]`) is already in the window: history
+        wins (it must stay unbroken), then the first kept in rank order. Returns the reasons."""
+        kept = [c for c in ranked if c.order in decided]
+        where = {
+            key: c.block.source
+            for c in kept
+            if c.block.section == "history" and (key := _task_of(c.block)) is not None
+        }
+        reasons: dict[int, str] = {}
+        for c in kept:
+            key = _task_of(c.block)
+            if key is None or c.block.section == "history" or c.block.pinned:
+                continue
+            if key in where:
+                del decided[c.order]
+                reasons[c.order] = f"task {key!r} is in the window already (from `{where[key]}`)"
+            else:
+                where[key] = c.block.source
+        return reasons
 
     @staticmethod
     def _explain(d: Decision) -> Decision:

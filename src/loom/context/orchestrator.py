@@ -147,11 +147,12 @@ class ContextOrchestrator:
                     )
                 )
         sections = {c.block.section for c in candidates}
-        overhead = section_overhead(sections, counter)
-        # What opening the dynamic-context section costs, should a history summary need it.
-        context_frame = 0
-        if "context" not in sections:
-            context_frame = section_overhead(sections | {"context"}, counter) - overhead
+        fenced = {c.block.source for c in candidates if c.block.section == "context"}
+        overhead = section_overhead(sections, counter, fenced)
+        # What a history summary's fence (and opening the section) costs, should one be made.
+        context_frame = (
+            section_overhead(sections | {"context"}, counter, fenced | {"summary"}) - overhead
+        )
         room = self.available - overhead
         demands = {s.name: 0 for s in self.sources}
         for c in candidates:

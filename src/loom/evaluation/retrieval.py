@@ -8,28 +8,31 @@ The functions behind ``loom bench locomo PATH`` and ``loom bench longmemeval PAT
 - `evaluate_longmemeval`: ``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10``,
   plus ``by_question_type`` and ``questions`` (non-abstention questions only).
 
-With ``stages=True`` both also report ``stages``: the same ranking metrics for ``lexical``
-(`LoomMemory` without an embedder), ``dense`` (the store's vector search alone) and ``fused``
-(`LoomMemory` with the embedder: reciprocal rank fusion of the two).
+The ranking measured is the whole retrieval pipeline, `UnifiedRetrievalSource.candidates`
+(recall from `LoomMemory.search`, `QueryRewriter`, `Reranker`). With ``stages=True`` both also
+report ``stages``, the same ranking metrics for each step: ``lexical`` (`LoomMemory` without an
+embedder), ``dense`` (the store's vector search alone), ``fused`` (`LoomMemory.search` with the
+embedder), ``+rewriter`` (the rewritten query's extra recall, ranked by recall relevance) and
+``+reranker`` (the whole pipeline, the same as the top-level numbers).
 
 Every metric is a fraction in 0..1. How the data become memory:
 
 - LoCoMo: each conversation is its own `LoomMemory`; each turn is a Task with
   ``task_id = dia_id`` (``"D1:3"``), `speaker_a`'s turns as `USER_MESSAGE` and `speaker_b`'s as
   `ASSISTANT_MESSAGE`, ``parameters = {"content", "speaker", "session_date"}``. The searchable
-  text is the turn's text (with ``" and shared <blip_caption>."`` for shared images, as the
-  LoCoMo paper's own retrieval code does); speaker and session date are *not* in the searchable
-  text unless `speaker_in_text` / `date_in_text` (then ``"[date] Speaker: text"``).
-- R@k: per question, the fraction of its gold turns in the top k of ``memory.search(question,
-  limit=20)``, averaged over questions (macro). nDCG@10: binary relevance. Questions without
-  evidence are skipped (counted in ``skipped``); evidence ids not in the conversation stay gold.
+  text is ``"Speaker: text"`` (`task_text`; with ``" and shared <blip_caption>."`` for shared
+  images, as the LoCoMo paper's own retrieval code does); the session date is not in it unless
+  `date_in_text` (then ``"[date] text"``).
+- R@k: per question, the fraction of its gold turns in the top k of the ranking (20 deep),
+  averaged over questions (macro). nDCG@10: binary relevance. Questions without evidence are
+  skipped (counted in ``skipped``); evidence ids not in the conversation stay gold.
 - Evidence-in-window @ B: the window `ContextOrchestrator` builds with `L1RecentSource`,
-  `L4SemanticSource` and `UserInputSource` (the question) at an input budget of exactly B
-  tokens; a gold turn counts when its text is inside a kept block. The share is over all gold
-  turns (micro), per category too.
+  `UnifiedRetrievalSource` and `UserInputSource` (the question) at an input budget of exactly
+  B tokens; a gold turn counts when its text is inside a kept block. The share is over all
+  gold turns (micro), per category too.
 - LongMemEval: each question's haystack is its own `LoomMemory` (turns as Tasks, user /
   assistant by role); sessions are ranked by their *best* turn (the first session to appear
-  in the turn ranking of ``memory.search(question, limit=turn_limit)`` ranks first).
+  in the turn ranking, `turn_limit` deep, ranks first).
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ __all__ = [
 ]
 
 LOCOMO_KS: Final = (5, 10, 20)
-STAGES: Final = ("lexical", "dense", "fused")
+MAIN_STAGE: Final = "+reranker"  # the whole pipeline, as `UnifiedRetrievalSource` runs it
+STAGES: Final = ("lexical", "dense", "fused", "+rewriter", "+reranker")
 Progress = Callable[[str], None]
 
 
@@ -286,7 +290,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 class _Rankers:
-    """Task-id rankings of one memory's store: lexical, dense and fused."""
+    """Task-id rankings of one memory's store, one per stage of the retrieval pipeline."""
 
     def __init__(self, fused: LoomMemory, lexical: LoomMemory | None) -> None:
         self.fused = fused
@@ -297,6 +301,10 @@ class _Rankers:
             return [h.task.task_id for h in self.lexical.search(query, limit=limit)]
         if stage == "fused":
             return [h.task.task_id for h in self.fused.search(query, limit=limit)]
+        if stage in ("+rewriter", "+reranker"):
+            source = self.source(reranker=stage == "+reranker")
+            ranked = asyncio.run(source.candidates(query, limit=limit))
+            return [c.id for c in ranked][:limit]
         embedder = self.fused.embedder
         assert embedder is not None
         vector = embedder.embed([query], kind="query")[0]
@@ -312,6 +320,18 @@ class _Rankers:
             ]
         )[0]
         return [str(h.record.data["task_id"]) for h in hits]
+
+    def source(self, *, reranker: bool = True) -> Any:
+        """The engine's `UnifiedRetrievalSource` over this memory (without reranking: ranked
+        by recall relevance alone)."""
+        from loom.context.sources.retrieval import UnifiedRetrievalSource
+        from loom.retrieval.reranker import Reranker
+        from loom.retrieval.signals import VectorScoreSignal
+
+        return UnifiedRetrievalSource(
+            self.fused,
+            reranker=None if reranker else Reranker([VectorScoreSignal()]),
+        )
 
 
 def _embedder(dense: bool, embedder: Embedder | None, cache_dir: str | Path | None) -> Any:
@@ -347,22 +367,18 @@ def _close(rankers: _Rankers, embedder: Any) -> None:
 
 
 def _stages(dense: bool, stages: bool) -> tuple[str, ...]:
-    if not dense:
-        return ("lexical",)
-    return STAGES if stages else ("fused",)
+    if not stages:
+        return (MAIN_STAGE,)
+    return STAGES if dense else tuple(s for s in STAGES if s not in ("dense", "fused"))
 
 
 # --- LoCoMo ----------------------------------------------------------------------------------
 
 
-def _locomo_tasks(
-    conv: LocomoConversation, *, speaker_in_text: bool, date_in_text: bool
-) -> list[Task]:
+def _locomo_tasks(conv: LocomoConversation, *, date_in_text: bool) -> list[Task]:
     tasks = []
     for t in conv.turns:
         content = t.text
-        if speaker_in_text:
-            content = f"{t.speaker}: {content}"
         if date_in_text and t.date:
             content = f"[{t.date}] {content}"
         tasks.append(
@@ -389,17 +405,18 @@ def _window_found(blocks: Iterable[Any], gold: Mapping[str, str]) -> set[str]:
 
 
 async def _windows(
-    memory: LoomMemory, questions: Sequence[LocomoQuestion], budgets: Sequence[int],
+    rankers: _Rankers, questions: Sequence[LocomoQuestion], budgets: Sequence[int],
     texts: Mapping[str, str],
 ) -> list[dict[int, set[str]]]:  # fmt: skip
     from loom.context.orchestrator import ContextOrchestrator
-    from loom.context.sources.memory import L1RecentSource, L4SemanticSource
+    from loom.context.sources.memory import L1RecentSource
     from loom.context.sources.prompt import UserInputSource
 
+    memory = rankers.fused
     orchestrators = {
         b: ContextOrchestrator(
             token_counter=memory.counter,
-            sources=[L1RecentSource(memory), L4SemanticSource(memory), UserInputSource()],
+            sources=[L1RecentSource(memory), rankers.source(), UserInputSource()],
             model_context_window=b + 1000,
             max_output_tokens=1000,
             source_timeout=120.0,  # a first query may load the embedding model
@@ -450,7 +467,6 @@ def evaluate_locomo(
     stages: bool = False,
     embedder: Embedder | None = None,
     cache_dir: str | Path | None = None,
-    speaker_in_text: bool = False,
     date_in_text: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -468,7 +484,7 @@ def evaluate_locomo(
     conversations = load_locomo(path)
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
-    main = "fused" if dense else "lexical"
+    main = MAIN_STAGE
     rank_keys = [f"r@{k}" for k in LOCOMO_KS] + ["ndcg@10"]
     window_keys = [f"window@{b}" for b in budgets]
     rows: list[dict[str, Any]] = []
@@ -487,7 +503,7 @@ def evaluate_locomo(
             continue
         if progress:
             progress(f"locomo {conv.sample_id}: {len(conv.turns)} turns, {len(usable)} questions")
-        tasks = _locomo_tasks(conv, speaker_in_text=speaker_in_text, date_in_text=date_in_text)
+        tasks = _locomo_tasks(conv, date_in_text=date_in_text)
         texts = {t.task_id: str(t.parameters["content"]) for t in tasks}
         rankers = _open(conv.sample_id, tasks, emb)
         try:
@@ -498,7 +514,7 @@ def evaluate_locomo(
                     row["ndcg@10"] = ndcg_at(ranked, q.evidence, 10)
                     row["category"] = q.category
                     stage_rows[stage].append(row)
-            windows = asyncio.run(_windows(rankers.fused, usable, budgets, texts))
+            windows = asyncio.run(_windows(rankers, usable, budgets, texts))
         finally:
             _close(rankers, emb)
         for q, found, base in zip(usable, windows, stage_rows[main][-len(usable) :], strict=True):
@@ -518,9 +534,8 @@ def evaluate_locomo(
             "ranking": main,
             "budgets": list(budgets),
             "limit": limit,
-            "speaker_in_text": speaker_in_text,
             "date_in_text": date_in_text,
-            "window_sources": ["L1_recent", "L4_semantic", "user_input"],
+            "window_sources": ["L1_recent", "unified_retrieval", "user_input"],
         },
     }
     if stages:
@@ -602,7 +617,7 @@ def evaluate_longmemeval(
         usable = usable[:limit]
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
-    main = "fused" if dense else "lexical"
+    main = MAIN_STAGE
     stage_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in run_stages}
     for i, q in enumerate(usable):
         if progress:

@@ -25,10 +25,12 @@ def test_exports_are_sorted_and_documented() -> None:
         "L2ImportantSource",
         "L4SemanticSource",
         "PromptSource",
+        "RetrievalInjector",
         "SharedPoolSource",
         "Skill",
         "SkillSource",
         "ToolSource",
+        "UnifiedRetrievalSource",
         "UserInputSource",
         "load_skills",
     ]

@@ -1,6 +1,7 @@
 """The built-in context sources: instructions, the user's turn, tools, skills, earlier agent
 outputs, a plain history, and the memory tiers (L1 recent, L2 important, L4 semantic, a
-parent's inherited memory, a shared pool).
+parent's inherited memory, a shared pool), and unified retrieval over memory and knowledge
+bases.
 
 Each implements `loom.context.block.ContextSource`: a `name`, a `priority` and
 ``async collect(query, budget, *, ctx)``, returning blocks in its order of preference with
@@ -21,6 +22,7 @@ from loom.context.sources.memory import (
     SharedPoolSource,
 )
 from loom.context.sources.prompt import PromptSource, UserInputSource
+from loom.context.sources.retrieval import RetrievalInjector, UnifiedRetrievalSource
 from loom.context.sources.skills import Skill, SkillSource, load_skills
 from loom.context.sources.tools import ToolSource
 
@@ -32,10 +34,12 @@ __all__ = [
     "L2ImportantSource",
     "L4SemanticSource",
     "PromptSource",
+    "RetrievalInjector",
     "SharedPoolSource",
     "Skill",
     "SkillSource",
     "ToolSource",
+    "UnifiedRetrievalSource",
     "UserInputSource",
     "load_skills",
 ]

@@ -1,0 +1,203 @@
+"""Unified retrieval as a context source (seed 002's passive channel).
+
+Before every model call, `UnifiedRetrievalSource` searches memory (L4) and every knowledge base
+together, reranks the candidates with one `Reranker`, and `RetrievalInjector` turns the best into
+context blocks within the source's budget:
+
+    query -> QueryRewriter -> recall (memory, knowledge bases; concurrently) -> Reranker
+          -> RetrievalInjector -> ContextBlocks
+
+These two live in `context` rather than `retrieval` because they make `ContextBlock`s (imports
+point downward: retrieval knows nothing of the window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from loom.context.block import BuildContext, ContextBlock, TokenBudget
+from loom.context.sources._common import check_source, fit_ceiling
+from loom.errors import ConfigError
+from loom.memory.core import LoomMemory
+from loom.memory.task import task_text
+from loom.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loom.retrieval.recall import recall
+from loom.retrieval.reranker import Reranker
+from loom.retrieval.rewriter import QueryRewriter
+from loom.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from loom.knowledge import KnowledgeBaseProvider
+
+__all__ = ["TOKENS_PER_CANDIDATE", "RetrievalInjector", "UnifiedRetrievalSource"]
+
+TOKENS_PER_CANDIDATE: Final = 32
+"""With `fill`, how many tokens of budget call for one more candidate (a short turn: ~30)."""
+
+
+class RetrievalInjector:
+    """Reranked candidates to context blocks, best first, within a token budget.
+
+    Each block says where it came from and why it ranked: `origin`, the final `score`, the
+    recall scores and every signal's score, in its metadata (and so in the `ContextReport`).
+    The block's priority is its score relative to the best candidate's; its id is the
+    candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``).
+    """
+
+    def blocks(
+        self,
+        candidates: Sequence[Candidate],
+        ceiling: int,
+        counter: TokenCounter,
+        *,
+        source: str,
+    ) -> list[ContextBlock]:
+        if not candidates:
+            return []
+        best = max(candidates[0].score, 1e-9)
+        offered = []
+        for c in candidates:
+            meta: dict[str, object] = {
+                **c.metadata,
+                "origin": c.origin,
+                "score": round(c.score, 4),
+                "relevance": round(c.relevance, 4),
+                "signals": {k: round(v, 4) for k, v in c.signals.items()},
+            }
+            if c.vector_score is not None:
+                meta["vector_score"] = round(c.vector_score, 4)
+            if c.lexical_score is not None:
+                meta["lexical_score"] = round(c.lexical_score, 4)
+            offered.append(
+                ContextBlock(
+                    source=source,
+                    section="context",
+                    id=f"{source}:{c.id}"
+                    if c.origin == MEMORY_ORIGIN
+                    else f"{source}:{c.origin}:{c.id}",
+                    content=c.text,
+                    token_count=counter.count(c.text),
+                    priority=max(0.01, min(1.0, c.score / best)),
+                    truncatable=True,
+                    metadata=meta,
+                )
+            )
+        return fit_ceiling(offered, ceiling, counter)
+
+
+class UnifiedRetrievalSource:
+    """L4 memory and knowledge bases, searched together before every model call.
+
+    - `memory`: its archive is searched (tasks still in L1 are left to the history unless
+      `exclude_recent=False`); its recent messages feed the `rewriter`.
+    - `knowledge_bases`: `KnowledgeBaseProvider`s, each searched with ``min_relevance =
+      min_score``.
+    - `recall_limit` candidates per source (seed 002: 20); `min_score` drops weak recalls.
+      With `fill` (default), a budget that could hold more asks for more: one candidate per
+      `TOKENS_PER_CANDIDATE` tokens of the source's ceiling, so relevant content at rank 21
+      is not left out of a half-empty window.
+    - `rewrite` with `rewriter` (default `QueryRewriter()`): the rewritten query is recalled
+      *besides* the original one and only adds candidates (see `loom.retrieval.rewriter`).
+    - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
+    """
+
+    def __init__(
+        self,
+        memory: LoomMemory | None = None,
+        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
+        *,
+        name: str = "unified_retrieval",
+        priority: float = 0.9,
+        recall_limit: int = 20,
+        min_score: float = 0.0,
+        rewrite: bool = True,
+        rewriter: QueryRewriter | None = None,
+        fill: bool = True,
+        reranker: Reranker | None = None,
+        injector: RetrievalInjector | None = None,
+        exclude_recent: bool = False,
+    ) -> None:
+        self.name, self.priority = check_source("retrieval source", name, priority)
+        if memory is not None and not isinstance(memory, LoomMemory):
+            raise ConfigError(
+                f"source `{name}`: `memory` must be a LoomMemory or None, got "
+                f"{type(memory).__name__}"
+            )
+        if memory is None and not knowledge_bases:
+            raise ConfigError(
+                f"source `{name}` has nothing to search: give it a `memory`, "
+                "`knowledge_bases`, or both"
+            )
+        names = [kb.name for kb in knowledge_bases]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"source `{name}`: two knowledge bases share a name in {names!r}")
+        if isinstance(recall_limit, bool) or not isinstance(recall_limit, int) or recall_limit < 1:
+            raise ConfigError(
+                f"source `{name}`: `recall_limit` must be an int >= 1, got {recall_limit!r}"
+            )
+        if (
+            isinstance(min_score, bool)
+            or not isinstance(min_score, int | float)
+            or not (0 <= min_score <= 1)
+        ):
+            raise ConfigError(f"source `{name}`: `min_score` must be in 0..1, got {min_score!r}")
+        self.memory = memory
+        self.knowledge_bases = list(knowledge_bases)
+        self.recall_limit = recall_limit
+        self.min_score = min_score
+        self.rewriter = (rewriter or QueryRewriter()) if rewrite else None
+        self.fill = fill
+        self.reranker = reranker or Reranker()
+        self.injector = injector or RetrievalInjector()
+        self.exclude_recent = exclude_recent
+
+    async def candidates(self, query: str, *, limit: int | None = None) -> list[Candidate]:
+        """Recalled and reranked candidates for `query`, best first (what `collect` injects);
+        `limit` per source (default `recall_limit`)."""
+        limit = limit or self.recall_limit
+        if not query.strip():
+            return []
+        recent = (
+            self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
+            if self.memory is not None
+            else []
+        )
+        exclude = {t.task_id for t in recent} if self.exclude_recent else set()
+        found = await self._recall(query, exclude, limit)
+        if self.rewriter is not None and recent:
+            rewritten = self.rewriter.rewrite(query, [task_text(t) for t in recent])
+            if rewritten != query:
+                found += self._after(found, await self._recall(rewritten, exclude, limit))
+        return self.reranker.rerank(query, found)
+
+    @staticmethod
+    def _after(found: list[Candidate], extra: list[Candidate]) -> list[Candidate]:
+        """The rewritten query's new candidates, their relevance scaled below the weakest of
+        the original query's: they fill in after, and rank higher only on other signals."""
+        seen = {c.key for c in found}
+        floor = min((c.relevance for c in found), default=1.0)
+        new = [c for c in extra if c.key not in seen]
+        for c in new:
+            c.relevance *= floor
+        return new
+
+    async def _recall(self, query: str, exclude: set[str], limit: int) -> list[Candidate]:
+        return await recall(
+            query,
+            memory=self.memory,
+            knowledge_bases=self.knowledge_bases,
+            limit=limit,
+            min_score=self.min_score,
+            exclude=exclude,
+        )
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """The best candidates as `context` blocks, within the ceiling."""
+        limit = self.recall_limit
+        if self.fill:
+            limit = max(limit, budget.ceiling // TOKENS_PER_CANDIDATE)
+        ranked = await self.candidates(query, limit=limit)
+        return self.injector.blocks(ranked, budget.ceiling, ctx.counter, source=self.name)

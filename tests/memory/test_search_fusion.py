@@ -1,0 +1,240 @@
+"""LoomMemory.search: value fusion of lexical and dense scores, and neighbour smoothing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loom.errors import ConfigError
+from loom.memory.core import LoomMemory, MemoryHit
+from loom.memory.task import MemoryTier, task_text
+from loom.stores.sqlite import SQLiteStore
+from loom.testing.embedders import HashingEmbedder
+from tests.retrieval.fixtures import open_store, remember, turn
+
+QUESTION = "staging database port"
+CHAT = [
+    ("user", "Which port does the staging database listen on?"),
+    ("assistant", "It is 5433, changed last spring."),  # the answer: no word of the query
+    ("user", "Who bakes sourdough for the team lunch?"),
+    ("assistant", "Maria brings loaves on Fridays."),
+    (
+        "user",
+        "On the long train ride I skimmed a thick old database textbook, a novel and "
+        "two magazines.",
+    ),
+    ("assistant", "Sounds like a long commute."),
+    ("user", "What colour is the office kettle?"),
+    ("assistant", "Bright red enamel."),
+]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with open_store(tmp_path) as s:
+        yield s
+
+
+def memory_of(store: SQLiteStore, *, dense: bool = True, **options: object) -> LoomMemory:
+    memory = LoomMemory(
+        "session",
+        store=store,
+        embedder=HashingEmbedder(256) if dense else None,
+        embed_in_background=False,
+        **options,  # type: ignore[arg-type]
+    )
+    remember(memory, CHAT)
+    return memory
+
+
+def ranks(hits: Sequence[MemoryHit]) -> list[str]:
+    return [h.task.task_id for h in hits]
+
+
+def test_lexical_only_finds_what_shares_words(store: SQLiteStore) -> None:
+    hits = memory_of(store, dense=False).search(QUESTION, limit=10)
+    assert ranks(hits) == ["m0", "m4"]
+    assert all(h.via == ("lexical",) and h.vector_score is None for h in hits)
+    # BM25 relative to the best lexical hit.
+    assert hits[0].lexical_score == 1.0
+    assert hits[1].lexical_score is not None
+    assert 0 < hits[1].lexical_score < 1
+
+
+def test_hybrid_adds_dense_hits_and_their_cosine(store: SQLiteStore) -> None:
+    memory = memory_of(store)
+    hits = memory.search(QUESTION, limit=10)
+    assert ranks(hits)[0] == "m0"
+    assert sorted(ranks(hits)) == [f"m{i}" for i in range(len(CHAT))]  # dense finds every turn
+    embedder = memory.embedder
+    assert embedder is not None
+    query = embedder.embed([QUESTION], kind="query")[0]
+    for h in hits:
+        assert "dense" in h.via
+        assert ("lexical" in h.via) == (h.lexical_score is not None)
+        doc = embedder.embed([task_text(h.task)], kind="document")[0]
+        assert h.vector_score == pytest.approx(float(np.dot(query, doc)), abs=1e-5)
+    assert {h.task.task_id for h in hits if h.lexical_score is not None} == {"m0", "m4"}
+
+
+def fused_by_hand(hits: Sequence[MemoryHit], lexical: float, dense: float) -> dict[str, float]:
+    """The documented fusion: BM25 relative to the best (as `lexical_score`), cosine min-max
+    scaled over the dense hits, weighted mean. Needs every task among `hits`."""
+    cosines = [h.vector_score for h in hits if h.vector_score is not None]
+    low, high = min(cosines), max(cosines)
+    out = {}
+    for h in hits:
+        scaled = (h.vector_score - low) / (high - low) if h.vector_score is not None else 0.0
+        out[h.task.task_id] = (lexical * (h.lexical_score or 0.0) + dense * scaled) / (
+            lexical + dense
+        )
+    return out
+
+
+@pytest.mark.parametrize("weights", [(0.5, 0.5), (0.8, 0.2), (0.0, 1.0), (1.0, 0.0)])
+def test_scores_fuse_by_value_with_the_fusion_weights(
+    store: SQLiteStore, weights: tuple[float, float]
+) -> None:
+    memory = memory_of(store, fusion_weights=weights, neighbour_weight=0.0)
+    hits = memory.search(QUESTION, limit=20)
+    expected = fused_by_hand(hits, *weights)
+    assert {h.task.task_id: h.score for h in hits} == pytest.approx(expected)
+
+
+def test_lexical_weight_alone_scores_as_lexical_search(store: SQLiteStore, tmp_path: Path) -> None:
+    # Without neighbours: with them, dense search also finds the turns next to a lexical hit.
+    hybrid = memory_of(store, fusion_weights=(1.0, 0.0), neighbour_weight=0.0)
+    with SQLiteStore(tmp_path / "other.db") as other:
+        lexical = memory_of(other, dense=False, neighbour_weight=0.0).search(QUESTION, limit=2)
+    assert ranks(hybrid.search(QUESTION, limit=2)) == ranks(lexical)
+    assert [h.score for h in hybrid.search(QUESTION, limit=2)] == pytest.approx(
+        [h.score for h in lexical]
+    )
+
+
+def test_neighbour_smoothing_lifts_the_answer_after_a_strong_hit(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    plain = memory_of(store, neighbour_weight=0.0).search(QUESTION, limit=3)
+    # Without neighbours, the answer (no word of the query) scores 0, below a weak distractor.
+    assert ranks(plain)[:2] == ["m0", "m4"]
+    assert {h.task.task_id: h.score for h in plain}.get("m1", 0.0) == 0.0
+    with SQLiteStore(tmp_path / "smooth.db") as other:
+        smooth = memory_of(other, neighbour_weight=0.3).search(QUESTION, limit=len(CHAT))
+    assert ranks(smooth)[:3] == ["m0", "m1", "m4"]
+    # score = (own + 0.3 * (previous + next)) / (1 + 2 * 0.3), over the fused scores.
+    fused = fused_by_hand(smooth, 0.5, 0.5)
+    score = {h.task.task_id: h.score for h in smooth}
+    for i in range(len(CHAT)):
+        near = sum(fused.get(f"m{j}", 0.0) for j in (i - 1, i + 1))
+        assert score[f"m{i}"] == pytest.approx((fused[f"m{i}"] + 0.3 * near) / 1.6)
+
+
+def test_exclude_blank_and_limit(store: SQLiteStore) -> None:
+    memory = memory_of(store)
+    assert "m0" not in ranks(memory.search(QUESTION, limit=10, exclude=["m0"]))
+    assert memory.search("   ", limit=5) == []
+    assert memory.search(QUESTION, limit=0) == []
+    assert len(memory.search(QUESTION, limit=3)) == 3
+
+
+def test_a_task_archived_straight_to_l4_has_no_conversation_neighbours(
+    store: SQLiteStore,
+) -> None:
+    memory = LoomMemory("session", store=store)
+    memory.add_task(turn("first", "user", "the staging database listens on port 5433"))
+    memory.add_task(turn("lunch", "user", "lunch is at noon"))
+    memory.add_task(turn("later", "user", "we ordered a new database textbook"))
+    memory.add_task(turn("kettle", "user", "the kettle is red"))
+    memory.add_task(turn("archived", "user", "we ordered a new database manual"), MemoryTier.L4)
+    score = {h.task.task_id: h.score for h in memory.search("staging database", limit=5)}
+    # `later` and `archived` match the query alike and neither follows `first` in the chat.
+    assert score["archived"] == pytest.approx(score["later"])
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"fusion_weights": (0.0, 0.0)}, "not both 0"),
+        ({"fusion_weights": (-0.5, 1.0)}, r"weights >= 0"),
+        ({"fusion_weights": (0.2, 0.3, 0.5)}, r"\(lexical, dense\)"),
+        ({"fusion_weights": (1.0,)}, r"\(lexical, dense\)"),
+        ({"neighbour_weight": -0.1}, r"`neighbour_weight` must be in 0..1"),
+        ({"neighbour_weight": 1.5}, r"`neighbour_weight` must be in 0..1"),
+        ({"neighbour_weight": math.nan}, r"`neighbour_weight` must be in 0..1"),
+    ],
+)
+def test_fusion_settings_are_validated(options: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        LoomMemory("session", **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"fusion_weights": (math.nan, 0.5)},
+        {"fusion_weights": (0.5, math.inf)},
+        {"fusion_weights": ("0.5", "0.5")},
+        {"neighbour_weight": "0.3"},
+    ],
+)
+def test_non_finite_or_non_numeric_fusion_settings(options: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        LoomMemory("session", **options)  # type: ignore[arg-type]
+
+
+WORDS = st.sampled_from(
+    ["port", "database", "staging", "数据库", "端口", "lunch", "kettle", "red", "5433", "the"]
+)
+SENTENCE = st.lists(WORDS, min_size=1, max_size=8).map(" ".join)
+
+
+@given(
+    turns=st.lists(SENTENCE, min_size=1, max_size=8),
+    query=SENTENCE,
+    weights=st.tuples(st.floats(0, 1), st.floats(0.01, 1)),
+    neighbour=st.floats(0, 1),
+    dense=st.booleans(),
+)
+def test_scores_stay_in_0_1_best_first(
+    turns: list[str],
+    query: str,
+    weights: tuple[float, float],
+    neighbour: float,
+    dense: bool,
+) -> None:
+    memory = LoomMemory(
+        "session",
+        embedder=HashingEmbedder(32) if dense else None,
+        embed_in_background=False,
+        fusion_weights=weights,
+        neighbour_weight=neighbour,
+    )
+    remember(memory, [("user", t) for t in turns])
+    hits = memory.search(query, limit=5)
+    assert len(hits) <= 5
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    for h in hits:
+        assert 0.0 <= h.score <= 1.0 + 1e-9
+        assert h.lexical_score is None or 0.0 <= h.lexical_score <= 1.0
+        assert (h.vector_score is not None) == ("dense" in h.via)
+        assert h.vector_score is None or -1.0 - 1e-6 <= h.vector_score <= 1.0 + 1e-6
+    memory.close()
+
+
+def test_a_summarized_task_is_found_once_as_itself(store: SQLiteStore) -> None:
+    memory = LoomMemory("session", store=store, max_l1_size=2)
+    remember(memory, CHAT)
+    memory.promote_tasks()  # what left L1 is summarized into L3 (and stays in L4)
+    assert memory.get_l3_summaries()
+    hits = memory.search("sourdough lunch", limit=5)
+    assert ranks(hits) == ["m2"]
+    assert hits[0].via == ("lexical", "summary")
+    assert hits[0].task.parameters["content"] == CHAT[2][1]
