@@ -89,7 +89,7 @@ async def test_the_report_names_the_source_that_holds_the_task(memory: LoomMemor
     assert sorted(tasks_in(window, "L1_recent")) == ["m6", "m7", "m8", "m9"]
     reasons = {b.id: b.reason for b in window.report.blocks if b.status == "dropped"}
     assert reasons == {
-        f"unified_retrieval:m{i}": f"task 'm{i}' is in the window already (from `L1_recent`)"
+        f"unified_retrieval:m{i}": "its task is in the window already (from `L1_recent`)"
         for i in (6, 7, 8, 9)
     }
     # Everything else the memory holds is in, once.
@@ -115,4 +115,4 @@ async def test_every_copy_left_out_as_a_duplicate_says_so(memory: LoomMemory) ->
     for line in window.report.blocks:
         task = line.id.removeprefix("unified_retrieval:")
         if line.status == "dropped" and line.source == "unified_retrieval" and task in held:
-            assert line.reason == (f"task {task!r} is in the window already (from `{held[task]}`)")
+            assert line.reason == f"its task is in the window already (from `{held[task]}`)"

@@ -63,13 +63,14 @@ from loom.context.sources import (
     InheritedSource,
     L1RecentSource,
     L2ImportantSource,
-    L4SemanticSource,
     PromptSource,
     SharedPoolSource,
     ToolSource,
     UserInputSource,
 )
+from loom.context.sources.retrieval import UnifiedRetrievalSource
 from loom.errors import ConfigError
+from loom.knowledge import KnowledgeBaseProvider
 from loom.memory.context_builder import ExecutionContext
 from loom.memory.core import LoomMemory
 from loom.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
@@ -140,7 +141,8 @@ class Agent:
 
     `tools` are `Tool`s or plain typed functions (wrapped with `loom.tool`); `memory` (default:
     a new in-memory `LoomMemory`) carries the conversation across runs; `context_retriever`
-    is asked before every call. The window is `model_context_window` tokens with
+    is asked before every call; memory's archive and `knowledge_bases` are searched together
+    for every window (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
     `output_reserve_ratio` kept for the reply. `shared_pool` is a memory shared with other
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
@@ -165,6 +167,7 @@ class Agent:
         task_context: str = "",
         llm_options: LLMOptions | None = None,
         sources: Sequence[ContextSource] = (),
+        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
         source_timeout: float = 2.0,
         shared_pool: LoomMemory | None = None,
         max_depth: int = 5,
@@ -201,6 +204,7 @@ class Agent:
         self.task_context = task_context
         self.llm_options = llm_options
         self.extra_sources = list(sources)
+        self.knowledge_bases = list(knowledge_bases)
         self.source_timeout = source_timeout
 
     async def run(self, prompt: str, *, parent: ToolContext | None = None) -> str:
@@ -282,15 +286,18 @@ class Agent:
         sources: list[ContextSource] = [PromptSource(static)]
         if self.tools:
             sources.append(ToolSource([t.schema() for t in self.tools]))
-        sources.append(retrieved)
+        if self.context_retriever is not None:
+            sources.append(retrieved)
         if run.lineage is None:
             sources += [
                 L1RecentSource(self.memory),
                 L2ImportantSource(self.memory),
-                L4SemanticSource(self.memory),
+                UnifiedRetrievalSource(self.memory, self.knowledge_bases),
             ]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             sources.append(InheritedSource(run.lineage.memory))
+            if self.knowledge_bases:
+                sources.append(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases))
         if self.shared_pool is not None:
             sources.append(SharedPoolSource(self.shared_pool))
         sources += [*self.extra_sources, turn, UserInputSource()]

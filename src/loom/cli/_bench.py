@@ -41,7 +41,11 @@ LexicalOption = Annotated[
     bool, typer.Option("--lexical", help="Lexical search only (no embedder): much faster.")
 ]
 StagesOption = Annotated[
-    bool, typer.Option("--stages", help="Also report lexical, dense and fused rankings apart.")
+    bool,
+    typer.Option(
+        "--stages",
+        help="Also report each stage apart: lexical, dense, fused, +rewriter, +reranker.",
+    ),
 ]
 CacheOption = Annotated[
     Path | None,

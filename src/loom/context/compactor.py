@@ -224,7 +224,7 @@ class ContextCompactor:
             key = _task_of(c.block)
             if c.order not in decided and c.block.section != "history" and key in holder:
                 duplicate.setdefault(
-                    c.order, f"task {key!r} is in the window already (from `{holder[key]}`)"
+                    c.order, f"its task is in the window already (from `{holder[key]}`)"
                 )
         left += reserve
         first_user = "the window's history must begin with a user message"
@@ -287,7 +287,7 @@ class ContextCompactor:
                 continue
             if key in where:
                 del decided[c.order]
-                reasons[c.order] = f"task {key!r} is in the window already (from `{where[key]}`)"
+                reasons[c.order] = f"its task is in the window already (from `{where[key]}`)"
             else:
                 where[key] = c.block.source
         return reasons

@@ -152,9 +152,12 @@ class UnifiedRetrievalSource:
         self.injector = injector or RetrievalInjector()
         self.exclude_recent = exclude_recent
 
-    async def candidates(self, query: str, *, limit: int | None = None) -> list[Candidate]:
+    async def candidates(
+        self, query: str, *, limit: int | None = None, run_id: str | None = None
+    ) -> list[Candidate]:
         """Recalled and reranked candidates for `query`, best first (what `collect` injects);
-        `limit` per source (default `recall_limit`)."""
+        `limit` per source (default `recall_limit`). Tasks of the agent run `run_id` are left
+        out: the run's own user turn and exchange are in the window already."""
         limit = limit or self.recall_limit
         if not query.strip():
             return []
@@ -163,7 +166,11 @@ class UnifiedRetrievalSource:
             if self.memory is not None
             else []
         )
-        exclude = {t.task_id for t in recent} if self.exclude_recent else set()
+        exclude = {
+            t.task_id
+            for t in recent
+            if self.exclude_recent or (run_id is not None and t.metadata.get("run_id") == run_id)
+        }
         found = await self._recall(query, exclude, limit)
         if self.rewriter is not None and recent:
             rewritten = self.rewriter.rewrite(query, [task_text(t) for t in recent])
@@ -199,5 +206,8 @@ class UnifiedRetrievalSource:
         limit = self.recall_limit
         if self.fill:
             limit = max(limit, budget.ceiling // TOKENS_PER_CANDIDATE)
-        ranked = await self.candidates(query, limit=limit)
+        run_id = ctx.metadata.get("run_id")
+        ranked = await self.candidates(
+            query, limit=limit, run_id=str(run_id) if run_id is not None else None
+        )
         return self.injector.blocks(ranked, budget.ceiling, ctx.counter, source=self.name)
