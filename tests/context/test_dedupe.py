@@ -99,7 +99,7 @@ async def test_the_report_names_the_source_that_holds_the_task(memory: LoomMemor
 
 
 async def test_freed_room_goes_to_the_next_candidates(memory: LoomMemory) -> None:
-    window = await build(memory, 400)
+    window = await build(memory, 350)
     # The window could not also hold the duplicates ...
     copies = [b for b in window.report.blocks if "in the window already" in b.reason]
     assert len(copies) == 4

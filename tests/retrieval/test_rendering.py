@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
 from loom.context.orchestrator import ContextOrchestrator
-from loom.context.render import CONTEXT_PREAMBLE
+from loom.context.render import CONTEXT_PREAMBLE, item
 from loom.context.sources import UserInputSource
 from loom.tokens import TiktokenCounter
 
@@ -124,3 +124,14 @@ def test_one_fence_per_source_an_item_per_block_within_budget(
             item = neutral(b.content) if b.id == source else f"[{short}] {neutral(b.content)}"
             # In the order the source gave them.
             where = body.index(item, where) + len(item)
+
+
+def test_an_item_is_labelled_by_its_metadata_label_or_its_id() -> None:
+    def block(id_: str, **metadata: object) -> ContextBlock:
+        return ContextBlock(source="kb", section="context", id=id_, content="text",
+                            metadata=metadata)  # fmt: skip
+
+    assert item(block("kb:doc#1")) == "[doc#1] text"
+    assert item(block("kb:doc#1", label="")) == "text"
+    assert item(block("kb:doc#1", label="Handbook > Refunds")) == "[Handbook > Refunds] text"
+    assert item(block("kb")) == "text"  # a source's only block

@@ -43,11 +43,14 @@ CONTEXT_PREAMBLE: Final = (
 
 
 def item(block: ContextBlock) -> str:
-    """A dynamic-context block as an item of its source's fence: ``[id] text`` (the id
-    without the source's name in front; no id for a source's only block), fence tags in the
-    text neutralised so it cannot close its fence."""
+    """A dynamic-context block as an item of its source's fence: ``[label] text``, fence tags
+    in the text neutralised so it cannot close its fence. The label is ``metadata["label"]``
+    if the block has one (empty: no label), else its id without the source's name in front
+    (none for a source's only block)."""
     body = block.content.replace("<context", "&lt;context").replace("</context", "&lt;/context")
-    name = block.id.removeprefix(f"{block.source}:") if block.id != block.source else ""
+    name = block.metadata.get("label")
+    if name is None:
+        name = block.id.removeprefix(f"{block.source}:") if block.id != block.source else ""
     return f"[{name}] {body}" if name else body
 
 

@@ -220,9 +220,12 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
     assert context.count("</context>") == 1
     kept = [b for b in window.blocks if b.source == "unified_retrieval"]
     assert len(kept) > 3
-    for b in kept:
-        assert f"[{b.id.removeprefix('unified_retrieval:')}] {b.content}" in context
+    for b in kept:  # knowledge labelled with its chunk, memory items as "speaker: text"
+        label = b.id.removeprefix("unified_retrieval:")
+        expected = f"[{label}] {b.content}" if label.startswith("knowledge:") else b.content
+        assert f"\n{expected}\n" in context
     assert "[knowledge:runbook:rollback#0] Rollback runbook\n" in context
+    assert "\nuser: " in context
     assert window.token_count == COUNTER.count_messages(window.messages)
     assert window.token_count <= orchestrator.available
 

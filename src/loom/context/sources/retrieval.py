@@ -42,7 +42,8 @@ class RetrievalInjector:
     Each block says where it came from and why it ranked: `origin`, the final `score`, the
     recall scores and every signal's score, in its metadata (and so in the `ContextReport`).
     The block's priority is its score relative to the best candidate's; its id is the
-    candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``).
+    candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
+    also its label in the window); memory items go in unlabelled (``speaker: text``).
     """
 
     def blocks(
@@ -69,6 +70,8 @@ class RetrievalInjector:
                 meta["vector_score"] = round(c.vector_score, 4)
             if c.lexical_score is not None:
                 meta["lexical_score"] = round(c.lexical_score, 4)
+            if c.origin == MEMORY_ORIGIN:
+                meta["label"] = ""  # "speaker: text" says what it is; a task id is ~12 tokens
             offered.append(
                 ContextBlock(
                     source=source,
