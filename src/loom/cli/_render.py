@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -192,17 +193,27 @@ def print_table(
 ) -> None:
     """A table of metrics: one row per (label, values); fractions shown as percentages."""
     cols = list(columns)
-    table = Table(title=title, title_justify="left", header_style="bold")
-    table.add_column("", no_wrap=True)
-    for c in cols:
-        table.add_column(c, justify="right")
+    body = []
     for label, values in rows:
         cells = []
         for c in cols:
             v = values.get(c)
-            if isinstance(v, float):
-                cells.append(f"{v:.1%}")
-            else:
-                cells.append("" if v is None else str(v))
+            cells.append(f"{v:.1%}" if isinstance(v, float) else "" if v is None else str(v))
+        body.append((label, cells))
+    # Short headers and exact widths, so that 80 columns hold every metric uncut.
+    headers = ["n" if c == "questions" else c.replace("window@", "win@") for c in cols]
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    table.add_column("", no_wrap=True, min_width=max((len(label) for label, _ in body), default=0))
+    for k, header in enumerate(headers):
+        width = max([len(header), *(len(cells[k]) for _, cells in body)])
+        table.add_column(header, justify="right", no_wrap=True, min_width=width)
+    for label, cells in body:
         table.add_row(label, *cells)
     console.print(table)
