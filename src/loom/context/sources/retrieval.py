@@ -92,14 +92,16 @@ class RetrievalInjector:
 class UnifiedRetrievalSource:
     """L4 memory and knowledge bases, searched together before every model call.
 
-    - `memory`: its archive is searched (tasks still in L1 are left to the history unless
-      `exclude_recent=False`); its recent messages feed the `rewriter`.
+    - `memory`: its archive is searched, L1 included (the compactor keeps a task the recent
+      history also offers once; `exclude_recent=True` leaves L1 to the history); its recent
+      messages feed the `rewriter`. Tasks of the agent run being built for are left out.
     - `knowledge_bases`: `KnowledgeBaseProvider`s, each searched with ``min_relevance =
       min_score``.
     - `recall_limit` candidates per source (seed 002: 20); `min_score` drops weak recalls.
-      With `fill` (default), a budget that could hold more asks for more: one candidate per
-      `TOKENS_PER_CANDIDATE` tokens of the source's ceiling, so relevant content at rank 21
-      is not left out of a half-empty window.
+      With `fill` (default), a grant that could hold more asks for more: one candidate per
+      `TOKENS_PER_CANDIDATE` tokens of twice the source's grant (what other sources leave
+      flows to it by priority), so relevant content at rank 21 is not left out of a
+      half-empty window, and a large window does not rerank hundreds of candidates.
     - `rewrite` with `rewriter` (default `QueryRewriter()`): the rewritten query is recalled
       *besides* the original one and only adds candidates (see `loom.retrieval.rewriter`).
     - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
@@ -208,7 +210,7 @@ class UnifiedRetrievalSource:
         """The best candidates as `context` blocks, within the ceiling."""
         limit = self.recall_limit
         if self.fill:
-            limit = max(limit, budget.ceiling // TOKENS_PER_CANDIDATE)
+            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // TOKENS_PER_CANDIDATE)
         run_id = ctx.metadata.get("run_id")
         ranked = await self.candidates(
             query, limit=limit, run_id=str(run_id) if run_id is not None else None
