@@ -127,7 +127,7 @@ class ContextAssembled(AgentEvent):
             total_tokens=summary["total_tokens"],
             components=summary["components"],
             overflow=summary["overflow"],
-            report=_jsonable({**report.to_dict(), **summary}),
+            report={**report.to_dict(), **summary},
         )
 
 

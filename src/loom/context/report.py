@@ -7,7 +7,7 @@ stable field names; `from_dict()` reads them back.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 __all__ = ["BlockReport", "BlockStatus", "ContextReport", "SourceReport", "SourceStatus"]
@@ -89,15 +89,23 @@ class ContextReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, stable field names."""
-        out = asdict(self)
+        """Plain JSON types (lists, not tuples), stable field names. Built by hand: an agent
+        event carries one per model call, and `dataclasses.asdict` deep-copies (10x slower)."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _REPORT_FIELDS}
+        out["sources"] = [{n: getattr(s, n) for n in _SOURCE_FIELDS} for s in self.sources]
+        out["blocks"] = [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in self.blocks]
         out["utilization"] = round(self.utilization, 4)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContextReport:
         """The inverse of `to_dict` (for reports saved as JSON)."""
-        fields = {k: v for k, v in data.items() if k != "utilization"}
-        fields["sources"] = tuple(SourceReport(**s) for s in data["sources"])
-        fields["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
-        return cls(**fields)
+        values = {k: v for k, v in data.items() if k != "utilization"}
+        values["sources"] = tuple(SourceReport(**s) for s in data["sources"])
+        values["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
+        return cls(**values)
+
+
+_BLOCK_FIELDS = tuple(f.name for f in fields(BlockReport))
+_SOURCE_FIELDS = tuple(f.name for f in fields(SourceReport))
+_REPORT_FIELDS = tuple(f.name for f in fields(ContextReport) if f.name not in ("sources", "blocks"))

@@ -11,9 +11,12 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Final
 
-__all__ = ["MEMORY_ORIGIN", "Candidate", "fingerprint"]
+from loom.text import terms
+
+__all__ = ["MEMORY_ORIGIN", "Candidate", "fingerprint", "term_set"]
 
 MEMORY_ORIGIN: Final = "memory"
 """The origin of candidates recalled from `LoomMemory` (knowledge bases: ``knowledge:<name>``)."""
@@ -21,10 +24,17 @@ MEMORY_ORIGIN: Final = "memory"
 _SPACE: Final = re.compile(r"\s+")
 
 
+@lru_cache(maxsize=8192)  # the same memory and knowledge texts come back turn after turn
 def fingerprint(text: str) -> str:
     """A content hash that ignores case and whitespace: the same text twice is one candidate."""
     normal = _SPACE.sub(" ", text).strip().casefold()
     return hashlib.blake2b(normal.encode(), digest_size=12).hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def term_set(text: str) -> frozenset[str]:
+    """`loom.text.terms` of `text` as a set, remembered for the texts seen most recently."""
+    return frozenset(terms(text))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -51,6 +61,11 @@ class Candidate:
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.text)
+
+    @property
+    def terms(self) -> frozenset[str]:
+        """The distinct terms of the text (`loom.text.terms`), computed once per text."""
+        return term_set(self.text)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -102,7 +102,7 @@ class QueryOverlapSignal(_Signal):
         self._query = frozenset(terms(query))
 
     def score(self, candidate: Candidate) -> float:
-        return coverage(self._query, frozenset(terms(candidate.text)))
+        return coverage(self._query, candidate.terms)
 
 
 class OriginDiversitySignal(_Signal):
