@@ -201,7 +201,10 @@ def print_table(
             cells.append(f"{v:.1%}" if isinstance(v, float) else "" if v is None else str(v))
         body.append((label, cells))
     # Short headers and exact widths, so that 80 columns hold every metric uncut.
-    headers = ["n" if c == "questions" else c.replace("window@", "win@") for c in cols]
+    headers = [
+        "n" if c == "questions" else c.replace("window@", "win@").removeprefix("recall_")
+        for c in cols
+    ]
     table = Table(
         title=title,
         title_justify="left",
