@@ -28,11 +28,11 @@ def dedupe(candidates: Sequence[Candidate]) -> list[Candidate]:
     tie), in the order of first appearance."""
     kept: dict[str, Candidate] = {}
     for c in candidates:
-        seen = kept.get(c.fingerprint)
+        key = c.fingerprint
+        seen = kept.get(key)
         if seen is None or _dense(c) > _dense(seen):
-            kept[c.fingerprint] = c
-    order = {c.fingerprint: i for i, c in reversed(list(enumerate(candidates)))}
-    return sorted(kept.values(), key=lambda c: order[c.fingerprint])
+            kept[key] = c  # a replaced value keeps its key's place: first appearance
+    return list(kept.values())
 
 
 class Reranker:
