@@ -153,6 +153,22 @@ async def test_a_follow_up_finds_what_the_conversation_is_about(
     assert "unified_retrieval:knowledge:settings:oauth#0" in {b.id for b in blocks}
 
 
+async def test_only_a_query_naming_few_things_is_rewritten(store: SQLiteStore) -> None:
+    memory = LoomMemory("s1", store=store)
+    remember(memory, OAUTH_CHAT)
+    kb = knowledge(store, "settings", SETTINGS)
+    specific = "which dashboard panel sets the refresh interval of five minutes?"  # 6 terms
+    on = await UnifiedRetrievalSource(memory, [kb]).candidates(specific)
+    off = await UnifiedRetrievalSource(memory, [kb], rewrite=False).candidates(specific)
+    assert [c.key for c in on] == [c.key for c in off]  # no second recall
+    # Raising the limit lets the rewrite add what the conversation is about.
+    wide = UnifiedRetrievalSource(memory, [kb], rewrite_max_terms=10)
+    assert {c.key for c in await wide.candidates(specific)} > {c.key for c in off}
+    # The follow-up (2 terms) is rewritten at the default limit.
+    follow = await UnifiedRetrievalSource(memory, [kb]).candidates(FOLLOW_UP)
+    assert "oauth#0" in {c.id for c in follow}
+
+
 async def test_rewritten_candidates_rank_below_the_originals_recall(
     store: SQLiteStore,
 ) -> None:
@@ -242,6 +258,8 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
         ({"min_score": math.nan}, r"`min_score` must be in 0..1"),
         ({"name": ""}, "`name` of a retrieval source must be a non-empty string"),
         ({"priority": 2}, "must be a number from 0 to 1"),
+        ({"rewrite_max_terms": "4"}, "`rewrite_max_terms` must be an int, got '4'"),
+        ({"rewrite_max_terms": True}, "`rewrite_max_terms` must be an int"),
     ],
 )
 def test_configuration_errors(store: SQLiteStore, kwargs: dict[str, object], match: str) -> None:

@@ -25,6 +25,7 @@ from loom.retrieval.candidates import MEMORY_ORIGIN, Candidate
 from loom.retrieval.recall import recall
 from loom.retrieval.reranker import Reranker
 from loom.retrieval.rewriter import QueryRewriter
+from loom.text import terms
 from loom.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -103,7 +104,11 @@ class UnifiedRetrievalSource:
       flows to it by priority), so relevant content at rank 21 is not left out of a
       half-empty window, and a large window does not rerank hundreds of candidates.
     - `rewrite` with `rewriter` (default `QueryRewriter()`): the rewritten query is recalled
-      *besides* the original one and only adds candidates (see `loom.retrieval.rewriter`).
+      *besides* the original one and only adds candidates (see `loom.retrieval.rewriter`),
+      for queries of at most `rewrite_max_terms` distinct content terms: a follow-up ("and
+      its refresh interval?") names little of what it is about; a question that names four
+      or more things gains nothing from the conversation's words (LoCoMo: no change in any
+      metric) and would pay a second recall, half of the source's time.
     - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
     """
 
@@ -117,6 +122,7 @@ class UnifiedRetrievalSource:
         recall_limit: int = 20,
         min_score: float = 0.0,
         rewrite: bool = True,
+        rewrite_max_terms: int = 4,
         rewriter: QueryRewriter | None = None,
         fill: bool = True,
         reranker: Reranker | None = None,
@@ -152,6 +158,11 @@ class UnifiedRetrievalSource:
         self.recall_limit = recall_limit
         self.min_score = min_score
         self.rewriter = (rewriter or QueryRewriter()) if rewrite else None
+        if isinstance(rewrite_max_terms, bool) or not isinstance(rewrite_max_terms, int):
+            raise ConfigError(
+                f"source `{name}`: `rewrite_max_terms` must be an int, got {rewrite_max_terms!r}"
+            )
+        self.rewrite_max_terms = rewrite_max_terms
         self.fill = fill
         self.reranker = reranker or Reranker()
         self.injector = injector or RetrievalInjector()
@@ -177,7 +188,11 @@ class UnifiedRetrievalSource:
             if self.exclude_recent or (run_id is not None and t.metadata.get("run_id") == run_id)
         }
         found = await self._recall(query, exclude, limit)
-        if self.rewriter is not None and recent:
+        if (
+            self.rewriter is not None
+            and recent
+            and len(set(terms(query))) <= self.rewrite_max_terms
+        ):
             rewritten = self.rewriter.rewrite(query, [task_text(t) for t in recent])
             if rewritten != query:
                 found += self._after(found, await self._recall(rewritten, exclude, limit))
