@@ -62,7 +62,7 @@ async def test_many_sessions_at_once_no_cross_talk_no_loss_no_leaks(tmp_path: Pa
 
     # The timeout is a safety net for a hang, not a measure.
     async with (
-        asyncio.timeout(120),
+        asyncio.timeout(300),
         ContextController(store, bus) as controller,
         asyncio.TaskGroup() as group,
     ):

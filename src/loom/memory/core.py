@@ -62,7 +62,6 @@ __all__ = ["LoomMemory", "MemoryHit"]
 
 TASK: Final = "task"
 SUMMARY: Final = "summary"
-_POOL: Final = 60  # hits read per ranking, at least
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,7 +286,7 @@ class LoomMemory:
             return []
         skip = set(exclude)
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
-        wanted = max(limit * 3, _POOL) + len(skip)
+        wanted = limit * 3 + len(skip)
         ops: list[Search | VectorSearch] = [
             Search(prefix=self.search_scope, query=query, limit=wanted)
         ]
