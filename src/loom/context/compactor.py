@@ -203,8 +203,7 @@ class ContextCompactor:
         self._keep_history_unbroken(candidates, decided, leading)
         # The same task offered by two sources (recent history and retrieval, an inherited
         # memory and a shared pool) goes in once; the room it frees goes to waiting blocks.
-        duplicate = self._drop_duplicates(ranked, decided)
-        if duplicate:
+        if self._drop_duplicates(ranked, decided):
             free = budget - reserve - sum(d.cost for d in decided.values())
             seen = {_task_of(d.block) for d in decided.values()} - {None}
             for c in ranked:
@@ -220,12 +219,13 @@ class ContextCompactor:
         # A copy left out because its task is in the window already says so, whichever step
         # left it out.
         holder = {k: d.block.source for d in decided.values() if (k := _task_of(d.block))}
-        for c in candidates:
-            key = _task_of(c.block)
-            if c.order not in decided and c.block.section != "history" and key in holder:
-                duplicate.setdefault(
-                    c.order, f"its task is in the window already (from `{holder[key]}`)"
-                )
+        duplicate = {
+            c.order: f"its task is in the window already (from `{holder[key]}`)"
+            for c in candidates
+            if c.order not in decided
+            and c.block.section != "history"
+            and (key := _task_of(c.block)) in holder
+        }
         left += reserve
         first_user = "the window's history must begin with a user message"
         decisions = [
@@ -269,28 +269,27 @@ class ContextCompactor:
                 leading.add(c.order)
 
     @staticmethod
-    def _drop_duplicates(
-        ranked: Sequence[Candidate], decided: dict[int, Decision]
-    ) -> dict[int, str]:
+    def _drop_duplicates(ranked: Sequence[Candidate], decided: dict[int, Decision]) -> bool:
         """Drop kept blocks whose task (`metadata["task_id"]`) is already in the window: history
-        wins (it must stay unbroken), then the first kept in rank order. Returns the reasons."""
+        wins (it must stay unbroken), then the first kept in rank order. Returns whether any
+        was dropped (the reasons are given once selection is over)."""
         kept = [c for c in ranked if c.order in decided]
-        where = {
-            key: c.block.source
+        held = {
+            key
             for c in kept
             if c.block.section == "history" and (key := _task_of(c.block)) is not None
         }
-        reasons: dict[int, str] = {}
+        dropped = False
         for c in kept:
             key = _task_of(c.block)
             if key is None or c.block.section == "history" or c.block.pinned:
                 continue
-            if key in where:
+            if key in held:
                 del decided[c.order]
-                reasons[c.order] = f"its task is in the window already (from `{where[key]}`)"
+                dropped = True
             else:
-                where[key] = c.block.source
-        return reasons
+                held.add(key)
+        return dropped
 
     @staticmethod
     def _explain(d: Decision) -> Decision:
