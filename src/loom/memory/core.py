@@ -325,18 +325,20 @@ class LoomMemory:
             / (w_lex + w_dense)
             for k in found
         }
-        order = {
-            (k[0], int(r.data["order"])): k
+        # Where each task was recorded (-1: added straight to L3/L4, no neighbours).
+        position = {
+            k: n
             for k, r in found.items()
-            if r.kind == TASK and int(r.data.get("order", -1)) >= 0
+            if r.kind == TASK and (n := int(r.data.get("order", -1))) >= 0
         }
+        at = {(k[0], n): k for k, n in position.items()}
         nw = self.neighbour_weight
         scores: dict[Key, float] = {}
-        for k, r in found.items():
+        for k in found:
             score = fused[k]
-            if nw and r.kind == TASK and int(r.data.get("order", -1)) >= 0:
-                n = int(r.data["order"])
-                near = (order.get((k[0], n - 1)), order.get((k[0], n + 1)))
+            if nw and k in position:
+                n = position[k]
+                near = (at.get((k[0], n - 1)), at.get((k[0], n + 1)))
                 score += nw * sum(fused[x] for x in near if x is not None)
             scores[k] = score / (1 + 2 * nw)
         best = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
