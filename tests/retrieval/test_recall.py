@@ -52,6 +52,7 @@ async def test_memory_and_two_knowledge_bases_memory_first(world: World) -> None
     assert "lexical" in memory_hit.metadata["via"]
     assert memory_hit.lexical_score is not None
     assert memory_hit.vector_score is None  # no embedder
+    assert "time_match" not in memory_hit.metadata  # the query names no time
     kb_hit = top["knowledge:runbook"]
     assert isinstance(kb_hit.item, KnowledgeHit)
     assert kb_hit.metadata["document_id"] == "rollback"
@@ -133,3 +134,12 @@ async def test_knowledge_bases_are_searched_concurrently(world: World) -> None:
     found = await asyncio.wait_for(recall(QUERY, memory=memory, knowledge_bases=kbs), 60)
     assert [c.origin for c in found][-2:] == ["knowledge:a", "knowledge:b"]
     assert found[0].origin == MEMORY_ORIGIN
+
+
+def test_a_memory_candidate_says_how_close_it_is_to_the_time_the_query_names(
+    world: World,
+) -> None:
+    memory, _ = world
+    found = recall_memory(memory, f"{QUERY} today")  # every task was recorded just now
+    assert found
+    assert all(c.metadata["time_match"] > 0.99 for c in found)  # 1, or near at midnight

@@ -44,6 +44,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -109,6 +110,8 @@ class LongMemEvalQuestion:
     session_ids: tuple[str, ...]
     sessions: tuple[tuple[tuple[str, str], ...], ...]  # per session: (role, content) turns
     answer_session_ids: tuple[str, ...]
+    session_dates: tuple[datetime | None, ...] = ()  # when each session took place
+    question_date: datetime | None = None  # when the question is asked
 
     @property
     def abstention(self) -> bool:
@@ -253,9 +256,23 @@ def load_longmemeval(path: str | Path) -> list[LongMemEvalQuestion]:
                 answer_session_ids=tuple(
                     str(x) for x in _need(item, "answer_session_ids", list, p, where)
                 ),
+                session_dates=tuple(_lme_date(d) for d in item.get("haystack_dates") or ()),
+                question_date=_lme_date(item.get("question_date")),
             )
         )
     return out
+
+
+def _lme_date(value: Any) -> datetime | None:
+    """``2023/05/20 (Sat) 11:56`` as a UTC datetime; None if absent or in another form (the
+    dates only serve questions that name a time, "5 days ago")."""
+    if not isinstance(value, str):
+        return None
+    try:
+        text = re.sub(r"\s*\([^)]*\)", "", value).strip()
+        return datetime.strptime(text, "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 # --- metrics ---------------------------------------------------------------------------------
@@ -348,13 +365,17 @@ def _embedder(dense: bool, embedder: Embedder | None, cache_dir: str | Path | No
     return CachedEmbedder(embedder, cache_dir)
 
 
-def _open(node_id: str, tasks: list[Task], embedder: Any) -> _Rankers:
-    memory = LoomMemory(node_id, embedder=embedder, embed_in_background=False)
+def _open(node_id: str, tasks: list[Task], embedder: Any, now: datetime | None = None) -> _Rankers:
+    """Rankers over a fresh memory of `tasks`. `now`: when the questions are asked (the
+    memory's clock, for "5 days ago"); None where the dataset does not say (LoCoMo): time
+    references are then not resolved, rather than against the day the benchmark runs."""
+    options: dict[str, Any] = {"time_decay": 0.0} if now is None else {"clock": lambda: now}
+    memory = LoomMemory(node_id, embedder=embedder, embed_in_background=False, **options)
     memory.add_tasks(tasks)
     lexical = None
     if memory.background is not None:
         memory.background.drain()
-        lexical = LoomMemory(node_id, store=memory.store, namespace=memory.namespace)
+        lexical = LoomMemory(node_id, store=memory.store, namespace=memory.namespace, **options)
     return _Rankers(memory, lexical)
 
 
@@ -549,14 +570,19 @@ LME_KEYS: Final = ("recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10")
 
 
 def _lme_tasks(q: LongMemEvalQuestion) -> list[Task]:
+    """One Task per turn, recorded when its session took place (a second apart) if the file
+    says when."""
     tasks = []
     for s, session in enumerate(q.sessions):
+        date = q.session_dates[s] if s < len(q.session_dates) else None
         for t, (role, content) in enumerate(session):
+            when = {} if date is None else {"created_at": date + timedelta(seconds=t)}
             tasks.append(
                 Task(
                     task_id=f"s{s}t{t}",
                     action=USER_MESSAGE if role == "user" else ASSISTANT_MESSAGE,
                     parameters={"content": content, "session_id": q.session_ids[s]},
+                    **when,  # type: ignore[arg-type]
                 )
             )
     return tasks
@@ -623,7 +649,7 @@ def evaluate_longmemeval(
         if progress:
             turns = sum(len(s) for s in q.sessions)
             progress(f"longmemeval {i + 1}/{len(usable)} {q.question_id}: {turns} turns")
-        rankers = _open(f"lme-{q.question_id}", _lme_tasks(q), emb)
+        rankers = _open(f"lme-{q.question_id}", _lme_tasks(q), emb, q.question_date)
         try:
             for stage in run_stages:
                 ranked = _sessions(rankers.rank(q.question, stage, turn_limit), q)

@@ -27,8 +27,9 @@ import json
 import math
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 from loom.errors import ConfigError
@@ -41,6 +42,7 @@ from loom.memory.task import (
     importance_of,
     task_text,
 )
+from loom.memory.timeref import time_spans
 from loom.stores.base import (
     Get,
     Hit,
@@ -60,6 +62,13 @@ if TYPE_CHECKING:
 
 __all__ = ["LoomMemory", "MemoryHit"]
 
+_Key = tuple[tuple[str, ...], str]  # (namespace, task id)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 TASK: Final = "task"
 SUMMARY: Final = "summary"
 
@@ -73,6 +82,7 @@ class MemoryHit:
     via: tuple[Literal["lexical", "dense", "summary"], ...]
     lexical_score: float | None = None  # BM25 relative to the best lexical hit, 0..1
     vector_score: float | None = None  # cosine similarity of the query and the task
+    time_match: float | None = None  # 0..1: how close to the time the query names, if any
 
 
 @dataclass(slots=True, kw_only=True)
@@ -96,8 +106,9 @@ class LoomMemory:
     search hybrid (lexical + dense, fused) over what is embedded so far; a daemon thread
     (`background`, a `BackgroundEmbedder`) embeds new records off the write path unless
     `embed_in_background=False` (then call `background.drain()` yourself). `fusion_weights`
-    weigh the lexical and the dense score, `neighbour_weight` the neighbours' (see `search`).
-    Call `close()`.
+    weigh the lexical and the dense score, `neighbour_weight` the neighbours', `time_decay`
+    how much a task recorded far from the time a query names loses (see `search`); `clock`
+    (default: UTC now) is the "now" such times are counted back from. Call `close()`.
     """
 
     def __init__(
@@ -117,6 +128,8 @@ class LoomMemory:
         embed_in_background: bool = True,
         fusion_weights: tuple[float, float] = (0.5, 0.5),
         neighbour_weight: float = 0.3,
+        time_decay: float = 0.5,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         for name, size in (("max_l1_size", max_l1_size), ("max_l2_size", max_l2_size),
                            ("max_l3_size", max_l3_size)):  # fmt: skip
@@ -145,6 +158,18 @@ class LoomMemory:
             or not 0 <= neighbour_weight <= 1
         ):
             raise ConfigError(f"`neighbour_weight` must be in 0..1, got {neighbour_weight!r}")
+        if (
+            isinstance(time_decay, bool)
+            or not isinstance(time_decay, int | float)
+            or not 0 <= time_decay <= 1
+        ):
+            raise ConfigError(f"`time_decay` must be in 0..1, got {time_decay!r}")
+        if clock is not None and not callable(clock):
+            raise ConfigError(
+                f"`clock` must be a function returning the current datetime, got {clock!r}"
+            )
+        self.time_decay = time_decay
+        self.clock: Callable[[], datetime] = clock or _utc_now
         self.fusion_weights = fusion_weights
         self.neighbour_weight = neighbour_weight
         self.node_id = node_id
@@ -281,6 +306,11 @@ class LoomMemory:
         (the answer to a question, the message a tool result belongs to). Measured on LoCoMo
         (``loom bench locomo``), value fusion beats reciprocal rank fusion and the neighbours
         add more; see the closing notes of issue 5.
+
+        When the query names a time ("5 days ago", "last week", "上个月"; resolved against
+        `clock()` by `loom.memory.timeref`), a task keeps its score in proportion to how
+        close to that time it was recorded: ``score * (1 - time_decay * (1 - match))``, so
+        with the default 0.5 a task far from it keeps half. Its `time_match` says how close.
         """
         if limit <= 0 or not query.strip():
             return []
@@ -298,11 +328,10 @@ class LoomMemory:
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)
-        Key = tuple[tuple[str, ...], str]
-        raw: dict[str, dict[Key, float]] = {"lexical": {}, "dense": {}}
-        cosine: dict[Key, float] = {}
-        via: dict[Key, set[str]] = {}
-        found: dict[Key, Record] = {}
+        raw: dict[str, dict[_Key, float]] = {"lexical": {}, "dense": {}}
+        cosine: dict[_Key, float] = {}
+        via: dict[_Key, set[str]] = {}
+        found: dict[_Key, Record] = {}
         for how, hits in zip(("lexical", "dense"), results, strict=False):
             values = [h.score for h in hits]
             low = min(values, default=0.0) if how == "dense" else 0.0
@@ -333,7 +362,7 @@ class LoomMemory:
         }
         at = {(k[0], n): k for k, n in position.items()}
         nw = self.neighbour_weight
-        scores: dict[Key, float] = {}
+        scores: dict[_Key, float] = {}
         for k in found:
             score = fused[k]
             if nw and k in position:
@@ -341,6 +370,9 @@ class LoomMemory:
                 near = (at.get((k[0], n - 1)), at.get((k[0], n + 1)))
                 score += nw * sum(fused[x] for x in near if x is not None)
             scores[k] = score / (1 + 2 * nw)
+        closeness = self._time_match(query, found)
+        for k, match in closeness.items():
+            scores[k] *= 1 - self.time_decay * (1 - match)
         best = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
         tasks = self._load_tasks([found[k] for k in best])
         return [
@@ -350,9 +382,29 @@ class LoomMemory:
                 via=tuple(sorted(via[k])),  # type: ignore[arg-type]
                 lexical_score=raw["lexical"].get(k),
                 vector_score=cosine.get(k),
+                time_match=closeness.get(k),
             )
             for k, t in zip(best, tasks, strict=True)
         ]
+
+    def _time_match(self, query: str, found: Mapping[_Key, Record]) -> dict[_Key, float]:
+        """How close each found task was recorded to the time the query names ("5 days ago",
+        "上周"; `loom.memory.timeref`), 0..1, relative to `clock()`; {} when the query names
+        no time, or when no found task is close to it (the phrase is then about something
+        else than when things were recorded here: a story's "last year")."""
+        if not self.time_decay:
+            return {}
+        spans = time_spans(query, self.clock())
+        if not spans:
+            return {}
+        out: dict[_Key, float] = {}
+        for k, rec in found.items():
+            fields = rec.data.get("task") or rec.data.get("summary") or {}
+            stamp = fields.get("created_at")
+            if isinstance(stamp, str):
+                when = datetime.fromisoformat(stamp)
+                out[k] = max(span.proximity(when) for span in spans)
+        return out if any(out.values()) else {}
 
     def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
         """Tasks for task records, and for summary records the task they summarize."""

@@ -35,6 +35,9 @@ def recall_memory(
     for hit in memory.search(query, limit=limit, exclude=exclude):
         if hit.score < min_score:
             continue
+        metadata: dict[str, object] = {"task_id": hit.task.task_id, "via": list(hit.via)}
+        if hit.time_match is not None:  # the query named a time: how close this task is
+            metadata["time_match"] = round(hit.time_match, 4)
         out.append(
             Candidate(
                 id=hit.task.task_id,
@@ -43,7 +46,7 @@ def recall_memory(
                 relevance=hit.score,
                 vector_score=hit.vector_score,
                 lexical_score=hit.lexical_score,
-                metadata={"task_id": hit.task.task_id, "via": list(hit.via)},
+                metadata=metadata,
                 item=hit.task,
             )
         )

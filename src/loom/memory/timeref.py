@@ -1,0 +1,178 @@
+"""When a query points at: "5 days ago", "last week", "上个月" resolved to spans of time.
+
+"What did I post 5 days ago?" names a time, not a topic: the turns that answer it share few
+words with it, and the turns that share its words ("post") come from any day. Memory search
+uses the span a query points at to favour what was recorded then (`LoomMemory.search`,
+`time_decay`). No LLM and no date library: a few dozen patterns, English and Chinese, resolved
+against a reference time (`now`):
+
+- a day: ``yesterday``, ``today``, ``the day before yesterday``, ``last friday``; 昨天, 前天, 今天
+- an offset: ``N days / weeks / months / years ago`` (digits, ``a``, ``one``-``twelve``,
+  ``a couple of``, ``a few``); ``N天前``, ``三周前``, ``两个月前``, ``N年前``. Weeks, months and
+  years are approximate in speech, so their span is wider than the exact offset: a week ago
+  is 4-10 days back, a month ago 20-40 days;
+- a calendar period: ``last week / weekend / month / year``, ``this week / month / year``;
+  上周, 上周末, 上个月, 去年, 本周, 这个月, 今年;
+- a stretch up to now: ``the past / last N days / weeks / months``, ``the past month``;
+  最近三天, 过去两周.
+
+Future references (``this weekend``, ``next week``) and vague ones (``recently``) resolve to
+nothing: they do not say when something was recorded. Proximity (`TimeSpan.proximity`) is 1
+inside a span and falls linearly to 0 over a margin around it (at least a day), as dates in
+speech are loose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+__all__ = ["TimeSpan", "time_spans"]
+
+_DAY: Final = timedelta(days=1)
+
+_EN_NUMBERS: Final = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+    "a couple of": 2, "a few": 3, "couple of": 2, "few": 3,
+}  # fmt: skip
+_EN_NUMBER: Final = r"\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"  # noqa: E501
+_WEEKDAYS: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+# Offsets back in time, in days, and how loose each unit is (days either side).
+_UNITS: Final = {"day": (1, 0), "week": (7, 3), "month": (30, 10), "year": (365, 60)}
+_ZH_UNITS: Final = {"天": "day", "日": "day", "周": "week", "星期": "week", "个星期": "week",
+                    "礼拜": "week", "个礼拜": "week", "个月": "month", "月": "month",
+                    "年": "year"}  # fmt: skip
+_ZH_DIGITS: Final = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
+                     "七": 7, "八": 8, "九": 9}  # fmt: skip
+_ZH_NUMBER: Final = r"\d{1,3}|[零一二两三四五六七八九十]{1,3}"
+_ZH_UNIT: Final = r"个星期|个礼拜|星期|礼拜|个月|天|日|周|月|年"
+
+_EN_AGO: Final = re.compile(rf"\b({_EN_NUMBER})\s+(day|week|month|year)s?\s+ago\b")
+_EN_PAST: Final = re.compile(
+    rf"\b(?:the\s+)?(?:past|last|previous)\s+(?:({_EN_NUMBER})\s+)?(day|week|month|year)s?\b"
+)
+_EN_WORDS: Final = re.compile(
+    r"\b(the day before yesterday|yesterday|last night|today|tonight|this morning"
+    r"|this afternoon|this evening|last weekend|last week|last month|last year"
+    r"|this week|this month|this year"
+    r"|last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b"
+)
+_ZH_AGO: Final = re.compile(rf"({_ZH_NUMBER})\s*({_ZH_UNIT})(?:以前|之前|前)")
+_ZH_PAST: Final = re.compile(rf"(?:最近|过去|近)\s*的?\s*({_ZH_NUMBER})\s*({_ZH_UNIT})")
+_ZH_WORDS: Final = re.compile(
+    r"大前天|前天|昨天|昨日|昨晚|今天|今日|今晚|上周末|上个?星期|上个?礼拜|上周|上个月|上月"
+    r"|去年|本周|这周|这个?星期|本月|这个月|今年"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSpan:
+    """A span of time a query points at, ``start <= t < end`` (aware datetimes, UTC), and
+    the words that named it."""
+
+    start: datetime
+    end: datetime
+    phrase: str
+
+    def proximity(self, when: datetime) -> float:
+        """1 inside the span, falling linearly to 0 over a margin of half its length (at
+        least a day) on either side. Naive datetimes are taken as UTC."""
+        when = _aware(when)
+        if self.start <= when < self.end:
+            return 1.0
+        margin = max(_DAY, (self.end - self.start) / 2)
+        gap = self.start - when if when < self.start else when - self.end
+        return max(0.0, 1.0 - gap / margin)
+
+
+def time_spans(query: str, now: datetime) -> list[TimeSpan]:
+    """The spans of time `query` points at, in the order named (empty if none), relative to
+    `now` (a naive `now` is taken as UTC)."""
+    now = _aware(now)
+    text = query.lower()
+    found: list[tuple[int, TimeSpan]] = []
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    for m in _EN_AGO.finditer(text):
+        found.append((m.start(), _ago(today, _EN_NUMBERS.get(m[1]) or int(m[1]), m[2], m[0])))
+    for m in _EN_PAST.finditer(text):
+        count = 1 if m[1] is None else _EN_NUMBERS.get(m[1]) or int(m[1])
+        if m[1] is None and "past" not in m[0]:
+            continue  # "last week" is a calendar week (below), "the past week" 7 days
+        found.append((m.start(), _stretch(now, count, m[2], m[0])))
+    for m in _EN_WORDS.finditer(text):
+        found.append((m.start(), _named(now, today, m[0])))
+    for m in _ZH_AGO.finditer(query):
+        found.append((m.start(), _ago(today, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
+    for m in _ZH_PAST.finditer(query):
+        found.append((m.start(), _stretch(now, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
+    for m in _ZH_WORDS.finditer(query):
+        found.append((m.start(), _named(now, today, m[0])))
+    spans: list[TimeSpan] = []
+    for _, span in sorted(found, key=lambda pair: pair[0]):
+        if span.end > span.start and span not in spans:
+            spans.append(span)
+    return spans
+
+
+def _aware(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
+def _zh_number(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    if "十" not in text:
+        return _ZH_DIGITS.get(text, 1)
+    tens, _, ones = text.partition("十")
+    return (_ZH_DIGITS.get(tens, 1) if tens else 1) * 10 + (_ZH_DIGITS.get(ones, 0) if ones else 0)
+
+
+def _ago(today: datetime, count: int, unit: str, phrase: str) -> TimeSpan:
+    """The day `count` units back, widened by the unit's looseness."""
+    days, loose = _UNITS[unit]
+    day = today - timedelta(days=count * days)
+    return TimeSpan(day - timedelta(days=loose), day + timedelta(days=loose + 1), phrase)
+
+
+def _stretch(now: datetime, count: int, unit: str, phrase: str) -> TimeSpan:
+    """From `count` units back up to now."""
+    return TimeSpan(now - timedelta(days=count * _UNITS[unit][0]), now + _DAY, phrase)
+
+
+def _named(now: datetime, today: datetime, phrase: str) -> TimeSpan:
+    """A named day or calendar period."""
+    monday = today - timedelta(days=today.weekday())
+    month = today.replace(day=1)
+    year = today.replace(month=1, day=1)
+    back = {
+        "the day before yesterday": 2, "前天": 2, "大前天": 3, "yesterday": 1, "last night": 1,
+        "昨天": 1, "昨日": 1, "昨晚": 1, "today": 0, "tonight": 0, "this morning": 0,
+        "this afternoon": 0, "this evening": 0, "今天": 0, "今日": 0, "今晚": 0,
+    }  # fmt: skip
+    if phrase in back:
+        day = today - timedelta(days=back[phrase])
+        return TimeSpan(day, day + _DAY, phrase)
+    if phrase.startswith("last ") and phrase[5:] in _WEEKDAYS:
+        gap = (today.weekday() - _WEEKDAYS.index(phrase[5:])) % 7 or 7
+        day = today - timedelta(days=gap)
+        return TimeSpan(day, day + _DAY, phrase)
+    if phrase in ("last weekend", "上周末"):
+        saturday = monday - timedelta(days=2)
+        return TimeSpan(saturday, monday, phrase)
+    if phrase in ("this week", "本周", "这周", "这星期", "这个星期"):
+        return TimeSpan(monday, now + _DAY, phrase)
+    if phrase in ("this month", "本月", "这个月"):
+        return TimeSpan(month, now + _DAY, phrase)
+    if phrase in ("this year", "今年"):
+        return TimeSpan(year, now + _DAY, phrase)
+    if phrase in ("last week", "上周", "上星期", "上个星期", "上礼拜", "上个礼拜"):
+        return TimeSpan(monday - 7 * _DAY, monday, phrase)
+    if phrase in ("last month", "上个月", "上月"):
+        previous = (month - _DAY).replace(day=1)
+        return TimeSpan(previous, month, phrase)
+    assert phrase in ("last year", "去年"), phrase
+    return TimeSpan(year.replace(year=year.year - 1), year, phrase)
