@@ -49,16 +49,16 @@ def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
     # a: overlap 2/3, memory holds 2 of 3 candidates (> 50%: 0.6), 28 characters (28/200).
     assert by_id["a"].signals == pytest.approx(
         {
-            "vector_score": 0.8,
+            "vector_score": 1.0,  # the best relevance of the set
             "query_overlap": 2 / 3,
             "origin_diversity": 0.6,
             "content_length": 0.14,
         }
     )
-    assert by_id["a"].score == pytest.approx(0.4 * 0.8 + 0.35 * 2 / 3 + 0.15 * 0.6 + 0.1 * 0.14)
-    assert by_id["b"].score == pytest.approx(0.4 * 0.2 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08)
-    assert by_id["c"].score == pytest.approx(0.4 * 0.5 + 0.35 * 2 / 3 + 0.15 * 1 + 0.1 * 1)
-    assert [c.id for c in ranked] == ["c", "a", "b"]
+    assert by_id["a"].score == pytest.approx(0.4 * 1.0 + 0.35 * 2 / 3 + 0.15 * 0.6 + 0.1 * 0.14)
+    assert by_id["b"].score == pytest.approx(0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08)
+    assert by_id["c"].score == pytest.approx(0.4 * 0.625 + 0.35 * 2 / 3 + 0.15 * 1 + 0.1 * 1)
+    assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
 def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
@@ -71,13 +71,13 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
     }
     by_id = {c.id: c for c in reranker.rerank(QUERY, crafted())}
     total = 0.4 + 0.15 + 0.45
-    assert by_id["a"].score == pytest.approx((0.4 * 0.8 + 0.15 * 0.6 + 0.45 * 0.14) / total)
-    assert by_id["c"].score == pytest.approx((0.4 * 0.5 + 0.15 * 1 + 0.45 * 1) / total)
+    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14) / total)
+    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1) / total)
     assert by_id["a"].signals["query_overlap"] == pytest.approx(2 / 3)  # scored, weighed 0
 
 
 def test_min_score_drops_weak_candidates() -> None:
-    assert [c.id for c in Reranker(min_score=0.6).rerank(QUERY, crafted())] == ["c", "a"]
+    assert [c.id for c in Reranker(min_score=0.6).rerank(QUERY, crafted())] == ["a", "c"]
     assert Reranker(min_score=1.0).rerank(QUERY, crafted()) == []
     assert Reranker().rerank(QUERY, []) == []
 
@@ -117,8 +117,8 @@ def test_a_custom_signal_plugs_in() -> None:
     only = Reranker([VectorScoreSignal(), fresh]).rerank("release", [old, new, old])
     assert fresh.prepared == [("release", 2)]  # after dedupe
     assert [c.id for c in only] == ["new", "old"]
-    assert only[0].score == pytest.approx((0.4 * 0.6 + 1.0 * 1.0) / 1.4)
-    assert only[1].signals == pytest.approx({"vector_score": 0.9, "freshness": 0.1})
+    assert only[0].score == pytest.approx((0.4 * 0.6 / 0.9 + 1.0 * 1.0) / 1.4)
+    assert only[1].signals == pytest.approx({"vector_score": 1.0, "freshness": 0.1})
     # Alongside the default four; a weight of 0 turns it off.
     mixed = Reranker([*default_signals(), Freshness()], weights={"freshness": 0})
     assert [c.id for c in mixed.rerank("release", [old, new])] == ["old", "new"]
@@ -201,4 +201,4 @@ def test_non_finite_or_non_numeric_settings_are_config_errors(kwargs: dict[str, 
 def test_a_signal_of_weight_zero_is_allowed_if_another_counts() -> None:
     reranker = Reranker([VectorScoreSignal(), QueryOverlapSignal(0.0)])
     ranked = reranker.rerank("tokens", crafted())
-    assert [c.score for c in ranked] == pytest.approx([0.8, 0.5, 0.2])
+    assert [c.score for c in ranked] == pytest.approx([1.0, 0.625, 0.25])

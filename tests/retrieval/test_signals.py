@@ -37,14 +37,19 @@ def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
     assert repr(signals[3]) == "ContentLengthSignal(weight=0.1)"
 
 
-@pytest.mark.parametrize(
-    ("relevance", "score"), [(0.73, 0.73), (0.0, 0.0), (1.0, 1.0), (1.4, 1.0), (-0.2, 0.0)]
-)
-def test_vector_score_is_the_recall_relevance_clamped(relevance: float, score: float) -> None:
+def test_vector_score_is_the_recall_relevance_relative_to_the_best() -> None:
     signal = VectorScoreSignal()
-    candidate = cand(relevance=relevance)
-    signal.prepare("anything", [candidate])
-    assert signal.score(candidate) == score
+    found = [cand(relevance=r, n=i) for i, r in enumerate([0.6, 0.3, 0.0, -0.2, 0.45])]
+    signal.prepare("anything", found)
+    assert [signal.score(c) for c in found] == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.75])
+    lone = cand(relevance=0.73)
+    signal.prepare("anything", [lone])
+    assert signal.score(lone) == 1.0
+    nothing = cand(relevance=0.0)
+    signal.prepare("anything", [nothing])  # no relevance at all: no evidence
+    assert signal.score(nothing) == 0.0
+    signal.prepare("anything", [])
+    assert signal.score(cand(relevance=1.4)) == 1.0  # clamped
 
 
 def test_query_overlap_is_the_share_of_query_terms_in_the_candidate() -> None:
