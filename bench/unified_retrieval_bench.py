@@ -11,9 +11,10 @@ Run: .venv/bin/python bench/unified_retrieval_bench.py [--sizes 10000 100000] [-
   the fixture builds in a minute: the dense half costs what it costs with any 384-d model,
   but the vectors are lexical, not semantic.
 - The source as an agent gets it by default: rewriting on (a second recall with the
-  rewritten query when L1 has tasks; a row with it off), `fill` on, the real
-  `TiktokenCounter`. The grant equals the ceiling, so `fill` asks for the most: 62
-  candidates per source at 2,000 tokens, 250 at 8,000.
+  rewritten query when L1 has tasks and the query has at most 4 content terms: 36% of
+  these questions; a row with it off), `fill` on, the real `TiktokenCounter`. The
+  grant equals the ceiling, so `fill` asks for the most: 62 candidates per source at 2,000
+  tokens, 250 at 8,000 (the rewritten query: 20, the recall limit).
 - Every timed query is new to the process (LoCoMo questions, a disjoint set per row), its
   vector and its rewrite's put in the embedder's cache before timing: the timings exclude
   the query embedding, reported on its own for the default embedder (multilingual-e5-small,

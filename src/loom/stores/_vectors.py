@@ -10,14 +10,24 @@ bound: 10-21 ms at 100k x 384 on this machine kind, against a target of 3 ms. So
 pass ranks rows by the Hamming distance of their sign bits (1 bit per dimension, 1/32 of
 the bytes, `np.bitwise_count`), and the best `RERANK` rows are then scored exactly.
 
-Measured at 100k x 384 (recall: share of the exact top 10 found):
+Measured at 100k x 384 (recall: share of the exact top k found):
 
-- random unit vectors, the hard case where all distances are alike: 1.7 ms, recall 0.77
-  (1024 rows: 1.2 ms, 0.62; 4096: 2.5 ms, 0.85);
-- clustered vectors, as real embeddings are: recall 1.00;
+- random unit vectors, the hard case where all distances are alike: recall@10 0.76 in
+  1.3 ms (a shortlist of 1,024 rows: 0.62; of 4,096: 0.85, 2.5 ms); recall@186 0.76, 2.6 ms;
+- clustered vectors, as real embeddings are (gaussian clusters, noise as large as the
+  centres): 200 centres, recall@10-186 1.00; 2,000 centres (50 rows each, so a top 186
+  spans several), recall@10 1.00, @60 0.95, @186 0.84 (2.4 ms);
 - for comparison, on the random vectors: faiss HNSW (M 16, ef 32-128) 0.3-0.9 ms, recall
   0.12-0.23, 31 s to build; faiss IVF (316 lists, nprobe 8-32) 0.2-0.9 ms, 0.19-0.34;
   usearch (connectivity 16-32) 1.8-4.9 ms, 0.08-0.27, 172 s to build. None is needed.
+
+Above `RERANK` rows the exact pass is memory bound: ~6,000 rows of 1.5 KB (limit 186, as
+`LoomMemory.search` asks at a 2,000-token grant) take 1.2 ms to gather and score, the
+Hamming pass 0.5 ms. Tried and not kept (2,000 centres, limit 186): fewer rows per hit
+(16: 1.5 ms, recall 0.72; 8: 1.3 ms, 0.66); an int8 copy to score the shortlist before an
+exact pass on its best few hundred (0.86 ms instead of 1.2 ms for that first scoring, less
+the exact pass, for 38 MB more per 100k rows); a float16 copy (numpy has no fast float16
+product: 16 ms); gathering into a reused buffer or in chunks (slower: 1.3-1.6 ms).
 
 The sign bits are taken around the mean vector (embedding models do not centre their output
 at zero), computed when the bits are first needed.

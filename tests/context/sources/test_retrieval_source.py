@@ -14,7 +14,7 @@ from loom.context.orchestrator import ContextOrchestrator
 from loom.context.render import CONTEXT_PREAMBLE
 from loom.context.sources import RetrievalInjector, UnifiedRetrievalSource, UserInputSource
 from loom.errors import ConfigError
-from loom.knowledge import KnowledgeBase
+from loom.knowledge import KnowledgeBase, KnowledgeBaseProvider, KnowledgeHit
 from loom.memory.core import LoomMemory
 from loom.retrieval import QueryRewriter, Reranker
 from loom.stores.sqlite import SQLiteStore
@@ -185,6 +185,41 @@ async def test_rewritten_candidates_rank_below_the_originals_recall(
     assert all(c.relevance <= floor for c in added)
     # The originals keep their own recall scores.
     assert {c.key: c.relevance for c in both if c.key in first} == pytest.approx(first)
+
+
+class Recording:
+    """A `KnowledgeBaseProvider` in front of a real knowledge base that records each search's
+    query and `limit`."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+        self.name = kb.name
+        self.searches: list[tuple[str, int]] = []
+
+    async def search(
+        self, query: str, *, limit: int = 20, min_relevance: float = 0.0
+    ) -> list[KnowledgeHit]:
+        self.searches.append((query, limit))
+        return await self.kb.search(query, limit=limit, min_relevance=min_relevance)
+
+
+async def test_the_rewritten_query_asks_for_the_recall_limit_only(store: SQLiteStore) -> None:
+    memory = LoomMemory("s1", store=store)
+    remember(memory, OAUTH_CHAT)
+    kb = Recording(knowledge(store, "settings", SETTINGS))
+    assert isinstance(kb, KnowledgeBaseProvider)
+    source = UnifiedRetrievalSource(memory, [kb], recall_limit=3)
+    blocks = await source.collect(FOLLOW_UP, WIDE, ctx=CTX)
+    # `fill`: 2,000 // 32 = 62 for the question; its rewrite's candidates come after those.
+    [(original, first), (rewritten, second)] = kb.searches
+    assert (original, first) == (FOLLOW_UP, 62)
+    assert rewritten != FOLLOW_UP
+    assert second == 3
+    assert "unified_retrieval:knowledge:settings:oauth#0" in {b.id for b in blocks}
+    # Never more than the question itself asked for.
+    kb.searches.clear()
+    await source.candidates(FOLLOW_UP, limit=2)
+    assert [limit for _, limit in kb.searches] == [2, 2]
 
 
 async def test_the_rewriter_needs_recent_messages_and_something_to_add(

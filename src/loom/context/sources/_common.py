@@ -47,7 +47,7 @@ def billed(counter: TokenCounter, messages: Sequence[Message]) -> int:
 
 
 def fit_ceiling(
-    blocks: Iterable[ContextBlock], ceiling: int, counter: TokenCounter
+    blocks: Iterable[ContextBlock], ceiling: int, counter: TokenCounter, *, min_room: int = 0
 ) -> list[ContextBlock]:
     """The `blocks` (in preference order) a source may offer within `ceiling` tokens in all.
 
@@ -55,9 +55,14 @@ def fit_ceiling(
     left if it is truncatable and at least `MIN_CUT_TOKENS` are left (its metadata then says
     `truncated_from`, its size before the cut), and skipped otherwise, so that a smaller block
     after it may still fit.
+
+    `blocks` are read one at a time, and no further once the room left is below `min_room`
+    (default 0: to the end), so a generator builds only the blocks that may still go in.
     """
     out: list[ContextBlock] = []
     room = ceiling
+    if room < min_room:
+        return out
     for block in blocks:
         if block.token_count <= room:
             out.append(block)
@@ -69,4 +74,6 @@ def fit_ceiling(
                 metadata = {**block.metadata, "truncated_from": block.token_count}
                 out.append(replace(block, content=cut, token_count=tokens, metadata=metadata))
                 room -= tokens
+        if room < min_room:
+            break
     return out
