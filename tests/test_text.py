@@ -95,3 +95,36 @@ def test_terms_hold_no_stop_words_and_no_single_latin_letters(text: str) -> None
         assert term not in STOP_WORDS
         assert term == term.lower()
         assert len(term) >= 2 or term.isdigit() or "\u3040" <= term <= "\U0002ffff"
+
+
+def _reference_terms(text: str) -> list[str]:
+    """`terms` as its docstring defines it, one word at a time, with no cache or fast path."""
+    import re
+
+    import Stemmer
+
+    from loom.text import _CJK, ENGLISH_STOP_WORDS, _add_cjk
+
+    stem = Stemmer.Stemmer("english").stemWord
+    out: list[str] = []
+    for match in re.finditer(f"([{_CJK}]+)|[^\\W_{_CJK}]+", text):
+        if match.group(1) is not None:
+            _add_cjk(match.group(1), out)
+        elif (len(w := match.group().lower()) >= 2 or w.isdigit()) and w not in ENGLISH_STOP_WORDS:
+            out.append(stem(w))
+    return out
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("aAbeiNnorsTtxy_-.,' 07²ÉéßçöИи数据库的认证かナ\n")),
+        max_size=80,
+    )
+)
+def test_terms_match_the_plain_word_by_word_analysis(text: str) -> None:
+    """The word cache and the words-only fast path change nothing, cached or not, with CJK
+    or without (mixed scripts, non-ASCII letters and digits, case)."""
+    expected = _reference_terms(text)
+    assert terms(text) == expected
+    assert terms(text) == expected  # every word now cached
+    assert terms(text.upper()) == _reference_terms(text.upper())

@@ -67,6 +67,8 @@ STOP_WORDS: Final = ENGLISH_STOP_WORDS | CHINESE_STOP_WORDS
 # kana: scripts written without spaces, so words are found by bigrams instead.
 _CJK: Final = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
 _TOKEN: Final = re.compile(f"([{_CJK}]+)|[^\\W_{_CJK}]+")
+_HAS_CJK: Final = re.compile(f"[{_CJK}]")
+_WORD: Final = re.compile(r"[^\W_]+")  # `_TOKEN`'s second branch, in a text without CJK
 _CJK_STOP_MAX: Final = max(len(w) for w in CHINESE_STOP_WORDS)
 
 
@@ -104,20 +106,48 @@ def _stemmer() -> Stemmer.Stemmer:
         return _LOCAL.stemmer
 
 
+_WORDS: Final[dict[str, str]] = {}
+"""Each word as written -> its term ("" for a stop word or a lone letter): a text's words are
+mostly words seen before, and a dict lookup is 4x cheaper than lowercasing and stemming."""
+_WORDS_MAX: Final = 200_000  # ~20 MB; past that, new words are analysed every time
+
+
+def _term(word: str) -> str:
+    low = word.lower()
+    # Numbers are kept whatever their length: "order 7" must not match every order.
+    if (len(low) >= 2 or low.isdigit()) and low not in ENGLISH_STOP_WORDS:
+        term: str = _stemmer().stemWord(low)
+    else:
+        term = ""
+    if len(_WORDS) < _WORDS_MAX:
+        _WORDS[word] = term  # one dict store: safe between threads
+    return term
+
+
 def terms(text: str) -> list[str]:
     """The terms of `text` in order, repeats kept: lowercased words and CJK bigrams, stop
     words removed (see the module docstring)."""
+    known = _WORDS.get
     out: list[str] = []
-    stem = _stemmer().stemWord
+    if _HAS_CJK.search(text) is None:  # the common case, faster: words only
+        for word in _WORD.findall(text):
+            term = known(word)
+            if term is None:
+                term = _term(word)
+            if term:
+                out.append(term)
+        return out
     for match in _TOKEN.finditer(text):
         run = match.group(1)
         if run is not None:
             _add_cjk(run, out)
-        else:
-            word = match.group().lower()
-            # Numbers are kept whatever their length: "order 7" must not match every order.
-            if (len(word) >= 2 or word.isdigit()) and word not in ENGLISH_STOP_WORDS:
-                out.append(stem(word))
+            continue
+        word = match.group()
+        term = known(word)
+        if term is None:
+            term = _term(word)
+        if term:
+            out.append(term)
     return out
 
 
