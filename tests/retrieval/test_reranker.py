@@ -43,21 +43,27 @@ def test_fingerprint_ignores_case_and_whitespace() -> None:
     assert c.key == ("memory", "x")
 
 
+# Query terms weighted by rarity among the 3 candidates: oauth2 and expiri are in one,
+# token in two; weight ln(1 + (n + 1) / (df + 0.5)).
+RARE, COMMON = math.log(1 + 4 / 1.5), math.log(1 + 4 / 2.5)
+OVERLAP = (RARE + COMMON) / (2 * RARE + COMMON)  # a and c each hold one rare, one common
+
+
 def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
     ranked = Reranker().rerank(QUERY, crafted())
     by_id = {c.id: c for c in ranked}
-    # a: overlap 2/3, memory holds 2 of 3 candidates (> 50%: 0.6), 28 characters (28/200).
+    # a: memory holds 2 of 3 candidates (> 50%: 0.6), 28 characters (28/200).
     assert by_id["a"].signals == pytest.approx(
         {
             "vector_score": 1.0,  # the best relevance of the set
-            "query_overlap": 2 / 3,
+            "query_overlap": OVERLAP,
             "origin_diversity": 0.6,
             "content_length": 0.14,
         }
     )
-    assert by_id["a"].score == pytest.approx(0.4 * 1.0 + 0.35 * 2 / 3 + 0.15 * 0.6 + 0.1 * 0.14)
+    assert by_id["a"].score == pytest.approx(0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14)
     assert by_id["b"].score == pytest.approx(0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08)
-    assert by_id["c"].score == pytest.approx(0.4 * 0.625 + 0.35 * 2 / 3 + 0.15 * 1 + 0.1 * 1)
+    assert by_id["c"].score == pytest.approx(0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1)
     assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
@@ -73,7 +79,7 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
     total = 0.4 + 0.15 + 0.45
     assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14) / total)
     assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1) / total)
-    assert by_id["a"].signals["query_overlap"] == pytest.approx(2 / 3)  # scored, weighed 0
+    assert by_id["a"].signals["query_overlap"] == pytest.approx(OVERLAP)  # scored, weighed 0
 
 
 def test_min_score_drops_weak_candidates() -> None:

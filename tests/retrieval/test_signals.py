@@ -64,6 +64,25 @@ def test_query_overlap_is_the_share_of_query_terms_in_the_candidate() -> None:
     assert signal.score(cand("the of and")) == 0.0
 
 
+def test_query_overlap_weighs_a_term_by_how_rare_it_is_among_the_candidates() -> None:
+    """A word every candidate has ("get") says less than one only a few have ("fryer")."""
+    signal = QueryOverlapSignal()
+    found = [
+        cand("getting the air fryer", n=0),
+        cand("getting a bike", n=1),
+        cand("getting a cake", n=2),
+        cand("getting some sleep", n=3),
+    ]
+    signal.prepare("getting an air fryer", found)  # terms: get air fryer
+    common = math.log(1 + 5 / 4.5)  # get: in all four
+    rare = math.log(1 + 5 / 1.5)  # air, fryer: in one
+    total = common + 2 * rare
+    assert signal.score(found[0]) == pytest.approx(1.0)
+    assert signal.score(found[1]) == pytest.approx(common / total)
+    assert signal.score(found[1]) < 0.21  # unweighted: 1/3
+    assert signal.score(cand("an air fryer")) == pytest.approx(2 * rare / total)
+
+
 @pytest.mark.parametrize(
     ("memory", "knowledge", "memory_score", "knowledge_score"),
     [

