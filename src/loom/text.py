@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from typing import Final
 
 import Stemmer
@@ -127,28 +127,27 @@ def _term(word: str) -> str:
 def terms(text: str) -> list[str]:
     """The terms of `text` in order, repeats kept: lowercased words and CJK bigrams, stop
     words removed (see the module docstring)."""
-    known = _WORDS.get
     out: list[str] = []
     if _HAS_CJK.search(text) is None:  # the common case, faster: words only
-        for word in _WORD.findall(text):
-            term = known(word)
-            if term is None:
-                term = _term(word)
-            if term:
-                out.append(term)
+        _add_words(_WORD.findall(text), out)
         return out
     for match in _TOKEN.finditer(text):
         run = match.group(1)
         if run is not None:
             _add_cjk(run, out)
-            continue
-        word = match.group()
+        else:
+            _add_words((match.group(),), out)
+    return out
+
+
+def _add_words(words: Iterable[str], out: list[str]) -> None:
+    known = _WORDS.get
+    for word in words:
         term = known(word)
         if term is None:
             term = _term(word)
         if term:
             out.append(term)
-    return out
 
 
 def words(text: str) -> list[str]:
