@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 
 from loom.errors import ConfigError, StoreError
-from loom.stores.base import Get, MemoryStore, Put, PutVectors, Record, Scan, StoreContext
+from loom.stores.base import (
+    Get,
+    MemoryStore,
+    Put,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    StoreContext,
+)
 from loom.stores.sqlite import SQLiteStore
 from loom.testing.store_conformance import MemoryStoreConformance, keys
 
@@ -227,3 +236,67 @@ def test_another_process_writing_records_only_keeps_the_vector_index(tmp_path: P
         writer.put(rec("b", "more text"))
         assert keys(reader.vector_search(NS, np.ones(2, np.float32), model="m")) == ["a"]
         assert reader._vectors["m"] is index  # still current: not rebuilt
+
+
+# --- the decoded-record cache of search ------------------------------------------------------
+
+
+def data_rec(key: str, version: int, text: str = "alpha words") -> Record:
+    return Record(namespace=NS, key=key, kind="note", text=text, data={"v": version})
+
+
+def test_search_reuses_decoded_records_until_a_write_changes_them() -> None:
+    with SQLiteStore() as store:
+        store.put(data_rec("a", 1))
+        first = store.search(NS, "alpha")[0].record
+        assert store.search(NS, "alpha")[0].record is first  # decoded once
+        store.put(data_rec("a", 2))  # same text: the indexes keep the row, the data changed
+        second = store.search(NS, "alpha")[0].record
+        assert second.data == {"v": 2}
+        assert second is not first
+        store.delete(NS, "a")
+        assert store.search(NS, "alpha") == []
+        assert store._records == {}
+
+
+def test_a_rolled_back_batch_leaves_no_record_it_wrote_in_the_cache() -> None:
+    with SQLiteStore() as store:
+        store.put(data_rec("a", 1))
+        store.search(NS, "alpha")
+        bad = Record(namespace=NS, key="b", kind="note", data={"x": object()})
+        with pytest.raises(ConfigError, match="JSON-serializable"):
+            store.batch(
+                [Put(record=data_rec("a", 2)), Search(prefix=NS, query="alpha"), Put(record=bad)]
+            )
+        assert store.search(NS, "alpha")[0].record.data == {"v": 1}
+
+
+def test_another_connection_writing_drops_the_cache(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        reader.put(data_rec("a", 1))
+        assert reader.search(NS, "alpha")[0].record.data == {"v": 1}
+        writer.put(data_rec("a", 2))
+        assert reader.search(NS, "alpha")[0].record.data == {"v": 2}
+
+
+def test_the_cache_keeps_the_most_recent_records_or_none() -> None:
+    with SQLiteStore(record_cache=2) as store:
+        for i in range(3):
+            store.put(data_rec(f"k{i}", i))
+        assert len(store.search(NS, "alpha")) == 3
+        assert len(store._records) == 2
+        assert {h.record.key for h in store.search(NS, "alpha")} == {"k0", "k1", "k2"}
+    with SQLiteStore(record_cache=0) as store:
+        store.put(data_rec("a", 1))
+        first = store.search(NS, "alpha")[0].record
+        again = store.search(NS, "alpha")[0].record
+        assert again == first
+        assert again is not first
+        assert store._records == {}
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, True, "8"])
+def test_a_bad_record_cache_is_a_config_error(size: object) -> None:
+    with pytest.raises(ConfigError, match=r"`record_cache` must be an int >= 0"):
+        SQLiteStore(record_cache=size)  # type: ignore[arg-type]

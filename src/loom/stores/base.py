@@ -65,7 +65,9 @@ def check_namespace(namespace: Namespace, *, prefix: bool = False) -> Namespace:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:
     """One stored item. `seq` (a store-wide, increasing write order) and the timestamps
-    (seconds since the epoch) are set by the store on every write."""
+    (seconds since the epoch) are set by the store on every write. A value: a store may hand
+    the same record to several callers (`SQLiteStore` keeps search's recent hits decoded),
+    so its `data` is never to be changed in place."""
 
     namespace: Namespace
     key: str
