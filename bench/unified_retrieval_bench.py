@@ -18,7 +18,9 @@ Run: .venv/bin/python bench/unified_retrieval_bench.py [--sizes 10000 100000] [-
 - Every timed query is new to the process (LoCoMo questions, a disjoint set per row), its
   vector and its rewrite's put in the embedder's cache before timing: the timings exclude
   the query embedding, reported on its own for the default embedder (multilingual-e5-small,
-  uncached) and the hashing one. "again" times the same queries once more, as the agent
+  uncached) and the hashing one. The records they find are not new: the store keeps the
+  last 16,384 search hits decoded (`SQLiteStore(record_cache=...)`), warm from the rows
+  before, as in a process that has answered queries before. "again" times the same queries once more, as the agent
   loop re-retrieves before every model call.
 - Stage columns time `LoomMemory.search` and `KnowledgeBase.search_sync` alone at the limit
   the source asks for; `--profile N` runs cProfile over N more new collects at the largest
