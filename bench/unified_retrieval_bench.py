@@ -20,8 +20,8 @@ Run: .venv/bin/python bench/unified_retrieval_bench.py [--sizes 10000 100000] [-
   the query embedding, reported on its own for the default embedder (multilingual-e5-small,
   uncached) and the hashing one. The records they find are not new: the store keeps the
   last 16,384 search hits decoded (`SQLiteStore(record_cache=...)`), warm from the rows
-  before, as in a process that has answered queries before. "again" times the same queries once more, as the agent
-  loop re-retrieves before every model call.
+  before, as in a process that has answered queries before. "again" times the same
+  queries once more, as the agent loop re-retrieves before every model call.
 - Stage columns time `LoomMemory.search` and `KnowledgeBase.search_sync` alone at the limit
   the source asks for; `--profile N` runs cProfile over N more new collects at the largest
   size, 2,000-token ceiling (worker threads run inline, so their time is seen), top items.
