@@ -53,6 +53,11 @@ ENGLISH = [
     ("over the past 3 days", NOW - timedelta(days=3), NOW + timedelta(days=1)),
     ("the past month", NOW - timedelta(days=30), NOW + timedelta(days=1)),
     ("in the last two weeks", NOW - timedelta(days=14), NOW + timedelta(days=1)),
+    # a month by name: the latest one up to now, unless a year is given
+    ("the first BBQ in June", day(2022, 6, 1), day(2022, 7, 1)),
+    ("early May", day(2023, 5, 1), day(2023, 6, 1)),
+    ("during March 2023", day(2023, 3, 1), day(2023, 4, 1)),
+    ("since December, 2021", day(2021, 12, 1), day(2022, 1, 1)),
 ]
 CHINESE = [
     ("昨天说的", day(2023, 5, 30), day(2023, 5, 31)),
@@ -74,6 +79,10 @@ CHINESE = [
     ("今年", day(2023, 1, 1), NOW + timedelta(days=1)),
     ("最近三天", NOW - timedelta(days=3), NOW + timedelta(days=1)),
     ("过去两周", NOW - timedelta(days=14), NOW + timedelta(days=1)),
+    ("六月的烧烤", day(2022, 6, 1), day(2022, 7, 1)),
+    ("十二月", day(2022, 12, 1), day(2023, 1, 1)),
+    ("2022年3月的会议", day(2022, 3, 1), day(2022, 4, 1)),
+    ("5月", day(2023, 5, 1), day(2023, 6, 1)),
 ]
 
 
@@ -91,6 +100,9 @@ def test_references(query: str, start: datetime, end: datetime) -> None:
         "recently I started running",
         "how many days are in a week",
         "下周的安排",
+        "you may leave now",  # "may" alone is a verb
+        "每月的报告",
+        "两个月的计划",
         "",
     ],
 )
@@ -187,9 +199,9 @@ def test_chinese_time_reference_in_search(store: SQLiteStore) -> None:
     )
     assert [h.task.task_id for h in memory.search("数据库迁移", limit=2)] == ["april", "february"]
     assert [h.task.task_id for h in memory.search("二月的数据库迁移", limit=2)] == [
-        "april",
         "february",
-    ]  # month names are not resolved: unchanged
+        "april",
+    ]
     hits = memory.search("上个月的数据库迁移", limit=2)
     assert [(h.task.task_id, h.time_match) for h in hits] == [("april", 1.0), ("february", 0.0)]
     assert hits[1].score == pytest.approx(hits[0].score / 2)

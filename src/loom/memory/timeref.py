@@ -14,7 +14,10 @@ against a reference time (`now`):
 - a calendar period: ``last week / weekend / month / year``, ``this week / month / year``;
   上周, 上周末, 上个月, 去年, 本周, 这个月, 今年;
 - a stretch up to now: ``the past / last N days / weeks / months``, ``the past month``;
-  最近三天, 过去两周.
+  最近三天, 过去两周;
+- a month by name: ``in June``, ``during March 2023``, ``early May`` (a preposition or a
+  qualifier first, as "may" is also a verb); 六月, 2023年3月. Without a year, the latest such
+  month up to now.
 
 Future references (``this weekend``, ``next week``) and vague ones (``recently``) resolve to
 nothing: they do not say when something was recorded. Proximity (`TimeSpan.proximity`) is 1
@@ -63,6 +66,16 @@ _EN_WORDS: Final = re.compile(
 )
 _ZH_AGO: Final = re.compile(rf"({_ZH_NUMBER})\s*({_ZH_UNIT})(?:以前|之前|前)")
 _ZH_PAST: Final = re.compile(rf"(?:最近|过去|近)\s*的?\s*({_ZH_NUMBER})\s*({_ZH_UNIT})")
+_MONTHS: Final = ("january", "february", "march", "april", "may", "june", "july", "august",
+                  "september", "october", "november", "december")  # fmt: skip
+# "in May", "during March 2023", "early June": a preposition or qualifier first, as "may" is
+# also a verb.
+_EN_MONTH: Final = re.compile(
+    rf"\b(?:in|during|since|of|early|mid|late|last)\s+({'|'.join(_MONTHS)})\b(?:,?\s+(\d{{4}}))?"
+)
+_ZH_MONTH: Final = re.compile(
+    r"(?:(\d{4})\s*年\s*)?(?<![个上下这本每])(1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])月(?!前|以前|之前)"
+)
 _ZH_WORDS: Final = re.compile(
     r"大前天|前天|昨天|昨日|昨晚|今天|今日|今晚|上周末|上个?星期|上个?礼拜|上周|上个月|上月"
     r"|去年|本周|这周|这个?星期|本月|这个月|今年"
@@ -109,6 +122,10 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
         found.append((m.start(), _ago(today, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
     for m in _ZH_PAST.finditer(query):
         found.append((m.start(), _stretch(now, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
+    for m in _EN_MONTH.finditer(text):
+        found.append((m.start(), _month(today, _MONTHS.index(m[1]) + 1, m[2], m[0])))
+    for m in _ZH_MONTH.finditer(query):
+        found.append((m.start(), _month(today, _zh_number(m[2]), m[1], m[0])))
     for m in _ZH_WORDS.finditer(query):
         found.append((m.start(), _named(now, today, m[0])))
     spans: list[TimeSpan] = []
@@ -136,6 +153,15 @@ def _ago(today: datetime, count: int, unit: str, phrase: str) -> TimeSpan:
     days, loose = _UNITS[unit]
     day = today - timedelta(days=count * days)
     return TimeSpan(day - timedelta(days=loose), day + timedelta(days=loose + 1), phrase)
+
+
+def _month(today: datetime, month: int, year: str | None, phrase: str) -> TimeSpan:
+    """A named month: of `year`, else the latest one not after today ("in June" asked in
+    March means last year's June)."""
+    number = int(year) if year else today.year - (month > today.month)
+    start = today.replace(year=number, month=month, day=1)
+    end = start.replace(year=number + month // 12, month=month % 12 + 1)
+    return TimeSpan(start, end, phrase)
 
 
 def _stretch(now: datetime, count: int, unit: str, phrase: str) -> TimeSpan:
