@@ -47,6 +47,14 @@ class ConfigError(LoomError, ValueError):
     """A setting or an argument is invalid: the message names it and the accepted values."""
 
 
+def check_unit(value: object, what: str) -> float:
+    """`value` as a float if it is a number in 0..1 (not a bool, not NaN); else a
+    `ConfigError` saying "<what> must be in 0..1"."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(f"{what} must be in 0..1, got {value!r}")
+    return float(value)
+
+
 class MessageFormatError(ConfigError):
     """A message, a history or a provider wire-format payload is malformed."""
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
-from loom.errors import ConfigError
+from loom.errors import ConfigError, check_unit
 from loom.memory.enrichment import BackgroundEmbedder
 from loom.memory.summarizers import ExtractiveSummarizer
 from loom.memory.task import (
@@ -152,18 +152,8 @@ class LoomMemory:
                 f"`fusion_weights` must be (lexical, dense) weights >= 0, not both 0; "
                 f"got {fusion_weights!r}"
             )
-        if (
-            isinstance(neighbour_weight, bool)
-            or not isinstance(neighbour_weight, int | float)
-            or not 0 <= neighbour_weight <= 1
-        ):
-            raise ConfigError(f"`neighbour_weight` must be in 0..1, got {neighbour_weight!r}")
-        if (
-            isinstance(time_decay, bool)
-            or not isinstance(time_decay, int | float)
-            or not 0 <= time_decay <= 1
-        ):
-            raise ConfigError(f"`time_decay` must be in 0..1, got {time_decay!r}")
+        check_unit(neighbour_weight, "`neighbour_weight`")
+        check_unit(time_decay, "`time_decay`")
         if clock is not None and not callable(clock):
             raise ConfigError(
                 f"`clock` must be a function returning the current datetime, got {clock!r}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from loom.errors import ConfigError
+from loom.errors import ConfigError, check_unit
 from loom.retrieval.candidates import Candidate
 from loom.retrieval.signals import Signal, default_signals, is_weight
 
@@ -61,12 +61,7 @@ class Reranker:
         self.weights = {s.name: float((weights or {}).get(s.name, s.weight)) for s in self.signals}
         if not self.signals or sum(self.weights.values()) <= 0:
             raise ConfigError("Reranker: needs at least one signal with a weight above 0")
-        if (
-            isinstance(min_score, bool)
-            or not isinstance(min_score, int | float)
-            or not (0 <= min_score <= 1)
-        ):
-            raise ConfigError(f"Reranker: `min_score` must be in 0..1, got {min_score!r}")
+        check_unit(min_score, "Reranker: `min_score`")
         self.min_score = min_score
 
     def rerank(self, query: str, candidates: Sequence[Candidate]) -> list[Candidate]:

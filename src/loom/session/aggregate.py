@@ -27,7 +27,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Final, Literal, get_args
 
@@ -210,16 +210,10 @@ async def aggregate(
             if b.section in _PREFIX and _key(b) not in seen:
                 seen.add(_key(b))
                 shared.append(
-                    ContextBlock(
+                    replace(
+                        b,
                         source=SHARED_SOURCE,
-                        section=b.section,
                         id=f"{SHARED_SOURCE}:{len(shared)}",
-                        content=b.content,
-                        token_count=b.token_count,
-                        priority=b.priority,
-                        pinned=b.pinned,
-                        truncatable=b.truncatable,
-                        tool=b.tool,
                         metadata={**b.metadata, "session_id": view.session_id},
                     )
                 )

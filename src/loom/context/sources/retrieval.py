@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from loom.context.block import BuildContext, ContextBlock, TokenBudget
 from loom.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
-from loom.errors import ConfigError
+from loom.errors import ConfigError, check_unit
 from loom.memory.core import LoomMemory
 from loom.memory.task import task_text
 from loom.retrieval.candidates import MEMORY_ORIGIN, Candidate
@@ -170,12 +170,7 @@ class UnifiedRetrievalSource:
             raise ConfigError(
                 f"source `{name}`: `recall_limit` must be an int >= 1, got {recall_limit!r}"
             )
-        if (
-            isinstance(min_score, bool)
-            or not isinstance(min_score, int | float)
-            or not (0 <= min_score <= 1)
-        ):
-            raise ConfigError(f"source `{name}`: `min_score` must be in 0..1, got {min_score!r}")
+        check_unit(min_score, f"source `{name}`: `min_score`")
         self.memory = memory
         self.knowledge_bases = list(knowledge_bases)
         self.recall_limit = recall_limit
