@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/loom demo
+	$(BIN)/loomctx demo
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

@@ -26,7 +26,7 @@ from typing import Any
 
 from _common import locomo_turns
 
-from loom import (
+from loomctx import (
     Agent,
     BaseContextRetriever,
     Document,
@@ -41,10 +41,10 @@ from loom import (
     ToolCall,
     tool,
 )
-from loom.agent.events import ContextAssembled, RunStarted, TurnCompleted
-from loom.memory.task import USER_MESSAGE
-from loom.testing import ScriptedLLM
-from loom.text import coverage, terms
+from loomctx.agent.events import ContextAssembled, RunStarted, TurnCompleted
+from loomctx.memory.task import USER_MESSAGE
+from loomctx.testing import ScriptedLLM
+from loomctx.text import coverage, terms
 
 COUNTER = TiktokenCounter()
 TURNS = locomo_turns()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from _common import locomo_turns, median_ms, p95_ms, timed
 
-from loom import ContextAssembler, TiktokenCounter
+from loomctx import ContextAssembler, TiktokenCounter
 
 COUNTER = TiktokenCounter()
 

@@ -14,7 +14,7 @@ import asyncio
 import statistics
 import time
 
-from loom.session.bus import Event, InProcessEventBus
+from loomctx.session.bus import Event, InProcessEventBus
 
 
 async def throughput(n: int, subscribers: int) -> float:

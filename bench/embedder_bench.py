@@ -151,7 +151,7 @@ def load_st_minilm() -> EmbedFn:
 
 
 def load_loom_default() -> EmbedFn:
-    from loom.embeddings import default_embedder
+    from loomctx.embeddings import default_embedder
 
     emb = default_embedder()
 
@@ -164,7 +164,7 @@ def load_loom_default() -> EmbedFn:
 
 
 def load_loom_hashing() -> EmbedFn:
-    from loom.testing.embedders import HashingEmbedder
+    from loomctx.testing.embedders import HashingEmbedder
 
     emb = HashingEmbedder(dim=256)
 
@@ -217,8 +217,8 @@ CANDIDATES = [
     ),
     Candidate(
         name="loom-default",
-        model="loom.embeddings.default_embedder()",
-        modules=("loom.embeddings",),
+        model="loomctx.embeddings.default_embedder()",
+        modules=("loomctx.embeddings",),
         own=(),
         runtime=(),
         load=load_loom_default,
@@ -226,7 +226,7 @@ CANDIDATES = [
     Candidate(
         name="loom-hashing",
         model="HashingEmbedder(256): lexical stand-in",
-        modules=("loom.testing.embedders",),
+        modules=("loomctx.testing.embedders",),
         own=(),
         runtime=(),
         load=load_loom_hashing,

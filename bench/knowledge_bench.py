@@ -27,11 +27,11 @@ from pathlib import Path
 
 from _common import LOCOMO, locomo_turns, median_ms, p95_ms
 
-from loom.embeddings import default_embedder
-from loom.knowledge import KnowledgeBase, chunk_text
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
-from loom.tokens import TiktokenCounter
+from loomctx.embeddings import default_embedder
+from loomctx.knowledge import KnowledgeBase, chunk_text
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
+from loomctx.tokens import TiktokenCounter
 
 DIM = 384
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import locomo_turns
 
-from loom import (
+from loomctx import (
     BuildContext,
     L4SemanticSource,
     LoomMemory,
@@ -29,7 +29,7 @@ from loom import (
     TiktokenCounter,
     TokenBudget,
 )
-from loom.memory.task import USER_MESSAGE
+from loomctx.memory.task import USER_MESSAGE
 
 QUERIES = [
     "When did Caroline go to the LGBTQ support group?",

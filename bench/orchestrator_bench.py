@@ -14,7 +14,7 @@ import time
 
 from _common import locomo_turns
 
-from loom import (
+from loomctx import (
     AgentOutputSource,
     ContextOrchestrator,
     HistorySource,

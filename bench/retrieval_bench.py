@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/retrieval_bench.py [--no-dense] [--limit N] [--lme-dense-limit N]
 
-Runs `loom.evaluation.retrieval` on ``../shared/data`` and prints one table per dataset:
+Runs `loomctx.evaluation.retrieval` on ``../shared/data`` and prints one table per dataset:
 
 - ``engine, no embedder``: `UnifiedRetrievalSource` over a lexical-only memory, and the
   windows the engine builds with it; ``+date in text``: the same with the session date in the
@@ -29,8 +29,8 @@ from typing import Any
 
 from _common import DATA
 
-from loom.evaluation._vector_cache import DEFAULT_CACHE_DIR
-from loom.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
+from loomctx.evaluation._vector_cache import DEFAULT_CACHE_DIR
+from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
 
 LOCOMO = DATA / "locomo" / "locomo10_dev.json"
 LME = DATA / "longmemeval" / "longmemeval_s_dev.json.gz"

@@ -23,8 +23,8 @@ from pathlib import Path
 from _common import locomo_turns
 from bus_bench import latency, throughput
 
-from loom import SQLiteStore, Task, TaskStatus
-from loom.session.controller import ContextController
+from loomctx import SQLiteStore, Task, TaskStatus
+from loomctx.session.controller import ContextController
 
 SESSIONS = 10
 TURNS = 100

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 from _common import locomo_turns, median_ms, p95_ms, timed
 
-from loom.stores.base import PutVectors, Record, Scan, Search, VectorSearch
-from loom.stores.sqlite import SQLiteStore
-from loom.text import terms
+from loomctx.stores.base import PutVectors, Record, Scan, Search, VectorSearch
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.text import terms
 
 NS = ("bench", "agent", "archive")
 DIM = 384

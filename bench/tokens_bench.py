@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from _common import locomo_turns, timed
 
-from loom import HeuristicCounter, TiktokenCounter
+from loomctx import HeuristicCounter, TiktokenCounter
 
 
 def main() -> None:

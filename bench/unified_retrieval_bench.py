@@ -47,16 +47,16 @@ from typing import Any
 
 from _common import LOCOMO, locomo_turns, median_ms
 
-from loom.context.block import BuildContext, TokenBudget
-from loom.context.sources.retrieval import TOKENS_PER_CANDIDATE, UnifiedRetrievalSource
-from loom.embeddings import default_embedder
-from loom.knowledge import KnowledgeBase
-from loom.memory.core import LoomMemory
-from loom.memory.enrichment import BackgroundEmbedder
-from loom.memory.task import USER_MESSAGE, Task, TaskStatus, task_text
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
-from loom.tokens import TiktokenCounter
+from loomctx.context.block import BuildContext, TokenBudget
+from loomctx.context.sources.retrieval import TOKENS_PER_CANDIDATE, UnifiedRetrievalSource
+from loomctx.embeddings import default_embedder
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.enrichment import BackgroundEmbedder
+from loomctx.memory.task import USER_MESSAGE, Task, TaskStatus, task_text
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
+from loomctx.tokens import TiktokenCounter
 
 DIM = 384
 DOCS = 1_000

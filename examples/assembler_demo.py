@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from loom import ComponentPriority, ContextAssembler, Message, TiktokenCounter, ToolCall
+from loomctx import ComponentPriority, ContextAssembler, Message, TiktokenCounter, ToolCall
 
 INSTRUCTIONS = (
     "You are a data analyst for an online shop. Answer with SQL that runs on SQLite. "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 
-from loom import (
+from loomctx import (
     AgentOutputSource,
     ContextOrchestrator,
     ContextWindow,

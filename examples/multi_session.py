@@ -18,7 +18,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from loom import (
+from loomctx import (
     BuildContext,
     ContextBlock,
     ContextWindow,
@@ -27,9 +27,9 @@ from loom import (
     TaskStatus,
     TokenBudget,
 )
-from loom.session.controller import ContextController
-from loom.session.session import Session
-from loom.text import terms
+from loomctx.session.controller import ContextController
+from loomctx.session.session import Session
+from loomctx.text import terms
 
 BUDGET = 420
 SUPERVISOR = "Which refunds are still open?"

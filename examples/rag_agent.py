@@ -4,7 +4,7 @@ Run: .venv/bin/python examples/rag_agent.py ["question"]
 
 Before every model call the agent asks `HelpCenter` (a `BaseContextRetriever`) for the pages
 that match the question and what the tools said so far; the pages go into the window as
-reference context. With `LOOM_MODEL` set (see `loom.agent.providers.llm_from_env`) that model
+reference context. With `LOOM_MODEL` set (see `loomctx.agent.providers.llm_from_env`) that model
 answers. Without it, an OFFLINE responder stands in: a `FunctionLLM` that calls the order tool
 when the question names an order, then answers with the retrieved sentence that best matches
 the question. It shows the events; it does not understand anything.
@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loom import (
+from loomctx import (
     LLM,
     Agent,
     AgentEvent,
@@ -31,7 +31,7 @@ from loom import (
     ToolError,
     tool,
 )
-from loom.agent.events import (
+from loomctx.agent.events import (
     ContextAssembled,
     LLMCompleted,
     LLMTextDelta,
@@ -42,9 +42,9 @@ from loom.agent.events import (
     ToolResultEvent,
     TurnCompleted,
 )
-from loom.agent.providers import llm_from_env
-from loom.testing import FunctionLLM
-from loom.text import coverage, terms
+from loomctx.agent.providers import llm_from_env
+from loomctx.testing import FunctionLLM
+from loomctx.text import coverage, terms
 
 PAGES = {
     "returns": (

@@ -11,11 +11,11 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-import loom.agent.llm
+import loomctx.agent.llm
 
 # Tests never call a real model: providers raise unless a test allows requests explicitly
 # (the provider tests do, against a local server speaking the wire protocol).
-loom.agent.llm.ALLOW_MODEL_REQUESTS = False
+loomctx.agent.llm.ALLOW_MODEL_REQUESTS = False
 
 settings.register_profile(
     "ci",

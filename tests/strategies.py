@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from loom.messages import Message, ToolCall
+from loomctx.messages import Message, ToolCall
 
 # ASCII, CJK, emoji (one with a zero-width joiner, one with a variation selector) and
 # whitespace: the text that breaks naive tokenizing, escaping and joining.

@@ -4,37 +4,37 @@ from __future__ import annotations
 
 import pytest
 
-import loom
-from loom.errors import Oversize
+import loomctx
+from loomctx.errors import Oversize
 
 
 @pytest.mark.parametrize(
     "cls",
     [
-        loom.ConfigError,
-        loom.MessageFormatError,
-        loom.TokenizerError,
-        loom.BudgetExceededError,
-        loom.StoreError,
-        loom.ProviderError,
-        loom.ToolError,
-        loom.MissingExtraError,
-        loom.BusClosedError,
+        loomctx.ConfigError,
+        loomctx.MessageFormatError,
+        loomctx.TokenizerError,
+        loomctx.BudgetExceededError,
+        loomctx.StoreError,
+        loomctx.ProviderError,
+        loomctx.ToolError,
+        loomctx.MissingExtraError,
+        loomctx.BusClosedError,
     ],
 )
 def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:
-    assert issubclass(cls, loom.LoomError)
-    assert cls.__name__ in (loom.errors.__doc__ or "")
+    assert issubclass(cls, loomctx.LoomError)
+    assert cls.__name__ in (loomctx.errors.__doc__ or "")
 
 
 def test_config_errors_are_value_errors_and_missing_extras_import_errors() -> None:
-    assert issubclass(loom.ConfigError, ValueError)
-    assert issubclass(loom.MessageFormatError, loom.ConfigError)
-    assert issubclass(loom.MissingExtraError, ImportError)
+    assert issubclass(loomctx.ConfigError, ValueError)
+    assert issubclass(loomctx.MessageFormatError, loomctx.ConfigError)
+    assert issubclass(loomctx.MissingExtraError, ImportError)
 
 
 def test_budget_exceeded_names_every_offender_and_the_budget() -> None:
-    err = loom.BudgetExceededError(
+    err = loomctx.BudgetExceededError(
         offenders=[Oversize(name="system", tokens=900), Oversize(name="user_input", tokens=300)],
         budget=1000,
     )
@@ -48,6 +48,6 @@ def test_budget_exceeded_names_every_offender_and_the_budget() -> None:
 
 
 def test_missing_extra_names_the_extra_to_install() -> None:
-    err = loom.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
-    assert "pip install 'loom-context[hf]'" in str(err)
+    err = loomctx.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
+    assert "pip install 'loomctx[hf]'" in str(err)
     assert err.extra == "hf"

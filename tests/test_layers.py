@@ -1,6 +1,6 @@
 """Imports point downward only (DESIGN.md section 3).
 
-Each module of `loom` belongs to a layer; a module may import from its own layer or from a
+Each module of `loomctx` belongs to a layer; a module may import from its own layer or from a
 lower one. A new top-level module or package must be given a layer here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import loom
+import loomctx
 
 LAYERS = [  # bottom first
     "errors",
@@ -29,7 +29,7 @@ LAYERS = [  # bottom first
     "cli",
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}
-ROOT = Path(loom.__file__).parent
+ROOT = Path(loomctx.__file__).parent
 
 
 def _layer_of(module: str) -> str:
@@ -42,7 +42,7 @@ def _imports(path: Path, module: str) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.startswith("loom.")]
+            found += [alias.name for alias in node.names if alias.name.startswith("loomctx.")]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -50,10 +50,10 @@ def _imports(path: Path, module: str) -> list[str]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            if target.startswith("loom."):
+            if target.startswith("loomctx."):
                 found.append(target)
-            elif target == "loom":
-                found += [f"loom.{alias.name}" for alias in node.names]
+            elif target == "loomctx":
+                found += [f"loomctx.{alias.name}" for alias in node.names]
     return found
 
 
@@ -70,7 +70,7 @@ def _modules() -> list[tuple[Path, str]]:
 
 def test_every_module_has_a_layer() -> None:
     for _, module in _modules():
-        if module != "loom":
+        if module != "loomctx":
             assert _layer_of(module).removeprefix("_") in RANK or _layer_of(module) == "_data", (
                 f"`{module}` belongs to no layer; add it to LAYERS in {__file__}"
             )
@@ -79,7 +79,7 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_point_downward() -> None:
     violations = []
     for path, module in _modules():
-        if module == "loom":
+        if module == "loomctx":
             continue  # the package root re-exports the public API from every layer
         mine = RANK[_layer_of(module)]
         for target in _imports(path, module):
@@ -91,8 +91,11 @@ def test_imports_point_downward() -> None:
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from loom.context.assembler import ContextAssembler\nimport loom.cli\n")
-    assert _imports(bad, "loom.tokens") == ["loom.context.assembler", "loom.cli"]
+    bad.write_text("from loomctx.context.assembler import ContextAssembler\nimport loomctx.cli\n")
+    assert _imports(bad, "loomctx.tokens") == ["loomctx.context.assembler", "loomctx.cli"]
     rel = tmp_path / "__init__.py"
     rel.write_text("from ..memory import x\nfrom . import y\n")
-    assert _imports(rel, "loom.context.sources") == ["loom.context.memory", "loom.context.sources"]
+    assert _imports(rel, "loomctx.context.sources") == [
+        "loomctx.context.memory",
+        "loomctx.context.sources",
+    ]

@@ -1,4 +1,4 @@
-"""Tests for `loom.messages`: the model, both wire formats, and tool units."""
+"""Tests for `loomctx.messages`: the model, both wire formats, and tool units."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError, MessageFormatError
-from loom.messages import (
+from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.messages import (
     Message,
     MessageUnit,
     ToolCall,

@@ -1,11 +1,11 @@
-"""The public API: the names `loom` exports are pinned, documented and importable (ruff's
+"""The public API: the names `loomctx` exports are pinned, documented and importable (ruff's
 RUF022 keeps `__all__` sorted)."""
 
 from __future__ import annotations
 
 import inspect
 
-import loom
+import loomctx
 
 EXPECTED = [
     "LLM",
@@ -139,15 +139,15 @@ EXPECTED = [
 
 
 def test_all_is_pinned() -> None:
-    assert loom.__all__ == EXPECTED
+    assert loomctx.__all__ == EXPECTED
 
 
 def test_every_public_name_exists_and_is_documented() -> None:
-    for name in loom.__all__:
-        obj = getattr(loom, name)
-        assert inspect.getdoc(obj), f"`loom.{name}` has no docstring"
+    for name in loomctx.__all__:
+        obj = getattr(loomctx, name)
+        assert inspect.getdoc(obj), f"`loomctx.{name}` has no docstring"
 
 
 def test_nothing_public_is_left_unexported() -> None:
-    public = {n for n in vars(loom) if not n.startswith("_") and n[0].isupper()}
-    assert public <= set(loom.__all__)
+    public = {n for n in vars(loomctx) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(loomctx.__all__)

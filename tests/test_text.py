@@ -1,11 +1,11 @@
-"""`loom.text`: terms of English and Chinese text, and query overlap."""
+"""`loomctx.text`: terms of English and Chinese text, and query overlap."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.text import (
+from loomctx.text import (
     CHINESE_STOP_WORDS,
     ENGLISH_STOP_WORDS,
     STOP_WORDS,
@@ -103,7 +103,7 @@ def _reference_terms(text: str) -> list[str]:
 
     import Stemmer
 
-    from loom.text import _CJK, ENGLISH_STOP_WORDS, _add_cjk
+    from loomctx.text import _CJK, ENGLISH_STOP_WORDS, _add_cjk
 
     stem = Stemmer.Stemmer("english").stemWord
     out: list[str] = []

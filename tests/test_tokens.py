@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom import (
+from loomctx import (
     CallableCounter,
     ConfigError,
     HeuristicCounter,
@@ -28,7 +28,7 @@ from loom import (
     counter_for_model,
     encoding_for_model,
 )
-from loom.tokens import render_tool_definitions
+from loomctx.tokens import render_tool_definitions
 
 O200K = TiktokenCounter()
 CL100K = TiktokenCounter("cl100k_base")
@@ -54,7 +54,7 @@ def reference_encodings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, o
 
     cache = tmp_path_factory.mktemp("tiktoken-cache")
     for name, url in _URLS.items():
-        src = resources.files("loom").joinpath("_data", "tiktoken", f"{name}.tiktoken")
+        src = resources.files("loomctx").joinpath("_data", "tiktoken", f"{name}.tiktoken")
         (cache / hashlib.sha1(url.encode()).hexdigest()).write_bytes(src.read_bytes())
     mp = pytest.MonkeyPatch()
     mp.setenv("TIKTOKEN_CACHE_DIR", str(cache))
@@ -106,15 +106,15 @@ def test_works_offline_with_an_empty_tiktoken_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     code = (
-        "import socket, loom\n"
+        "import socket, loomctx\n"
         "try:\n"
         "    socket.create_connection(('1.1.1.1', 443))\n"
         "except OSError as e:\n"
         "    assert 'network disabled' in str(e)\n"
         "else:\n"
         "    raise SystemExit('network was reachable')\n"
-        "print(loom.TiktokenCounter().count('hello world'),"
-        " loom.TiktokenCounter('cl100k_base').count('hello world'))\n"
+        "print(loomctx.TiktokenCounter().count('hello world'),"
+        " loomctx.TiktokenCounter('cl100k_base').count('hello world'))\n"
     )
     cmd = [sys.executable, "-c", code]
     if (

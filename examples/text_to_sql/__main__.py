@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as `python examples/text_to_sql`: import it
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
     __package__ = "text_to_sql"
 
-from loom import LLM, Agent, AgentEvent, Message, ToolCall
-from loom.agent.events import (
+from loomctx import LLM, Agent, AgentEvent, Message, ToolCall
+from loomctx.agent.events import (
     ContextAssembled,
     LLMCompleted,
     RetrievalCompleted,
@@ -38,8 +38,8 @@ from loom.agent.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from loom.agent.providers import llm_from_env
-from loom.testing import ScriptedLLM
+from loomctx.agent.providers import llm_from_env
+from loomctx.testing import ScriptedLLM
 
 from .agent import build_agent
 from .database import create_database

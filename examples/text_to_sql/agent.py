@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loom import LLM, Agent
+from loomctx import LLM, Agent
 
 from .schema import SchemaRetriever, table_docs
 from .tools import make_tools

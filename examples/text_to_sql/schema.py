@@ -2,7 +2,7 @@
 
 The whole schema does not fit the schema budget, so before every model call the agent asks
 `SchemaRetriever.retrieve_for_query` for the tables that matter. A table ranks by the share of
-the query's terms its documentation contains (`loom.text`: English words and Chinese bigrams,
+the query's terms its documentation contains (`loomctx.text`: English words and Chinese bigrams,
 so "销售额" finds `orders`), and a table whose name the query mentions ranks first. The agent's
 query is the user's question plus what the last tool results said, so a `list_tables` listing
 or an error such as "no such column: returns.order_id" brings those tables' schemas into the
@@ -16,8 +16,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from loom import BaseContextRetriever, Document, TokenCounter
-from loom.text import coverage, terms
+from loomctx import BaseContextRetriever, Document, TokenCounter
+from loomctx.text import coverage, terms
 
 from .database import TABLES, TODAY, Column, Table
 

@@ -17,7 +17,7 @@ from contextlib import closing
 from difflib import get_close_matches
 from pathlib import Path
 
-from loom import Tool, ToolError, tool
+from loomctx import Tool, ToolError, tool
 
 from .database import TABLES
 from .schema import connect_read_only

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from loom.agent.llm import LLMChunk
+from loomctx.agent.llm import LLMChunk
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

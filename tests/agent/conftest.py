@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from loom.agent import llm as llm_module
-from loom.agent.llm import allow_model_requests
-from loom.agent.providers import _base
+from loomctx.agent import llm as llm_module
+from loomctx.agent.llm import allow_model_requests
+from loomctx.agent.providers import _base
 from tests.agent._servers import WireServer
 
 _ENV = (

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from loom import (
+from loomctx import (
     Agent,
     AgentEvent,
     AgentEventType,
@@ -17,9 +17,9 @@ from loom import (
     ToolCall,
     tool,
 )
-from loom.agent.llm import Completed
-from loom.agent.retriever import BaseContextRetriever, Document, MemoryRetriever
-from loom.testing import ScriptedLLM
+from loomctx.agent.llm import Completed
+from loomctx.agent.retriever import BaseContextRetriever, Document, MemoryRetriever
+from loomctx.testing import ScriptedLLM
 
 
 @tool

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loom.agent.llm import (
+from loomctx.agent.llm import (
     LLM,
     Completed,
     LLMChunk,
@@ -19,9 +19,9 @@ from loom.agent.llm import (
     allow_model_requests,
     complete,
 )
-from loom.agent.providers import AnthropicLLM
-from loom.errors import ConfigError, MissingExtraError, ProviderError
-from loom.messages import Message, ToolCall
+from loomctx.agent.providers import AnthropicLLM
+from loomctx.errors import ConfigError, MissingExtraError, ProviderError
+from loomctx.messages import Message, ToolCall
 from tests.agent._servers import (
     Pause,
     WireServer,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loom import (
+from loomctx import (
     Agent,
     AgentEventType,
     ConfigError,
@@ -20,8 +20,8 @@ from loom import (
     split_units,
     tool,
 )
-from loom.agent.llm import LLMChunk, LLMOptions, TextDelta
-from loom.testing import ScriptedLLM
+from loomctx.agent.llm import LLMChunk, LLMOptions, TextDelta
+from loomctx.testing import ScriptedLLM
 
 
 def leftover_tasks() -> set[asyncio.Task[Any]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loom.agent.events import (
+from loomctx.agent.events import (
     AgentEvent,
     AgentEventType,
     ContextAssembled,
@@ -24,10 +24,10 @@ from loom.agent.events import (
     ToolResultEvent,
     TurnCompleted,
 )
-from loom.agent.llm import Usage
-from loom.agent.tools import ToolResult
-from loom.context.report import BlockReport, ContextReport, SourceReport
-from loom.messages import ToolCall
+from loomctx.agent.llm import Usage
+from loomctx.agent.tools import ToolResult
+from loomctx.context.report import BlockReport, ContextReport, SourceReport
+from loomctx.messages import ToolCall
 
 BASE = {"run_id": "r1", "agent": "helper", "turn": 2}
 USAGE = Usage(input_tokens=10, output_tokens=5, cached_input_tokens=2)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from loom.agent import llm as llm_module
-from loom.agent.llm import (
+from loomctx.agent import llm as llm_module
+from loomctx.agent.llm import (
     LLM,
     Completed,
     LLMChunk,
@@ -21,8 +21,8 @@ from loom.agent.llm import (
     check_model_requests_allowed,
     complete,
 )
-from loom.errors import ConfigError, ProviderError
-from loom.messages import Message, ToolCall
+from loomctx.errors import ConfigError, ProviderError
+from loomctx.messages import Message, ToolCall
 
 
 def test_options_default_to_nothing_set() -> None:

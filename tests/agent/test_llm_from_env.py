@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from loom.agent.llm import complete
-from loom.agent.providers import AnthropicLLM, OpenAIChatLLM, llm_from_env
-from loom.errors import ConfigError, MissingExtraError
-from loom.messages import Message
+from loomctx.agent.llm import complete
+from loomctx.agent.providers import AnthropicLLM, OpenAIChatLLM, llm_from_env
+from loomctx.errors import ConfigError, MissingExtraError
+from loomctx.messages import Message
 from tests.agent._servers import WireServer, anthropic_text, openai_text
 
 FORMS = '"openai/<model>"'

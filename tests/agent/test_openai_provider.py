@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loom.agent.llm import (
+from loomctx.agent.llm import (
     LLM,
     Completed,
     LLMChunk,
@@ -20,9 +20,9 @@ from loom.agent.llm import (
     allow_model_requests,
     complete,
 )
-from loom.agent.providers import OpenAIChatLLM
-from loom.errors import ConfigError, MissingExtraError, ProviderError
-from loom.messages import Message, ToolCall, to_openai
+from loomctx.agent.providers import OpenAIChatLLM
+from loomctx.errors import ConfigError, MissingExtraError, ProviderError
+from loomctx.messages import Message, ToolCall, to_openai
 from tests.agent._servers import (
     JSONReply,
     Pause,
@@ -514,7 +514,7 @@ def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MissingExtraError) as caught:
         OpenAIChatLLM("gpt-test", api_key="k")
     assert caught.value.extra == "openai"
-    assert "pip install 'loom-context[openai]'" in str(caught.value)
+    assert "pip install 'loomctx[openai]'" in str(caught.value)
 
 
 def test_a_client_the_sdk_cannot_build_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from loom.agent.llm import ToolCallDelta
-from loom.agent.providers import _base
-from loom.agent.providers._assembly import ToolCallAssembler, parse_arguments
-from loom.agent.providers._base import _provider_message, backoff
-from loom.errors import ConfigError, ProviderError
-from loom.messages import ToolCall
-from loom.messages import to_anthropic_tools as anthropic_tools
-from loom.messages import to_openai_tools as openai_tools
+from loomctx.agent.llm import ToolCallDelta
+from loomctx.agent.providers import _base
+from loomctx.agent.providers._assembly import ToolCallAssembler, parse_arguments
+from loomctx.agent.providers._base import _provider_message, backoff
+from loomctx.errors import ConfigError, ProviderError
+from loomctx.messages import ToolCall
+from loomctx.messages import to_anthropic_tools as anthropic_tools
+from loomctx.messages import to_openai_tools as openai_tools
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 OPENAI_STYLE = {

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from loom import Agent, KnowledgeBase, LoomMemory, Task, ToolCall, tool
-from loom.agent.retriever import KnowledgeRetriever, UnifiedRetriever
-from loom.context.sources.retrieval import UnifiedRetrievalSource
-from loom.errors import ConfigError
-from loom.memory.task import USER_MESSAGE
-from loom.testing import ScriptedLLM
+from loomctx import Agent, KnowledgeBase, LoomMemory, Task, ToolCall, tool
+from loomctx.agent.retriever import KnowledgeRetriever, UnifiedRetriever
+from loomctx.context.sources.retrieval import UnifiedRetrievalSource
+from loomctx.errors import ConfigError
+from loomctx.memory.task import USER_MESSAGE
+from loomctx.testing import ScriptedLLM
 
 HANDBOOK = {
     "deploy": "# Deploys\n\nProduction deploys run from the `release` branch every Tuesday.",

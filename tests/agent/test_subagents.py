@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loom import (
+from loomctx import (
     Agent,
     AgentEvent,
     AgentEventType,
@@ -27,11 +27,11 @@ from loom import (
     split_units,
     tool,
 )
-from loom.agent.events import ErrorEvent, RunCompleted, RunStarted
-from loom.context.sources.memory import SharedPoolSource
-from loom.memory.context_builder import ExecutionContext
-from loom.stores.sqlite import SQLiteStore
-from loom.testing import FunctionLLM, ScriptedLLM
+from loomctx.agent.events import ErrorEvent, RunCompleted, RunStarted
+from loomctx.context.sources.memory import SharedPoolSource
+from loomctx.memory.context_builder import ExecutionContext
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing import FunctionLLM, ScriptedLLM
 
 MemoryFactory = Callable[[str], LoomMemory]
 

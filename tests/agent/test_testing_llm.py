@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loom.agent.llm import (
+from loomctx.agent.llm import (
     LLM,
     Completed,
     LLMOptions,
@@ -16,10 +16,10 @@ from loom.agent.llm import (
     Usage,
     complete,
 )
-from loom.errors import ConfigError, ProviderError
-from loom.messages import Message, ToolCall
-from loom.testing.llm import FunctionLLM, LLMCall, ScriptedLLM, ScriptExhausted
-from loom.tokens import HeuristicCounter, TiktokenCounter
+from loomctx.errors import ConfigError, ProviderError
+from loomctx.messages import Message, ToolCall
+from loomctx.testing.llm import FunctionLLM, LLMCall, ScriptedLLM, ScriptExhausted
+from loomctx.tokens import HeuristicCounter, TiktokenCounter
 from tests.agent._servers import collect, kinds, texts
 
 HI = [Message.user("hi")]

@@ -21,9 +21,9 @@ from types import ModuleType
 
 import pytest
 
-from loom import AgentEvent, Document, Message, TiktokenCounter, ToolCall, ToolResult
-from loom.agent.events import RunCompleted, ToolResultEvent
-from loom.testing import LLMCall, ScriptedLLM
+from loomctx import AgentEvent, Document, Message, TiktokenCounter, ToolCall, ToolResult
+from loomctx.agent.events import RunCompleted, ToolResultEvent
+from loomctx.testing import LLMCall, ScriptedLLM
 from tests.agent._servers import (
     WireServer,
     openai_chunk,

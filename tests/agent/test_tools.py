@@ -12,9 +12,9 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from loom.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
-from loom.errors import ConfigError, ToolError
-from loom.messages import Message, ToolCall
+from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
+from loomctx.errors import ConfigError, ToolError
+from loomctx.messages import Message, ToolCall
 
 
 class Color(enum.Enum):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loom.agent.llm import allow_model_requests
+from loomctx.agent.llm import allow_model_requests
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 A product lead (Maya) and her assistant run "Lantern", the new online ordering system of
 Tidewater Books, over eight weeks: stand-ups, bug triage, reviews, ticket searches (tool
-calls), and now and then a decision that `loom demo` later asks about. The filler is drawn
+calls), and now and then a decision that `loomctx demo` later asks about. The filler is drawn
 from templates with a fixed seed, so the file is the same on every run and every machine;
 `test_demo_data.py` checks that the bundled file is exactly what this script writes.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).parents[2] / "src" / "loom" / "_data" / "demo" / "conversation.jsonl"
+OUT = Path(__file__).parents[2] / "src" / "loomctx" / "_data" / "demo" / "conversation.jsonl"
 SEED = 20250301
 DAYS = 40
 

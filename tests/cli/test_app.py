@@ -7,7 +7,7 @@ from importlib.metadata import version
 import pytest
 from typer.testing import CliRunner
 
-from loom.cli import app, main
+from loomctx.cli import app, main
 
 COMMANDS = [
     [],
@@ -22,11 +22,11 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "loom")
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "loomctx")
 def test_every_command_has_help(runner: CliRunner, command: list[str]) -> None:
-    result = runner.invoke(app, [*command, "--help"], prog_name="loom")
+    result = runner.invoke(app, [*command, "--help"], prog_name="loomctx")
     assert result.exit_code == 0, result.output
-    assert "Usage: loom" in result.output
+    assert "Usage: loomctx" in result.output
     assert max(len(line) for line in result.output.splitlines()) <= 100
 
 
@@ -40,7 +40,7 @@ def test_no_arguments_shows_the_commands(runner: CliRunner) -> None:
 def test_version(runner: CliRunner) -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-    assert result.output.strip() == f"loom {version('loom-context')}"
+    assert result.output.strip() == f"loomctx {version('loomctx')}"
 
 
 def test_a_usage_error_exits_2(runner: CliRunner) -> None:
@@ -61,8 +61,8 @@ def test_a_loom_error_exits_1_with_its_message_and_no_traceback(runner: CliRunne
 def test_main_is_the_console_script(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("sys.argv", ["loom", "--version"])
+    monkeypatch.setattr("sys.argv", ["loomctx", "--version"])
     with pytest.raises(SystemExit) as exit_:
         main()
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip().startswith("loom ")
+    assert capsys.readouterr().out.strip().startswith("loomctx ")

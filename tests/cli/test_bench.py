@@ -1,4 +1,4 @@
-"""`loom bench locomo|longmemeval PATH` on tiny datasets written by the tests."""
+"""`loomctx bench locomo|longmemeval PATH` on tiny datasets written by the tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from loom.cli import app
+from loomctx.cli import app
 
 LOCOMO_KEYS = {"r@5", "r@10", "r@20", "ndcg@10", "window@2000", "window@4000", "by_category"}
 LME_KEYS = {"recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10", "by_question_type"}

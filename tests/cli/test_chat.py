@@ -1,4 +1,4 @@
-"""`loom chat` through the runner: memory that persists, tools, knowledge, /context, a real
+"""`loomctx chat` through the runner: memory that persists, tools, knowledge, /context, a real
 provider over the wire (a local scripted server), and the offline responder."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from loom.agent.llm import allow_model_requests
-from loom.cli import app
-from loom.cli._chat import _Printer
-from loom.cli._offline import LABEL
-from loom.cli._tools import load_tools
-from loom.context.report import ContextReport
-from loom.errors import ConfigError, ToolError
+from loomctx.agent.llm import allow_model_requests
+from loomctx.cli import app
+from loomctx.cli._chat import _Printer
+from loomctx.cli._offline import LABEL
+from loomctx.cli._tools import load_tools
+from loomctx.context.report import ContextReport
+from loomctx.errors import ConfigError, ToolError
 from tests.agent._servers import (
     WireServer,
     openai_chunk,
@@ -27,7 +27,7 @@ from tests.agent._servers import (
 )
 
 TOOLS = '''
-from loom import tool
+from loomctx import tool
 
 
 @tool

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loom.cli import app
-from loom.cli._config import DEFAULT_INSTRUCTIONS, KEYS, Settings, load_settings
-from loom.errors import ConfigError
+from loomctx.cli import app
+from loomctx.cli._config import DEFAULT_INSTRUCTIONS, KEYS, Settings, load_settings
+from loomctx.errors import ConfigError
 
 
 def test_defaults_without_file_or_environment(tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
-"""`loom demo`: the README's first command, run as a user would, through the runner."""
+"""`loomctx demo`: the README's first command, run as a user would, through the runner."""
 
 from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
 
-from loom.cli import app
-from loom.cli._demo import QUESTIONS
+from loomctx.cli import app
+from loomctx.cli._demo import QUESTIONS
 
 ANSWERS = (
     "PostgreSQL 16",

@@ -9,7 +9,7 @@ from tests.cli import demo_data
 
 
 def _bundled(name: str) -> str:
-    return resources.files("loom").joinpath("_data", "demo", name).read_text(encoding="utf-8")
+    return resources.files("loomctx").joinpath("_data", "demo", name).read_text(encoding="utf-8")
 
 
 def test_the_bundled_conversation_is_what_the_generator_writes() -> None:
@@ -27,7 +27,7 @@ def test_the_conversation_is_long_and_holds_every_fact() -> None:
 
 
 def test_the_knowledge_folder_ships_with_the_package() -> None:
-    folder = resources.files("loom").joinpath("_data", "demo", "knowledge")
+    folder = resources.files("loomctx").joinpath("_data", "demo", "knowledge")
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["architecture.md", "refunds.md", "runbook.md", "team.md"]
     assert "photo of the damage" in folder.joinpath("refunds.md").read_text(encoding="utf-8")

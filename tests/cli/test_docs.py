@@ -8,7 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
-import loom
+import loomctx
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -20,7 +20,7 @@ def _blocks(text: str, lang: str) -> list[str]:
 
 def test_every_public_name_is_in_the_api_reference() -> None:
     documented = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", (ROOT / "docs/api.md").read_text()))
-    assert sorted(set(loom.__all__) - documented) == []
+    assert sorted(set(loomctx.__all__) - documented) == []
 
 
 def test_the_quickstart_is_make_demo_and_make_test() -> None:
@@ -29,7 +29,7 @@ def test_the_quickstart_is_make_demo_and_make_test() -> None:
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands == ["make demo", "make test"]
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^demo: \$\(STAMP\)\n\t\$\(BIN\)/loom demo$", makefile, re.M)
+    assert re.search(r"^demo: \$\(STAMP\)\n\t\$\(BIN\)/loomctx demo$", makefile, re.M)
 
 
 def test_the_readme_code_parses_and_its_imports_exist() -> None:

@@ -1,4 +1,4 @@
-"""`loom ingest`: documents into a knowledge base, conversation exports into a session."""
+"""`loomctx ingest`: documents into a knowledge base, conversation exports into a session."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from loom.cli import app
-from loom.cli._conversations import read_conversation
-from loom.cli._workspace import open_knowledge, open_memory, open_store
-from loom.errors import ConfigError, MessageFormatError
-from loom.messages import Message, ToolCall
+from loomctx.cli import app
+from loomctx.cli._conversations import read_conversation
+from loomctx.cli._workspace import open_knowledge, open_memory, open_store
+from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.messages import Message, ToolCall
 
 OPENAI = [
     {"role": "system", "content": "You are terse."},
@@ -140,8 +140,8 @@ def test_ingest_a_conversation_embeds_it(runner: CliRunner, tmp_path: Path) -> N
     assert "embedding" in result.stderr
     store = open_store(tmp_path / "x.db")
     memory = open_memory(store, "s9", None)
-    from loom.embeddings import default_embedder
-    from loom.stores.base import Unembedded
+    from loomctx.embeddings import default_embedder
+    from loomctx.stores.base import Unembedded
 
     left = store.batch([Unembedded(model=default_embedder().name, prefix=memory.namespace)])[0]
     assert left == []

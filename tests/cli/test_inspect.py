@@ -1,4 +1,4 @@
-"""`loom inspect` and the report drawing: from a report's JSON, an event, a run's log, a session."""
+"""`loomctx inspect` and report drawing: from a report's JSON, an event, a run's log, a session."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from loom.agent.events import ContextAssembled
-from loom.cli import app
-from loom.cli._render import composition_bar, left_out, report_view
-from loom.cli._reports import load_reports, report_from_event, report_from_payload
-from loom.cli._workspace import latest_report, next_report_turn, open_store, save_report
-from loom.context.orchestrator import ContextOrchestrator
-from loom.context.report import ContextReport
-from loom.context.sources import HistorySource, PromptSource, UserInputSource
-from loom.errors import ConfigError
-from loom.messages import Message
-from loom.tokens import TiktokenCounter
+from loomctx.agent.events import ContextAssembled
+from loomctx.cli import app
+from loomctx.cli._render import composition_bar, left_out, report_view
+from loomctx.cli._reports import load_reports, report_from_event, report_from_payload
+from loomctx.cli._workspace import latest_report, next_report_turn, open_store, save_report
+from loomctx.context.orchestrator import ContextOrchestrator
+from loomctx.context.report import ContextReport
+from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
+from loomctx.errors import ConfigError
+from loomctx.messages import Message
+from loomctx.tokens import TiktokenCounter
 
 
 def _history(turns: int) -> list[Message]:

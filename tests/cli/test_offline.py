@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from loom.agent.llm import complete
-from loom.cli._offline import LABEL, OfflineResponder, answer
-from loom.messages import Message
-from loom.tokens import TiktokenCounter
+from loomctx.agent.llm import complete
+from loomctx.cli._offline import LABEL, OfflineResponder, answer
+from loomctx.messages import Message
+from loomctx.tokens import TiktokenCounter
 
 CONTEXT = (
     "Reference context for this turn follows.\n"

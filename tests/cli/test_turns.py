@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import json
 
-from loom.agent.executor import Agent
-from loom.cli._agent import ask, choose_llm
-from loom.cli._offline import OfflineResponder
-from loom.messages import ToolCall
-from loom.testing import ScriptedLLM
+from loomctx.agent.executor import Agent
+from loomctx.cli._agent import ask, choose_llm
+from loomctx.cli._offline import OfflineResponder
+from loomctx.messages import ToolCall
+from loomctx.testing import ScriptedLLM
 
 
 async def test_a_sub_agents_windows_are_not_the_turns_own() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loom import tool
+from loomctx import tool
 
 
 @tool

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from loom import (
+from loomctx import (
     BudgetExceededError,
     ComponentPriority,
     ConfigError,
     ContextAssembler,
     TiktokenCounter,
 )
-from loom.context.packing import TRUNCATION_MARKER
+from loomctx.context.packing import TRUNCATION_MARKER
 
 COUNTER = TiktokenCounter()
 

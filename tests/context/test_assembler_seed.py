@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loom import ComponentPriority, ContextAssembler
+from loomctx import ComponentPriority, ContextAssembler
 
 
 def test_basic_assembly() -> None:

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from loom.context.block import BuildContext, Phase
-from loom.context.budget import (
+from loomctx.context.block import BuildContext, Phase
+from loomctx.context.budget import (
     DEFAULT_OUTPUT_RESERVE_RATIO,
     DEFAULT_PHASE_MULTIPLIERS,
     DEFAULT_RATIOS,
     AdaptiveBudgetManager,
     BudgetManager,
 )
-from loom.errors import ConfigError
-from loom.tokens import HeuristicCounter
+from loomctx.errors import ConfigError
+from loomctx.tokens import HeuristicCounter
 
 # Budgets never count text, so any counter does; this one costs nothing to build.
 CTX = BuildContext(counter=HeuristicCounter())

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loom import (
+from loomctx import (
     AdaptiveBudgetManager,
     BuildContext,
     ConfigError,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from loom.context.orchestrator import ContextOrchestrator, ContextWindow
-from loom.context.sources import L1RecentSource, UnifiedRetrievalSource, UserInputSource
-from loom.memory.core import LoomMemory
-from loom.tokens import TiktokenCounter
+from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
+from loomctx.context.sources import L1RecentSource, UnifiedRetrievalSource, UserInputSource
+from loomctx.memory.core import LoomMemory
+from loomctx.tokens import TiktokenCounter
 from tests.retrieval.fixtures import open_store, remember
 
 COUNTER = TiktokenCounter()

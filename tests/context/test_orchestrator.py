@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from loom import (
+from loomctx import (
     BudgetExceededError,
     BuildContext,
     ConfigError,
@@ -25,7 +25,7 @@ from loom import (
     UserInputSource,
     split_units,
 )
-from loom.context.render import CONTEXT_PREAMBLE
+from loomctx.context.render import CONTEXT_PREAMBLE
 
 COUNTER = TiktokenCounter()
 

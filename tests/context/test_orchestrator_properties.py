@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from loom import (
+from loomctx import (
     BudgetExceededError,
     ContextOrchestrator,
     ContextWindow,
@@ -19,7 +19,7 @@ from loom import (
     UserInputSource,
     split_units,
 )
-from loom.context.render import CONTEXT_PREAMBLE, section_overhead
+from loomctx.context.render import CONTEXT_PREAMBLE, section_overhead
 from tests.context.test_orchestrator import SQL, WEATHER, DocsSource
 from tests.strategies import histories
 

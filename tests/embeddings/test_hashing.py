@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from loom.errors import ConfigError
-from loom.testing.embedders import HashingEmbedder
+from loomctx.errors import ConfigError
+from loomctx.testing.embedders import HashingEmbedder
 
 
 def cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -37,7 +37,7 @@ def test_the_same_text_gives_the_same_vector_in_another_process() -> None:
     text = "Deterministic vectors 确定性向量"
     here = HashingEmbedder(dim=32).embed([text])[0]
     code = (
-        "from loom.testing.embedders import HashingEmbedder\n"
+        "from loomctx.testing.embedders import HashingEmbedder\n"
         f"print(HashingEmbedder(dim=32).embed([{text!r}])[0].tolist())"
     )
     out = subprocess.run(
@@ -77,7 +77,7 @@ def test_bad_dim_is_refused(dim: object) -> None:
 
 
 def test_terms_that_cancel_out_fall_back_to_the_fixed_vector() -> None:
-    from loom.testing.embedders import _feature
+    from loomctx.testing.embedders import _feature
 
     words = [f"word{i}" for i in range(200)]
     a, b = next(

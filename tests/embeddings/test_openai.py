@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loom.embeddings import Embedder, OpenAIEmbedder
-from loom.errors import ConfigError, MissingExtraError, ProviderError
-from loom.testing.embedders import HashingEmbedder, check_embedder
+from loomctx.embeddings import Embedder, OpenAIEmbedder
+from loomctx.errors import ConfigError, MissingExtraError, ProviderError
+from loomctx.testing.embedders import HashingEmbedder, check_embedder
 
 openai = pytest.importorskip("openai", reason="the `openai` extra is not installed")
 
@@ -214,7 +214,7 @@ def test_a_configured_client_is_used_and_left_open(server: Any) -> None:
 
 
 def test_base64_vectors_are_decoded() -> None:
-    from loom.embeddings._openai import _vector
+    from loomctx.embeddings._openai import _vector
 
     v = np.arange(4, dtype="<f4")
     np.testing.assert_array_equal(_vector(base64.b64encode(v.tobytes()).decode()), v)
@@ -234,5 +234,5 @@ def test_configuration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(MissingExtraError, match=r"loom-context\[openai\]"):
+    with pytest.raises(MissingExtraError, match=r"loomctx\[openai\]"):
         OpenAIEmbedder(api_key="k")

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from loom.embeddings import Embedder, EmbeddingError, SentenceTransformerEmbedder
-from loom.errors import MissingExtraError
-from loom.testing.embedders import check_embedder
+from loomctx.embeddings import Embedder, EmbeddingError, SentenceTransformerEmbedder
+from loomctx.errors import MissingExtraError
+from loomctx.testing.embedders import check_embedder
 
 HAVE_ST = (
     importlib.util.find_spec("sentence_transformers") is not None
@@ -94,7 +94,7 @@ def test_a_missing_model_says_how_to_fix_it(tmp_path: Path) -> None:
 
 def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    with pytest.raises(MissingExtraError, match=r"loom-context\[st\]") as info:
+    with pytest.raises(MissingExtraError, match=r"loomctx\[st\]") as info:
         SentenceTransformerEmbedder("all-MiniLM-L6-v2")
     assert info.value.module == "sentence-transformers"
 

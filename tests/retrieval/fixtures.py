@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from loom.embeddings import Embedder
-from loom.knowledge import KnowledgeBase
-from loom.memory.core import LoomMemory
-from loom.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
-from loom.stores.sqlite import SQLiteStore
+from loomctx.embeddings import Embedder
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
+from loomctx.stores.sqlite import SQLiteStore
 
 
 def turn(task_id: str, role: str, text: str) -> Task:

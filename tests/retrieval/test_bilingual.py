@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from loom.context.sources import UnifiedRetrievalSource
-from loom.embeddings import Embedder, default_embedder
-from loom.knowledge import KnowledgeBase
-from loom.memory.core import LoomMemory
-from loom.memory.task import USER_MESSAGE, Task, TaskStatus
+from loomctx.context.sources import UnifiedRetrievalSource
+from loomctx.embeddings import Embedder, default_embedder
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import USER_MESSAGE, Task, TaskStatus
 
 from .fixtures import knowledge, open_store
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from loom.knowledge import KnowledgeBaseProvider, KnowledgeHit
-from loom.memory.core import LoomMemory
-from loom.memory.task import Task
-from loom.retrieval import MEMORY_ORIGIN, recall, recall_knowledge, recall_memory
+from loomctx.knowledge import KnowledgeBaseProvider, KnowledgeHit
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import Task
+from loomctx.retrieval import MEMORY_ORIGIN, recall, recall_knowledge, recall_memory
 
 from .fixtures import CHAT, HANDBOOK, RUNBOOK, knowledge, open_store, remember
 

@@ -8,11 +8,11 @@ import asyncio
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from loom.context.block import BuildContext, ContextBlock, TokenBudget
-from loom.context.orchestrator import ContextOrchestrator
-from loom.context.render import CONTEXT_PREAMBLE, item
-from loom.context.sources import UserInputSource
-from loom.tokens import TiktokenCounter
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.orchestrator import ContextOrchestrator
+from loomctx.context.render import CONTEXT_PREAMBLE, item
+from loomctx.context.sources import UserInputSource
+from loomctx.tokens import TiktokenCounter
 
 COUNTER = TiktokenCounter()
 

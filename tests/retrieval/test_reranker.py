@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from loom.errors import ConfigError
-from loom.retrieval import (
+from loomctx.errors import ConfigError
+from loomctx.retrieval import (
     Candidate,
     QueryOverlapSignal,
     Reranker,

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError
-from loom.retrieval import QueryRewriter
-from loom.text import terms
+from loomctx.errors import ConfigError
+from loomctx.retrieval import QueryRewriter
+from loomctx.text import terms
 
 OAUTH_CHAT = [
     "我们的 API 都用 OAuth2 认证。",

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from loom.errors import ConfigError
-from loom.retrieval import (
+from loomctx.errors import ConfigError
+from loomctx.retrieval import (
     Candidate,
     ContentLengthSignal,
     OriginDiversitySignal,

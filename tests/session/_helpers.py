@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from loom.context.block import BuildContext, ContextBlock, TokenBudget
-from loom.context.orchestrator import ContextWindow
-from loom.memory.task import Task, TaskStatus
-from loom.session.bus import Event
-from loom.text import terms
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.memory.task import Task, TaskStatus
+from loomctx.session.bus import Event
+from loomctx.text import terms
 
 
 def said(task_id: str, text: str, *, importance: float | None = None) -> Task:

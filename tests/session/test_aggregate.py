@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.context.orchestrator import ContextWindow
-from loom.context.sources import ToolSource
-from loom.errors import BudgetExceededError, ConfigError
-from loom.session import topics
-from loom.session.aggregate import SessionView, aggregate, relevance, weights
-from loom.session.bus import InProcessEventBus
-from loom.session.controller import ContextController
-from loom.stores.sqlite import SQLiteStore
-from loom.tokens import TiktokenCounter
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.context.sources import ToolSource
+from loomctx.errors import BudgetExceededError, ConfigError
+from loomctx.session import topics
+from loomctx.session.aggregate import SessionView, aggregate, relevance, weights
+from loomctx.session.bus import InProcessEventBus
+from loomctx.session.controller import ContextController
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.tokens import TiktokenCounter
 from tests.session._helpers import Knowledge, Recorder, note, said, text_of
 
 PROMPT = "You help the support team of a bookshop."
@@ -284,7 +284,7 @@ async def test_bad_requests_are_config_errors(env: tuple[ContextController, Reco
 
 
 def _empty_report():  # type: ignore[no-untyped-def]
-    from loom.context.report import ContextReport
+    from loomctx.context.report import ContextReport
 
     return ContextReport(
         window=1,
@@ -343,7 +343,7 @@ def test_the_window_never_exceeds_the_budget(
     chosen = [views[i] for i in sorted(pick)]
 
     async def run() -> ContextWindow | None:
-        from loom.context.block import BuildContext
+        from loomctx.context.block import BuildContext
 
         try:
             window, shares = await aggregate(

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom.errors import ConfigError, MessageFormatError
-from loom.session.bus import (
+from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.session.bus import (
     HANDLER_FAILED,
     BusClosedError,
     Event,
@@ -311,7 +311,7 @@ async def test_a_failing_handler_is_isolated_and_reported(caplog: pytest.LogCapt
         if event.topic == "x" and event.payload["i"] % 3 == 0:
             raise RuntimeError(f"boom {event.payload['i']}")
 
-    caplog.set_level(logging.ERROR, logger="loom.session.bus")
+    caplog.set_level(logging.ERROR, logger="loomctx.session.bus")
     async with InProcessEventBus() as bus:
         failing = bus.subscribe("*", flaky, name="flaky")
         steady, watcher = Recorder(), Recorder()
@@ -459,7 +459,7 @@ async def test_close_without_drain_releases_waiting_publishers() -> None:
 
 
 async def test_route_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loom.session.bus as bus_module
+    import loomctx.session.bus as bus_module
 
     monkeypatch.setattr(bus_module, "_ROUTE_CACHE_SIZE", 2)
     async with InProcessEventBus() as bus:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from loom.errors import ConfigError
-from loom.session import topics
-from loom.session.bus import InProcessEventBus
-from loom.session.controller import ContextController
-from loom.session.session import Session, SessionState
-from loom.stores.sqlite import SQLiteStore
+from loomctx.errors import ConfigError
+from loomctx.session import topics
+from loomctx.session.bus import InProcessEventBus
+from loomctx.session.controller import ContextController
+from loomctx.session.session import Session, SessionState
+from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import Recorder, note, said
 
 

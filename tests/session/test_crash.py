@@ -20,18 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from loom.session.controller import ContextController
-from loom.session.session import SessionState
-from loom.stores.sqlite import SQLiteStore
+from loomctx.session.controller import ContextController
+from loomctx.session.session import SessionState
+from loomctx.stores.sqlite import SQLiteStore
 
 SESSIONS = [f"s{i}" for i in range(8)]
 
 CHILD = textwrap.dedent(
     """
     import asyncio, random, sys
-    from loom.memory.task import Task, TaskStatus
-    from loom.session.controller import ContextController
-    from loom.stores.sqlite import SQLiteStore
+    from loomctx.memory.task import Task, TaskStatus
+    from loomctx.session.controller import ContextController
+    from loomctx.stores.sqlite import SQLiteStore
 
     async def main(path, start, seed):
         rng = random.Random(seed)

@@ -24,13 +24,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from loom.context.orchestrator import ContextWindow
-from loom.errors import ConfigError
-from loom.memory.task import Task, task_text
-from loom.session.controller import ContextController
-from loom.session.session import SessionState
-from loom.stores.sqlite import SQLiteStore
-from loom.tokens import TiktokenCounter
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.errors import ConfigError
+from loomctx.memory.task import Task, task_text
+from loomctx.session.controller import ContextController
+from loomctx.session.session import SessionState
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.tokens import TiktokenCounter
 from tests.session._helpers import note, said, text_of
 
 COUNTER = TiktokenCounter()

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from loom.context.sources import ToolSource
-from loom.errors import ConfigError
-from loom.memory.core import LoomMemory
-from loom.session import topics
-from loom.session.bus import InProcessEventBus
-from loom.session.controller import ContextController
-from loom.session.options import SessionOptions
-from loom.session.session import Session, SessionState
-from loom.stores.sqlite import SQLiteStore
+from loomctx.context.sources import ToolSource
+from loomctx.errors import ConfigError
+from loomctx.memory.core import LoomMemory
+from loomctx.session import topics
+from loomctx.session.bus import InProcessEventBus
+from loomctx.session.controller import ContextController
+from loomctx.session.options import SessionOptions
+from loomctx.session.session import Session, SessionState
+from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import Knowledge, Recorder, note, said, text_of
 
 PROMPT = "You are the support agent of a bookshop. Quote order numbers exactly."

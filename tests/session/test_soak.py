@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from loom.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus
-from loom.session import topics
-from loom.session.bus import InProcessEventBus
-from loom.session.controller import ContextController
-from loom.stores.sqlite import SQLiteStore
+from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus
+from loomctx.session import topics
+from loomctx.session.bus import InProcessEventBus
+from loomctx.session.controller import ContextController
+from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import Recorder, said
 
 SESSIONS, TURNS = 200, 50

@@ -9,10 +9,18 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-import loom.stores.sqlite as sqlite_module
-from loom.stores.base import Namespace, PutVectors, Record, Scan, Search, Unembedded, VectorSearch
-from loom.stores.sqlite import SQLiteStore
-from loom.text import terms
+import loomctx.stores.sqlite as sqlite_module
+from loomctx.stores.base import (
+    Namespace,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    Unembedded,
+    VectorSearch,
+)
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.text import terms
 
 PARTS = ["t", "a", "ab", "a b", "数据", "x.y"]
 WORDS = ["apple", "banana", "cherry", "数据库", "北京", "river"]

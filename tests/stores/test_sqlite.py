@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loom.errors import ConfigError, StoreError
-from loom.stores.base import (
+from loomctx.errors import ConfigError, StoreError
+from loomctx.stores.base import (
     Get,
     MemoryStore,
     Put,
@@ -23,8 +23,8 @@ from loom.stores.base import (
     Search,
     StoreContext,
 )
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.store_conformance import MemoryStoreConformance, keys
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.store_conformance import MemoryStoreConformance, keys
 
 NS = ("t", "a")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.stores.sqlite import SQLiteStore
+from loomctx.stores.sqlite import SQLiteStore
 
 NS = ("crash", "agent")
 
@@ -27,8 +27,8 @@ CHILD = textwrap.dedent(
     """
     import random, sys
     import numpy as np
-    from loom.stores.base import PutVectors, Record
-    from loom.stores.sqlite import SQLiteStore
+    from loomctx.stores.base import PutVectors, Record
+    from loomctx.stores.sqlite import SQLiteStore
 
     path, start, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(seed)

@@ -14,12 +14,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loom.stores import _lexical, _vectors
-from loom.stores._lexical import LexicalIndex
-from loom.stores._vectors import VectorIndex
-from loom.stores.base import Hit, Namespace, Put, PutVectors, Record, Scan, Search, VectorSearch
-from loom.stores.sqlite import SQLiteStore
-from loom.text import terms
+from loomctx.stores import _lexical, _vectors
+from loomctx.stores._lexical import LexicalIndex
+from loomctx.stores._vectors import VectorIndex
+from loomctx.stores.base import Hit, Namespace, Put, PutVectors, Record, Scan, Search, VectorSearch
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.text import terms
 
 NS = ("t", "a")
 WORDS = [

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import loom.stores.sqlite as sqlite_module
-from loom.errors import StoreError
-from loom.stores import _migrations
-from loom.stores.base import Record
-from loom.stores.sqlite import SQLiteStore
+import loomctx.stores.sqlite as sqlite_module
+from loomctx.errors import StoreError
+from loomctx.stores import _migrations
+from loomctx.stores.base import Record
+from loomctx.stores.sqlite import SQLiteStore
 
 # Changing the schema is deliberate: append a migration, then update this literal.
 EXPECTED_SCHEMA = [

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom import ConfigError, TiktokenCounter
-from loom.context.block import BuildContext, TokenBudget
-from loom.context.sources import AgentOutputSource
+from loomctx import ConfigError, TiktokenCounter
+from loomctx.context.block import BuildContext, TokenBudget
+from loomctx.context.sources import AgentOutputSource
 
 COUNTER = TiktokenCounter()
 CTX = BuildContext(counter=COUNTER)

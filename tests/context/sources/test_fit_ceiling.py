@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from loom.context.block import ContextBlock
-from loom.context.sources import RetrievalInjector
-from loom.context.sources._common import MIN_CUT_TOKENS, fit_ceiling
-from loom.retrieval.candidates import MEMORY_ORIGIN, Candidate
-from loom.tokens import CallableCounter
+from loomctx.context.block import ContextBlock
+from loomctx.context.sources import RetrievalInjector
+from loomctx.context.sources._common import MIN_CUT_TOKENS, fit_ceiling
+from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loomctx.tokens import CallableCounter
 
 COUNTED: list[str] = []
 

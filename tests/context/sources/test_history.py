@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom import CallableCounter, HeuristicCounter, Message, MessageFormatError, TiktokenCounter
-from loom.context.block import BuildContext, ContextBlock, TokenBudget
-from loom.context.sources import HistorySource
-from loom.messages import ToolCall, flatten_units, split_units
+from loomctx import CallableCounter, HeuristicCounter, Message, MessageFormatError, TiktokenCounter
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.sources import HistorySource
+from loomctx.messages import ToolCall, flatten_units, split_units
 from tests.strategies import histories
 
 COUNTER = TiktokenCounter()

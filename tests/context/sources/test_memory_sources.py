@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loom import (
+from loomctx import (
     BuildContext,
     ConfigError,
     ContextOrchestrator,

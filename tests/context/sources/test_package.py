@@ -1,10 +1,10 @@
-"""`loom.context.sources`: the exported names, and every source implements `ContextSource`."""
+"""`loomctx.context.sources`: the exported names, and every source implements `ContextSource`."""
 
 from __future__ import annotations
 
-import loom.context.sources as sources
-from loom.context.block import ContextSource
-from loom.context.sources import (
+import loomctx.context.sources as sources
+from loomctx.context.block import ContextSource
+from loomctx.context.sources import (
     AgentOutputSource,
     HistorySource,
     PromptSource,

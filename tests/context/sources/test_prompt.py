@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loom import ConfigError, Message, TiktokenCounter
-from loom.context.block import BuildContext, ContextSource, TokenBudget
-from loom.context.sources import PromptSource, UserInputSource
+from loomctx import ConfigError, Message, TiktokenCounter
+from loomctx.context.block import BuildContext, ContextSource, TokenBudget
+from loomctx.context.sources import PromptSource, UserInputSource
 
 COUNTER = TiktokenCounter()
 CTX = BuildContext(counter=COUNTER)

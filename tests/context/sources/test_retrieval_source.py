@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from loom.context.block import BuildContext, TokenBudget
-from loom.context.orchestrator import ContextOrchestrator
-from loom.context.render import CONTEXT_PREAMBLE
-from loom.context.sources import RetrievalInjector, UnifiedRetrievalSource, UserInputSource
-from loom.errors import ConfigError
-from loom.knowledge import KnowledgeBase, KnowledgeBaseProvider, KnowledgeHit
-from loom.memory.core import LoomMemory
-from loom.retrieval import QueryRewriter, Reranker
-from loom.stores.sqlite import SQLiteStore
-from loom.testing.embedders import HashingEmbedder
-from loom.tokens import TiktokenCounter
+from loomctx.context.block import BuildContext, TokenBudget
+from loomctx.context.orchestrator import ContextOrchestrator
+from loomctx.context.render import CONTEXT_PREAMBLE
+from loomctx.context.sources import RetrievalInjector, UnifiedRetrievalSource, UserInputSource
+from loomctx.errors import ConfigError
+from loomctx.knowledge import KnowledgeBase, KnowledgeBaseProvider, KnowledgeHit
+from loomctx.memory.core import LoomMemory
+from loomctx.retrieval import QueryRewriter, Reranker
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing.embedders import HashingEmbedder
+from loomctx.tokens import TiktokenCounter
 from tests.retrieval.fixtures import CHAT, HANDBOOK, RUNBOOK, knowledge, open_store, remember
 
 COUNTER = TiktokenCounter()

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom import ConfigError, HeuristicCounter, TiktokenCounter
-from loom.context.block import BuildContext, ContextBlock, TokenBudget
-from loom.context.sources import ToolSource
-from loom.tokens import render_tool_definitions
+from loomctx import ConfigError, HeuristicCounter, TiktokenCounter
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.sources import ToolSource
+from loomctx.tokens import render_tool_definitions
 
 COUNTER = TiktokenCounter()
 CTX = BuildContext(counter=COUNTER)

@@ -1,0 +1,584 @@
+"""`Agent`: the recursive tool loop that rebuilds its context before every model call.
+
+One run (seeds 000, 001):
+
+1. The static context is assembled once with `ContextAssembler`: the instructions and the
+   user's request (and the stage, if any) CRITICAL, the task context HIGH.
+2. Every turn, before the model call: the retriever is asked for the user's request *plus what
+   the last tool results revealed*, and the orchestrator builds the window from the static
+   context, the tools, the retrieved documents, memory (earlier runs), the exchange of this run
+   so far, and the user's turn. Retrieved context is its own block: the system prompt can never
+   overwrite it (the seed 000 bug).
+3. The model streams; text deltas become events. Tool calls run (independent ones
+   concurrently); a failing tool or an invalid call becomes an error result the model sees.
+4. Every user message, reply and tool call is recorded in memory as a Task, and promoted.
+5. The loop recurses until a reply has no tool calls, or `max_turns`.
+
+`stream()` yields typed `AgentEvent`s; `run()` drains it and returns the final text. An agent
+becomes another's sub-agent through `as_tool()` or ``run(task, parent=ctx)`` (see
+`loomctx.agent.subagent`); a `shared_pool` is a memory several agents read and add to.
+
+**Cancellation.** Cancelling the task that drains `stream()` or `run()`, or closing the stream
+(`aclose()`), stops the run at once: running tool calls, sub-agents and the model's stream are
+cancelled and closed, and no task is left behind. A sync tool's worker thread cannot be
+stopped: it is abandoned, runs to its end, and its result is dropped. Memory only ever holds
+whole units: a turn's reply and its tool results are recorded together once every result is
+in, so an interrupted turn leaves nothing of itself, and the agent's next run starts from a
+consistent history. For a time limit, wrap the run:
+``async with asyncio.timeout(60): await agent.run(...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from loomctx.agent.events import (
+    AgentEvent,
+    ContextAssembled,
+    ErrorEvent,
+    LLMCompleted,
+    LLMTextDelta,
+    RetrievalCompleted,
+    RetrievedDocument,
+    RunCompleted,
+    RunStarted,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnCompleted,
+)
+from loomctx.agent.llm import LLM, Completed, LLMChunk, LLMOptions, Usage
+from loomctx.agent.retriever import ContextRetriever, RetrievedContextSource
+from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
+from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
+from loomctx.context.assembler import ComponentPriority, ContextAssembler
+from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
+from loomctx.context.orchestrator import ContextOrchestrator
+from loomctx.context.sources import (
+    InheritedSource,
+    L1RecentSource,
+    L2ImportantSource,
+    PromptSource,
+    SharedPoolSource,
+    ToolSource,
+    UserInputSource,
+)
+from loomctx.context.sources.retrieval import UnifiedRetrievalSource
+from loomctx.errors import ConfigError
+from loomctx.knowledge import KnowledgeBaseProvider
+from loomctx.memory.context_builder import ExecutionContext
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
+from loomctx.messages import Message, ToolCall
+from loomctx.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["Agent", "TurnSource"]
+
+E = TypeVar("E", bound=AgentEvent)
+
+
+class TurnSource:
+    """The exchange of the current run after the user's turn: each assistant message with its
+    tool calls and their results, one unit per turn. The newest unit is pinned (the model must
+    see the results of the calls it just made); older ones are kept by value."""
+
+    def __init__(self, *, name: str = "turn", priority: float = 1.0) -> None:
+        self.name = name
+        self.priority = priority
+        self.units: list[tuple[Message, ...]] = []
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """One block per unit, newest first."""
+        last = len(self.units) - 1
+        return [
+            ContextBlock(
+                source=self.name,
+                section="turn",
+                messages=unit,
+                token_count=ctx.counter.count_messages(unit) - 3,
+                priority=1.0 if i == last else 0.95,
+                pinned=i == last,
+                sequence=i,
+            )
+            for i, unit in reversed(list(enumerate(self.units)))
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A run's id, and where it sits when it is a sub-agent's."""
+
+    id: str
+    lineage: Lineage | None
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return self.lineage.parent_run_id if self.lineage is not None else None
+
+    @property
+    def parent_task_id(self) -> str | None:
+        return self.lineage.parent_task_id if self.lineage is not None else None
+
+    @property
+    def asker(self) -> str:
+        """Who the run answers: the user, or the delegating agent."""
+        return self.lineage.parent_agent if self.lineage is not None else "user"
+
+
+class Agent:
+    """An LLM agent whose context window Loom rebuilds before every model call.
+
+    >>> agent = Agent(llm=OpenAIChatLLM("gpt-4o"), system_instructions="You are helpful.",
+    ...               tools=[get_weather])
+    >>> answer = await agent.run("Weather in Paris?")
+
+    `tools` are `Tool`s or plain typed functions (wrapped with `loomctx.tool`); `memory` (default:
+    a new in-memory `LoomMemory`) carries the conversation across runs; `context_retriever`
+    is asked before every call; memory's archive and `knowledge_bases` are searched together
+    for every window (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
+    `output_reserve_ratio` kept for the reply. `shared_pool` is a memory shared with other
+    agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
+    records. `max_depth` is how many delegations below a top-level run this agent may run as
+    a sub-agent (see `as_tool`).
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        system_instructions: str = "",
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        context_retriever: ContextRetriever | None = None,
+        memory: LoomMemory | None = None,
+        max_turns: int = 10,
+        *,
+        name: str = "agent",
+        model_context_window: int = 16_000,
+        output_reserve_ratio: float = 0.2,
+        token_counter: TokenCounter | None = None,
+        retrieval_top_k: int = 5,
+        stage: str = "",
+        task_context: str = "",
+        llm_options: LLMOptions | None = None,
+        sources: Sequence[ContextSource] = (),
+        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
+        source_timeout: float = 2.0,
+        shared_pool: LoomMemory | None = None,
+        max_depth: int = 5,
+    ) -> None:
+        for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{setting}` must be an int >= 1, got {value!r}")
+        self.llm = llm
+        self.name = name
+        self.system_instructions = system_instructions
+        self.tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"two tools share a name in {names!r}; tool names must be unique")
+        self.context_retriever = context_retriever
+        self.counter = token_counter or TiktokenCounter()
+        self.memory = memory or LoomMemory(name, counter=self.counter)
+        if shared_pool is not None and not isinstance(shared_pool, LoomMemory):
+            raise ConfigError(
+                f"`shared_pool` must be a LoomMemory, got {type(shared_pool).__name__}"
+            )
+        if shared_pool is self.memory:
+            raise ConfigError(
+                "`shared_pool` is the agent's own `memory`; give the agents that share a pool "
+                "a `LoomMemory` of its own"
+            )
+        self.shared_pool = shared_pool
+        self.max_turns = max_turns
+        self.max_depth = max_depth
+        self.model_context_window = model_context_window
+        self.output_reserve_ratio = output_reserve_ratio
+        self.retrieval_top_k = retrieval_top_k
+        self.stage = stage
+        self.task_context = task_context
+        self.llm_options = llm_options
+        self.extra_sources = list(sources)
+        self.knowledge_bases = list(knowledge_bases)
+        self.source_timeout = source_timeout
+
+    async def run(self, prompt: str, *, parent: ToolContext | None = None) -> str:
+        """Run to the end and return the final reply (drains `stream`; `parent` as there)."""
+        return (await finish(self.stream(prompt, parent=parent))).output
+
+    def run_sync(self, prompt: str) -> str:
+        """`run` for synchronous code (not from inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(prompt))
+        raise ConfigError("`run_sync` was called inside an event loop; use `await agent.run()`")
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool through which another agent delegates a task to it.
+
+        The tool takes ``task`` (and optional ``context`` notes), runs this agent as a
+        sub-agent of the calling run (see `loomctx.agent.subagent`) and returns its final reply;
+        a sub-agent that fails, or ends without an answer, gives an error result. `name`
+        defaults to the agent's name; say in `description` what the agent is good at.
+        `timeout` (seconds) bounds the whole sub-agent run; None: no limit.
+        """
+        return delegation_tool(self, name=name, description=description, timeout=timeout)
+
+    async def stream(
+        self, prompt: str, *, parent: ToolContext | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Run, yielding an `AgentEvent` for every step (see `AgentEventType`), and those of
+        the sub-agents it delegates to as they happen.
+
+        `parent`, the `ToolContext` a tool received, makes this a sub-agent run for that tool
+        call (see `loomctx.agent.subagent`): its events then also go into the parent's stream.
+        Raises `ConfigError` before the run starts if `parent` is not a call of an agent run,
+        if the run would be deeper than `max_depth`, or if the parent has this agent's memory.
+        """
+        lineage = (
+            None
+            if parent is None
+            else Lineage.of(parent, agent=self.name, memory=self.memory, max_depth=self.max_depth)
+        )
+        emit = parent.emit if parent is not None else None
+        async with aclosing(self._events(prompt, _Run(uuid.uuid4().hex, lineage))) as events:
+            async for event in events:
+                if emit is not None:
+                    emit(event)
+                yield event
+
+    def _static_context(self, prompt: str, run: _Run) -> str:
+        budget = max(256, int(self.model_context_window * (1 - self.output_reserve_ratio) / 3))
+        assembler = ContextAssembler(
+            max_tokens=budget, token_counter=self.counter, order="insertion"
+        )
+        assembler.add_component(
+            "instructions", self.system_instructions, ComponentPriority.CRITICAL, truncatable=False
+        )
+        assembler.add_component("stage", self.stage, ComponentPriority.CRITICAL, truncatable=False)
+        if run.lineage is not None:
+            assembler.add_component(
+                "delegation",
+                f"You are a sub-agent: agent `{run.asker}` delegated the task below to you "
+                f"while working on this request of its own:\n{run.lineage.request}\n"
+                f"Your final reply is returned to `{run.asker}` as the result.",
+                ComponentPriority.HIGH,
+            )
+        assembler.add_component("request", prompt, ComponentPriority.CRITICAL)
+        assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
+        return assembler.assemble()
+
+    def _orchestrator(
+        self, static: str, retrieved: RetrievedContextSource, turn: TurnSource, run: _Run
+    ) -> ContextOrchestrator:
+        sources: list[ContextSource] = [PromptSource(static)]
+        if self.tools:
+            sources.append(ToolSource([t.schema() for t in self.tools]))
+        if self.context_retriever is not None:
+            sources.append(retrieved)
+        if run.lineage is None:
+            sources += [
+                L1RecentSource(self.memory),
+                L2ImportantSource(self.memory),
+                UnifiedRetrievalSource(self.memory, self.knowledge_bases),
+            ]
+        else:  # a sub-agent's window starts clean, with its parent's context to read
+            sources.append(InheritedSource(run.lineage.memory))
+            if self.knowledge_bases:
+                sources.append(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases))
+        if self.shared_pool is not None:
+            sources.append(SharedPoolSource(self.shared_pool))
+        sources += [*self.extra_sources, turn, UserInputSource()]
+        return ContextOrchestrator(
+            token_counter=self.counter,
+            sources=sources,
+            model_context_window=self.model_context_window,
+            output_reserve_ratio=self.output_reserve_ratio,
+            source_timeout=self.source_timeout,
+        )
+
+    async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
+        """The run itself (`stream` adds the forwarding to a parent)."""
+        ids = {"run_id": run.id, "agent": self.name}
+        retrieved = RetrievedContextSource()
+        turn_source = TurnSource()
+        usage: Usage | None = None
+        last_text = ""
+        turn = 0
+
+        def event(kind: type[E], **fields: Any) -> E:
+            return kind(run_id=run.id, agent=self.name, parent_run_id=run.parent_run_id, **fields)
+
+        yield event(RunStarted, turn=0, prompt=prompt)
+        try:
+            request = self._task(USER_MESSAGE, prompt, run)
+            self._record([request])
+            execution = run_context(
+                agent=self.name,
+                tools=self.tools,
+                memory=self.memory,
+                run_id=run.id,
+                request=request,
+                lineage=run.lineage,
+            )
+            orchestrator = self._orchestrator(
+                self._static_context(prompt, run), retrieved, turn_source, run
+            )
+            revealed = ""
+            for turn in range(1, self.max_turns + 1):
+                if self.context_retriever is not None:
+                    query = f"{prompt}\n{revealed}".strip()
+                    docs = await self.context_retriever.retrieve_for_query(
+                        query, self.retrieval_top_k
+                    )
+                    retrieved.text = self.context_retriever.format_documents(docs)
+                    yield event(
+                        RetrievalCompleted,
+                        turn=turn,
+                        query=query,
+                        documents=tuple(
+                            RetrievedDocument(id=d.id, score=d.score, preview=d.content[:120])
+                            for d in docs
+                        ),
+                    )
+                ctx = BuildContext(
+                    agent_id=self.name,
+                    session_id=self.memory.node_id,
+                    turn_index=turn - 1,
+                    metadata=ids,
+                )
+                window = await orchestrator.build(query=prompt, ctx=ctx)
+                yield ContextAssembled.from_report(
+                    window.report,
+                    run_id=run.id,
+                    agent=self.name,
+                    turn=turn,
+                    parent_run_id=run.parent_run_id,
+                )
+                completed: Completed | None = None
+                chunks = self.llm.stream(
+                    window.messages, tools=window.tools, options=self.llm_options
+                )
+                try:
+                    async for chunk in chunks:
+                        if chunk.kind == "text":
+                            yield event(LLMTextDelta, turn=turn, text=chunk.text)
+                        elif chunk.kind == "completed":
+                            completed = chunk
+                finally:
+                    await _close(chunks)
+                if completed is None:
+                    raise ConfigError(f"LLM {self.llm.name!r} ended its stream without `Completed`")
+                reply = completed.message
+                if completed.usage is not None:
+                    usage = completed.usage if usage is None else usage + completed.usage
+                last_text = reply.content
+                yield event(
+                    LLMCompleted,
+                    turn=turn,
+                    text=reply.content,
+                    tool_calls=reply.tool_calls,
+                    usage=completed.usage,
+                    finish_reason=completed.finish_reason,
+                )
+                if not reply.tool_calls:
+                    self._record([self._task(ASSISTANT_MESSAGE, reply.content, run)])
+                    yield event(
+                        TurnCompleted,
+                        turn=turn,
+                        usage=completed.usage,
+                        had_tool_calls=False,
+                    )
+                    yield event(
+                        RunCompleted,
+                        turn=turn,
+                        output=reply.content,
+                        turns=turn,
+                        usage=usage,
+                        stopped="done",
+                    )
+                    return
+                for call in reply.tool_calls:
+                    yield event(ToolCallEvent, turn=turn, call=call)
+                # Each call's Task id is fixed before the tools run: a sub-agent's Tasks
+                # point at it. The Tasks are recorded, completed, with the reply below.
+                pending = {c.id: self._call_task(c, run) for c in reply.tool_calls}
+                work, channel = self._start_tools(completed, execution, pending, ids)
+                try:
+                    while (inner := await channel.get()) is not None:
+                        yield inner
+                    results = work.result()
+                finally:
+                    if not work.done():  # cancelled, or the stream was closed
+                        work.cancel()
+                        await asyncio.wait([work])
+                for result in results:
+                    yield ToolResultEvent.from_result(
+                        result,
+                        run_id=run.id,
+                        agent=self.name,
+                        turn=turn,
+                        parent_run_id=run.parent_run_id,
+                    )
+                turn_source.units.append((reply, *(r.to_message() for r in results)))
+                self._record_tools(reply, results, run, pending)
+                revealed = "\n".join(r.content for r in results)
+                yield event(
+                    TurnCompleted,
+                    turn=turn,
+                    usage=completed.usage,
+                    had_tool_calls=True,
+                )
+            yield event(
+                RunCompleted,
+                turn=turn,
+                output=last_text,
+                turns=turn,
+                usage=usage,
+                stopped="max_turns",
+            )
+        except Exception as exc:
+            yield event(
+                ErrorEvent,
+                turn=turn,
+                message=str(exc),
+                error_type=type(exc).__name__,
+                recoverable=False,
+            )
+            yield event(
+                RunCompleted,
+                turn=turn,
+                output=last_text,
+                turns=turn,
+                usage=usage,
+                stopped="error",
+            )
+            raise
+
+    def _start_tools(
+        self,
+        completed: Completed,
+        execution: ExecutionContext,
+        pending: Mapping[str, Task],
+        ids: Mapping[str, str],
+    ) -> tuple[asyncio.Task[list[ToolResult]], asyncio.Queue[AgentEvent | None]]:
+        """Run the reply's calls in a task of their own, so that the run can yield the events
+        its sub-agents emit meanwhile; they arrive on the channel, then None at the end."""
+        channel: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        home = threading.get_ident()
+
+        def emit(event: AgentEvent) -> None:
+            if threading.get_ident() == home:
+                channel.put_nowait(event)
+            else:  # from a sync tool's worker thread
+                loop.call_soon_threadsafe(channel.put_nowait, event)
+
+        work = asyncio.create_task(self._run_tools(completed, execution, pending, ids, emit))
+        work.add_done_callback(lambda _: channel.put_nowait(None))
+        return work, channel
+
+    async def _run_tools(
+        self,
+        completed: Completed,
+        execution: ExecutionContext,
+        pending: Mapping[str, Task],
+        ids: Mapping[str, str],
+        emit: Callable[[AgentEvent], None],
+    ) -> list[ToolResult]:
+        """Results for every call, in order; calls with invalid JSON arguments are not run."""
+        invalid = dict(completed.invalid_tool_calls)
+        calls = completed.message.tool_calls
+        runnable = [c for c in calls if c.id not in invalid]
+        ran = iter(
+            await run_tool_calls(
+                runnable,
+                self.tools,
+                metadata=ids,
+                executions={c.id: replace(execution, current_task=pending[c.id]) for c in runnable},
+                emit=emit,
+            )
+        )
+        return [
+            ToolResult(
+                call_id=c.id,
+                name=c.name,
+                content=f"tool `{c.name}` was not run: its arguments are not a JSON object "
+                f"({invalid[c.id][:200]!r}); call it again with valid JSON arguments",
+                is_error=True,
+                elapsed_ms=0.0,
+            )
+            if c.id in invalid
+            else next(ran)
+            for c in calls
+        ]
+
+    def _task(self, action: str, content: str, run: _Run) -> Task:
+        """A user message (from `run.asker`) or a reply (to it)."""
+        asked = action == USER_MESSAGE
+        return Task(
+            source_agent=run.asker if asked else self.name,
+            target_agent=self.name if asked else run.asker,
+            action=action,
+            parameters={"content": content},
+            status=TaskStatus.COMPLETED,
+            metadata={"run_id": run.id, "agent": self.name},
+            parent_task_id=run.parent_task_id,
+        )
+
+    def _call_task(self, call: ToolCall, run: _Run) -> Task:
+        return Task(
+            source_agent=self.name,
+            target_agent=call.name,
+            action=call.name,
+            parameters=dict(call.arguments),
+            status=TaskStatus.RUNNING,
+            metadata={"run_id": run.id, "agent": self.name, "tool_call_id": call.id},
+            parent_task_id=run.parent_task_id,
+        )
+
+    def _record_tools(
+        self,
+        reply: Message,
+        results: Sequence[ToolResult],
+        run: _Run,
+        pending: Mapping[str, Task],
+    ) -> None:
+        """The reply and all its calls, completed, in one write: a whole unit or nothing."""
+        tasks = [self._task(ASSISTANT_MESSAGE, reply.content, run)] if reply.content else []
+        by_id = {r.call_id: r for r in results}
+        for call in reply.tool_calls:
+            result = by_id[call.id]
+            tasks.append(
+                pending[call.id].evolve(
+                    status=TaskStatus.FAILED if result.is_error else TaskStatus.COMPLETED,
+                    result=None if result.is_error else result.content,
+                    error=result.content if result.is_error else None,
+                )
+            )
+        self._record(tasks)
+
+    def _record(self, tasks: list[Task]) -> None:
+        for memory in (self.memory, self.shared_pool):
+            if memory is not None:
+                memory.add_tasks(tasks)
+                memory.promote_tasks()
+
+
+async def _close(chunks: AsyncIterator[LLMChunk]) -> None:
+    """Close a model's stream we stop reading (it may hold a connection open)."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()

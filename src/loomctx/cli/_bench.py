@@ -1,0 +1,136 @@
+"""`loomctx bench locomo|longmemeval PATH`: retrieval quality against gold evidence, no LLM.
+
+Thin over `loomctx.evaluation.retrieval`: it runs the evaluation, prints a table, and with
+``--json OUT`` writes the evaluation's result as it is (top-level keys ``r@5``, ``r@10``,
+``r@20``, ``ndcg@10``, ``window@2000``, ``window@4000`` and ``by_category`` for LoCoMo;
+``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10`` and ``by_question_type``
+for LongMemEval).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from loomctx.cli._common import err_console, out_console
+from loomctx.cli._render import print_table
+from loomctx.errors import ConfigError
+from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
+
+__all__ = ["bench_app"]
+
+bench_app = typer.Typer(
+    help="Measure retrieval quality on LoCoMo or LongMemEval (gold evidence, no LLM).",
+    no_args_is_help=True,
+)
+
+PathArg = Annotated[
+    Path,
+    typer.Argument(help="The dataset: a .json or .json.gz file.", exists=True, dir_okay=False),
+]
+JsonOption = Annotated[
+    Path | None, typer.Option("--json", help="Write the results as JSON to this file.")
+]
+LimitOption = Annotated[
+    int | None, typer.Option("--limit", min=1, help="Only the first N questions.")
+]
+LexicalOption = Annotated[
+    bool, typer.Option("--lexical", help="Lexical search only (no embedder): much faster.")
+]
+StagesOption = Annotated[
+    bool,
+    typer.Option(
+        "--stages",
+        help="Also report each stage apart: lexical, dense, fused, +rewriter, +reranker.",
+    ),
+]
+CacheOption = Annotated[
+    Path | None,
+    typer.Option("--cache", help="Keep document and query vectors in this folder between runs."),
+]
+
+
+def _progress(message: str) -> None:
+    err_console().print(message, style="dim", markup=False)
+
+
+def _write(path: Path | None, result: dict[str, Any]) -> None:
+    if path is None:
+        return
+    try:
+        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the results to {str(path)!r}: {exc.strerror}") from None
+    err_console().print(f"results written to {path}", style="dim", markup=False)
+
+
+def _title(dataset: str, result: dict[str, Any]) -> str:
+    config = result["config"]
+    return f"{dataset}: ranking {config['ranking']}, {config['embedder'] or 'lexical only'}"
+
+
+def _budgets(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise ConfigError(
+            f"`--budgets` must be integers separated by commas, got {text!r}"
+        ) from None
+
+
+@bench_app.command("locomo")
+def locomo(
+    path: PathArg,
+    json_out: JsonOption = None,
+    limit: LimitOption = None,
+    lexical: LexicalOption = False,
+    stages: StagesOption = False,
+    cache: CacheOption = None,
+    budgets: Annotated[
+        str, typer.Option("--budgets", help="Window budgets for evidence-in-window, in tokens.")
+    ] = "2000,4000",
+) -> None:
+    """Recall@k, nDCG@10 and evidence-in-window on a LoCoMo file (locomo10.json format)."""
+    sizes = _budgets(budgets)
+    result = evaluate_locomo(
+        path,
+        dense=not lexical,
+        limit=limit,
+        budgets=sizes,
+        stages=stages,
+        cache_dir=cache,
+        progress=_progress,
+    )
+    columns = ["questions", "r@5", "r@10", "r@20", "ndcg@10", *(f"window@{b}" for b in sizes)]
+    rows: list[tuple[str, dict[str, Any]]] = [
+        ("all", result),
+        ("all but category 5", result["excluding_category_5"]),
+    ]
+    rows += [(f"category {c}", v) for c, v in result["by_category"].items()]
+    rows += [(f"stage: {s}", v) for s, v in result.get("stages", {}).items()]
+    print_table(out_console(), _title("LoCoMo", result), rows, columns)
+    _write(json_out, result)
+
+
+@bench_app.command("longmemeval")
+def longmemeval(
+    path: PathArg,
+    json_out: JsonOption = None,
+    limit: LimitOption = None,
+    lexical: LexicalOption = False,
+    stages: StagesOption = False,
+    cache: CacheOption = None,
+) -> None:
+    """Session recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file."""
+    result = evaluate_longmemeval(
+        path, dense=not lexical, limit=limit, stages=stages, cache_dir=cache, progress=_progress
+    )
+    rows: list[tuple[str, dict[str, Any]]] = [("all", result)]
+    rows += list(result["by_question_type"].items())
+    rows += [(f"stage: {s}", v) for s, v in result.get("stages", {}).items()]
+    columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"]
+    print_table(out_console(), _title("LongMemEval", result), rows, columns)
+    _write(json_out, result)

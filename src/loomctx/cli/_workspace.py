@@ -1,0 +1,151 @@
+"""What the commands open from their settings: the store, the embedder, a session's memory,
+knowledge bases, and the context reports saved per session (what `loomctx inspect --session`
+reads).
+
+Everything lives in one SQLite file (`Settings.store`): a session's memory under
+``("default", session)`` (`LoomMemory`'s own namespace), a knowledge base under
+``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window reports under
+``("cli", "reports", session)`` as records without text, so search and background embedding
+never see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from loomctx.errors import ConfigError
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import tasks_from_messages
+from loomctx.messages import Message
+from loomctx.stores.base import MemoryStore, Put, Record, Scan, Unembedded
+from loomctx.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from loomctx.context.block import ContextSource
+    from loomctx.embeddings import Embedder
+
+__all__ = [
+    "embed_pending",
+    "embedder_for",
+    "ingest_messages",
+    "knowledge_source",
+    "latest_report",
+    "next_report_turn",
+    "open_knowledge",
+    "open_memory",
+    "open_store",
+    "pending_embeddings",
+    "save_report",
+]
+
+Advance = Callable[[int], None]
+"""A progress callback: called with how many more items are done."""
+
+_REPORTS: Final = ("cli", "reports")
+_BATCH: Final = 256
+
+
+def open_store(path: str | Path) -> SQLiteStore:
+    """The SQLite store at `path`, its folder created if needed."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"the store {str(p)!r} is a folder; give a file path such as `loom.db`")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteStore(p)
+
+
+def embedder_for(setting: str) -> Embedder | None:
+    """The embedder a setting names: the offline default, or None for lexical search only."""
+    if setting == "none":
+        return None
+    from loomctx.embeddings import default_embedder
+
+    return default_embedder()
+
+
+def open_memory(
+    store: SQLiteStore, session: str, embedder: Embedder | None, *, l1_size: int = 50
+) -> LoomMemory:
+    """A session's memory (`l1_size` recent tasks in L1); its vectors are filled by
+    `embed_pending`, or in the background once `memory.background` is started."""
+    return LoomMemory(session, l1_size, store=store, embedder=embedder, embed_in_background=False)
+
+
+def ingest_messages(memory: LoomMemory, messages: Sequence[Message], advance: Advance) -> int:
+    """Record a message history as Tasks, in batched durable writes; returns how many.
+
+    Promotion into L2 and L3 is left to the session's first turn (an `Agent` promotes after
+    every turn): the summaries it writes are found lexically at once, and their vectors
+    follow in the background, so an import embeds each Task once.
+    """
+    tasks = tasks_from_messages(messages, agent="assistant", session_id=memory.node_id)
+    for start in range(0, len(tasks), _BATCH):
+        part = tasks[start : start + _BATCH]
+        memory.add_tasks(part)
+        advance(len(part))
+    return len(tasks)
+
+
+def pending_embeddings(memory: LoomMemory) -> int:
+    """How many records of `memory` still lack a vector (0 without an embedder)."""
+    if memory.embedder is None:
+        return 0
+    op = Unembedded(model=memory.embedder.name, prefix=memory.namespace, limit=1_000_000)
+    return len(memory.store.batch([op])[0])
+
+
+def embed_pending(memory: LoomMemory, advance: Advance) -> int:
+    """Embed every record of `memory` that lacks a vector, batch by batch (the memory must
+    have an embedder)."""
+    assert memory.background is not None, "a memory with an embedder has a background embedder"
+    total = 0
+    while n := memory.background.run_once():
+        total += n
+        advance(n)
+    return total
+
+
+def open_knowledge(store: MemoryStore, name: str, embedder: Embedder | None) -> KnowledgeBase:
+    """The knowledge base `name` in `store` (its documents are embedded as they are added)."""
+    return KnowledgeBase(name, store, embedder=embedder)
+
+
+def knowledge_source(kb: KnowledgeBase) -> ContextSource:
+    """The source that searches `kb` before every model call (seed 003's `RAG_knowledge`)."""
+    from loomctx.context.sources.retrieval import UnifiedRetrievalSource
+
+    return UnifiedRetrievalSource(knowledge_bases=[kb], name="RAG_knowledge", min_score=0.4)
+
+
+def save_report(store: MemoryStore, session: str, turn: int, report: dict[str, Any]) -> None:
+    """Keep a window's report (a `ContextReport.to_dict()`) for `loomctx inspect --session`."""
+    store.batch(
+        [
+            Put(
+                record=Record(
+                    namespace=(*_REPORTS, session),
+                    key=f"report:{turn:08d}",
+                    kind="context_report",
+                    text="",
+                    data=report,
+                )
+            )
+        ]
+    )
+
+
+def latest_report(store: MemoryStore, session: str) -> dict[str, Any] | None:
+    """The newest report saved for `session`, or None."""
+    scan = Scan(prefix=(*_REPORTS, session), kind="context_report", newest_first=True, limit=1)
+    found: list[Record] = store.batch([scan])[0]
+    return dict(found[0].data) if found else None
+
+
+def next_report_turn(store: MemoryStore, session: str) -> int:
+    """The number the next saved report of `session` gets (1 for the first)."""
+    scan = Scan(prefix=(*_REPORTS, session), kind="context_report", newest_first=True, limit=1)
+    found: list[Record] = store.batch([scan])[0]
+    return int(found[0].key.partition(":")[2]) + 1 if found else 1

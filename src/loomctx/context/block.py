@@ -1,0 +1,174 @@
+"""The units of the context engine: what sources produce and what the orchestrator packs.
+
+A `ContextSource` is asked, once per build, for the `ContextBlock`s it would contribute to the
+window for a query, given a `TokenBudget` and a `BuildContext`. A block says which `Section`
+of the layout it belongs to; the layout is fixed (DESIGN.md section 5.4):
+
+    instructions, skills          the stable prefix (one system message)
+    tools                         tool schemas, sent beside the messages
+    context                       dynamic context: knowledge, memory, retrieval (fenced)
+    history                       earlier messages, oldest to newest, roles preserved
+    user                          the current user turn
+    turn                          what followed the user turn in this run (tool exchanges)
+
+Priority decides what gets in; the section decides where it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from loomctx.errors import ConfigError
+from loomctx.tokens import TiktokenCounter, TokenCounter
+
+if TYPE_CHECKING:
+    from loomctx.messages import Message
+
+__all__ = [
+    "SECTIONS",
+    "BuildContext",
+    "ContextBlock",
+    "ContextSource",
+    "Phase",
+    "Section",
+    "TokenBudget",
+]
+
+Section = Literal["instructions", "skills", "tools", "context", "history", "user", "turn"]
+SECTIONS: tuple[Section, ...] = (
+    "instructions",
+    "skills",
+    "tools",
+    "context",
+    "history",
+    "user",
+    "turn",
+)
+Phase = Literal["early", "middle", "late"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextBlock:
+    """One unit of context a source offers: text, or whole messages, with its value and size.
+
+    - `content`: the text (for `instructions`, `skills`, `context` blocks).
+    - `messages`: for `history`, `user` and `turn` blocks, the messages of one atomic unit
+      (a plain message, or an assistant message with tool calls plus all their results).
+    - `tool`: for `tools` blocks, the tool's schema as given (OpenAI or Anthropic format).
+    - `token_count`: tokens of the content as the block's source measured it.
+    - `priority`: its value within its source, from 0 to 1 (higher is kept first).
+    - `pinned`: must be included whole, or the build fails naming it.
+    - `truncatable`: may be cut to fit (text blocks only; messages are never cut).
+    - `sequence`: the position in the conversation, for `history` and `turn` blocks.
+    - `id`: stable within a source (defaults to `source:sequence` or `source`).
+    """
+
+    source: str
+    section: Section
+    content: str = ""
+    token_count: int = 0
+    priority: float = 0.5
+    pinned: bool = False
+    truncatable: bool = False
+    messages: tuple[Message, ...] = ()
+    tool: Mapping[str, Any] | None = None
+    sequence: int = 0
+    id: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.priority <= 1.0:
+            raise ConfigError(
+                f"block priority must be within 0..1, got {self.priority!r} from source "
+                f"`{self.source}`"
+            )
+        if self.token_count < 0:
+            raise ConfigError(f"block token_count must be >= 0 (source `{self.source}`)")
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(self.messages))
+        if not self.id:
+            suffix = f":{self.sequence}" if self.section in ("history", "turn") else ""
+            object.__setattr__(self, "id", f"{self.source}{suffix}")
+
+    def with_content(self, content: str, token_count: int) -> ContextBlock:
+        """A copy with new text (after truncation or summarization)."""
+        return replace(self, content=content, token_count=token_count)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenBudget:
+    """What a source may use: `tokens` is its allocation; it may offer blocks beyond that,
+    in priority order, up to `ceiling` (budget other sources leave unused flows to it)."""
+
+    tokens: int
+    ceiling: int
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0 or self.ceiling < self.tokens:
+            raise ConfigError(
+                f"a token budget needs 0 <= tokens <= ceiling, got {self.tokens}, {self.ceiling}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildContext:
+    """Who a build is for and where the conversation stands, passed to every source.
+
+    `history` is the conversation so far (before the current user turn); `turn_index` counts
+    the model calls made in this conversation; `phase` is set by the caller or inferred by an
+    adaptive budget manager; `counter` is the orchestrator's token counter, for sources that
+    measure what they offer.
+    """
+
+    session_id: str = "default"
+    agent_id: str = "agent"
+    tenant_id: str = "default"
+    history: tuple[Message, ...] = ()
+    turn_index: int = 0
+    phase: Phase | None = None
+    counter: TokenCounter = field(default_factory=lambda: _default_counter(), hash=False)
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.history, tuple):
+            object.__setattr__(self, "history", tuple(self.history))
+        if self.turn_index < 0:
+            raise ConfigError(f"`turn_index` must be >= 0, got {self.turn_index!r}")
+
+
+_DEFAULT_COUNTER: list[TokenCounter] = []
+
+
+def _default_counter() -> TokenCounter:
+    if not _DEFAULT_COUNTER:
+        _DEFAULT_COUNTER.append(TiktokenCounter())
+    return _DEFAULT_COUNTER[0]
+
+
+@runtime_checkable
+class ContextSource(Protocol):
+    """Offers blocks for the window. Third parties implement this to add a source.
+
+    `name` keys the source's budget ratio and its lines in the report; `priority` (0..1)
+    decides which source gets unused budget first and loses content last.
+    `collect` returns blocks in the source's own order of preference; it may return more than
+    `budget.tokens` (never needs more than `budget.ceiling`): the orchestrator selects.
+    """
+
+    @property
+    def name(self) -> str:
+        """The source's name: its budget key and its label in the report."""
+        ...
+
+    @property
+    def priority(self) -> float:
+        """How much this source's content is worth relative to other sources (0..1)."""
+        ...
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> Sequence[ContextBlock]:
+        """The blocks this source offers for `query`."""
+        ...

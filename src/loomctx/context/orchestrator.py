@@ -1,0 +1,256 @@
+"""`ContextOrchestrator`: the best window that fits an exact budget, built before every call.
+
+One build (DESIGN.md section 2):
+
+1. allocate  the budget manager splits `window - output reserve` among the sources;
+2. collect   every source at once, each under a deadline, failures isolated;
+3. compact   pinned content first, then each source within its grant, then what is left to
+             the sources that want more; history that does not fit is summarized;
+4. render    the fixed, cache-stable layout, then the exact count of the rendered messages
+             and tools; if boundary effects push it over, select again with less room.
+
+The result is a `ContextWindow`: messages ready for a provider, the tools to send with them,
+the blocks kept, the exact token count, and a `ContextReport` saying what went in and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loomctx.context.block import BuildContext, ContextBlock, ContextSource
+from loomctx.context.budget import BudgetManager
+from loomctx.context.collector import Collected, ContextCollector
+from loomctx.context.compactor import Candidate, ContextCompactor, Decision
+from loomctx.context.render import block_cost, render, section_overhead
+from loomctx.context.report import BlockReport, ContextReport, SourceReport
+from loomctx.errors import ConfigError
+from loomctx.messages import (
+    Message,
+    to_anthropic,
+    to_anthropic_tools,
+    to_openai,
+    to_openai_tools,
+)
+from loomctx.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["ContextOrchestrator", "ContextWindow"]
+
+_MAX_ROUNDS = 4
+_MESSAGE_COST_CACHE = 65_536
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextWindow:
+    """A built window: `messages` and `tools` to send, and the account of how it was built."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[Mapping[str, Any], ...]
+    blocks: tuple[ContextBlock, ...]
+    token_count: int
+    report: ContextReport
+
+    def to_openai(self) -> dict[str, Any]:
+        """Keyword arguments for OpenAI's chat completions: `messages` (and `tools`)."""
+        out: dict[str, Any] = {"messages": to_openai(self.messages)}
+        if self.tools:
+            out["tools"] = to_openai_tools(self.tools)
+        return out
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """Keyword arguments for Anthropic's messages API: `system`, `messages` (and `tools`)."""
+        system, messages = to_anthropic(self.messages)
+        out: dict[str, Any] = {"messages": messages}
+        if system is not None:
+            out["system"] = system
+        if self.tools:
+            out["tools"] = to_anthropic_tools(self.tools)
+        return out
+
+
+class ContextOrchestrator:
+    """Builds the context window for a query from many sources within an exact budget.
+
+    >>> orchestrator = ContextOrchestrator(
+    ...     token_counter=TiktokenCounter(),
+    ...     sources=[PromptSource("You are helpful."), HistorySource(history), UserInputSource()],
+    ...     model_context_window=8000,
+    ...     output_reserve_ratio=0.125,
+    ... )
+    >>> window = await orchestrator.build(query="What did we decide?")
+
+    `output_reserve_ratio` (default 0.2) or `max_output_tokens` sets what is kept free for the
+    reply. Each source is given `source_timeout` seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        token_counter: TokenCounter | None = None,
+        sources: Sequence[ContextSource] = (),
+        model_context_window: int = 8192,
+        output_reserve_ratio: float | None = None,
+        max_output_tokens: int | None = None,
+        budget_manager: BudgetManager | None = None,
+        compactor: ContextCompactor | None = None,
+        source_timeout: float = 2.0,
+    ) -> None:
+        self.token_counter = token_counter or TiktokenCounter()
+        self.budget_manager = budget_manager or BudgetManager()
+        self.available, self.output_reserve = self.budget_manager.available(
+            model_context_window,
+            output_reserve_ratio=output_reserve_ratio,
+            max_output_tokens=max_output_tokens,
+        )
+        self.model_context_window = model_context_window
+        self.compactor = compactor or ContextCompactor()
+        self.collector = ContextCollector(timeout=source_timeout)
+        self.sources: list[ContextSource] = []
+        self._message_costs: dict[int, tuple[tuple[Message, ...], int]] = {}
+        for source in sources:
+            self.add_source(source)
+
+    def add_source(self, source: ContextSource) -> None:
+        """Add a source; its name must be unique among this orchestrator's sources."""
+        if not isinstance(source, ContextSource):
+            raise ConfigError(
+                f"{type(source).__name__} is not a ContextSource: it needs `name`, `priority` "
+                "and `async collect(query, budget, *, ctx)`"
+            )
+        if any(s.name == source.name for s in self.sources):
+            raise ConfigError(
+                f"two sources are named `{source.name}`; give one a different `name=`"
+            )
+        if not 0.0 <= source.priority <= 1.0:
+            raise ConfigError(f"source `{source.name}` has priority {source.priority!r}; use 0..1")
+        self.sources.append(source)
+
+    async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+        """The window for `query` (the current user turn; may be empty mid-run)."""
+        ctx = replace(ctx or BuildContext(), counter=self.token_counter)
+        counter = self.token_counter
+        names = [(s.name, s.priority) for s in self.sources]
+        grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
+        collected = await self.collector.collect(self.sources, grants, query, ctx=ctx)
+
+        rank = {s.name: i for i, s in enumerate(self.sources)}
+        candidates: list[Candidate] = []
+        for item in collected:
+            for block in item.blocks:
+                candidates.append(
+                    Candidate(
+                        block=block,
+                        cost=self._cost(block),
+                        source_priority=item.source.priority,
+                        order=len(candidates),
+                    )
+                )
+        sections = {c.block.section for c in candidates}
+        fenced = {c.block.source for c in candidates if c.block.section == "context"}
+        overhead = section_overhead(sections, counter, fenced)
+        # What a history summary's fence (and opening the section) costs, should one be made.
+        context_frame = (
+            section_overhead(sections | {"context"}, counter, fenced | {"summary"}) - overhead
+        )
+        room = self.available - overhead
+        demands = {s.name: 0 for s in self.sources}
+        for c in candidates:
+            demands[c.block.source] += c.cost
+        priorities = {s.name: s.priority for s in self.sources}
+        for _ in range(_MAX_ROUNDS):
+            # Shares of the room left after framing; what a source does not need flows on.
+            shares = self.budget_manager.allocate(names, max(room, 0), ctx=ctx)
+            decisions = await self.compactor.compact(
+                candidates,
+                grants={name: b.tokens for name, b in shares.items()},
+                priorities=priorities,
+                budget=max(room, 0),
+                counter=counter,
+                cost_of=lambda b: block_cost(b, counter),
+                context_frame=context_frame,
+            )
+            kept = [d for d in decisions if d.status in ("kept", "truncated")]
+            messages, tools = render([d.block for d in kept], source_rank=rank)
+            token_count = counter.count_messages(messages, tools=tools)
+            if token_count <= self.available:
+                break
+            room -= token_count - self.available
+        else:  # pragma: no cover - sums and exact counts differ by a few tokens at most
+            raise ConfigError("could not fit the window after repeated selection; please report")
+        report = self._report(collected, shares, decisions, token_count, demands)
+        return ContextWindow(
+            messages=tuple(messages),
+            tools=tuple(tools),
+            blocks=tuple(d.block for d in kept),
+            token_count=token_count,
+            report=report,
+        )
+
+    def _cost(self, block: ContextBlock) -> int:
+        """`block_cost`, remembered for message tuples a source hands over again and again
+        (a history's units): keyed by identity, holding the tuple so its id is not reused."""
+        if not block.messages:
+            return block_cost(block, self.token_counter)
+        key = id(block.messages)
+        hit = self._message_costs.get(key)
+        if hit is not None and hit[0] is block.messages:
+            return hit[1]
+        cost = block_cost(block, self.token_counter)
+        if len(self._message_costs) >= _MESSAGE_COST_CACHE:
+            del self._message_costs[next(iter(self._message_costs))]
+        self._message_costs[key] = (block.messages, cost)
+        return cost
+
+    def _report(
+        self,
+        collected: Sequence[Collected],
+        grants: Mapping[str, Any],
+        decisions: Sequence[Decision],
+        token_count: int,
+        requested: Mapping[str, int],
+    ) -> ContextReport:
+        used: dict[str, int] = {}
+        kept: dict[str, int] = {}
+        for d in decisions:
+            src = d.block.source
+            used[src] = used.get(src, 0) + d.cost
+            if d.status in ("kept", "truncated"):
+                kept[src] = kept.get(src, 0) + 1
+        sources = tuple(
+            SourceReport(
+                name=item.source.name,
+                priority=item.source.priority,
+                allocated=grants[item.source.name].tokens,
+                requested=requested[item.source.name],
+                used=used.get(item.source.name, 0),
+                blocks_offered=len(item.blocks),
+                blocks_kept=kept.get(item.source.name, 0),
+                status=item.status,
+                error=item.error,
+                elapsed_ms=round(item.elapsed_ms, 3),
+            )
+            for item in collected
+        )
+        blocks = tuple(
+            BlockReport(
+                id=d.block.id,
+                source=d.block.source,
+                section=d.block.section,
+                offered_tokens=d.candidate.block.token_count,
+                used_tokens=d.cost,
+                status=d.status,
+                reason=d.reason,
+            )
+            for d in decisions
+        )
+        return ContextReport(
+            window=self.model_context_window,
+            output_reserve=self.output_reserve,
+            available=self.available,
+            token_count=token_count,
+            overhead_tokens=max(0, token_count - sum(d.cost for d in decisions)),
+            token_counter=self.token_counter.name,
+            sources=sources,
+            blocks=blocks,
+        )

@@ -1,0 +1,111 @@
+"""`ContextReport`: what went into a window, what did not, and why.
+
+It is the payload of the CONTEXT_ASSEMBLED event, what `loomctx inspect` draws, and what a user
+reads when asking "why did the model not see X?". `to_dict()` gives plain JSON types with
+stable field names; `from_dict()` reads them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+__all__ = ["BlockReport", "BlockStatus", "ContextReport", "SourceReport", "SourceStatus"]
+
+BlockStatus = Literal["kept", "truncated", "summarized", "dropped"]
+SourceStatus = Literal["ok", "error", "timeout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockReport:
+    """One offered block: its size offered, tokens used in the window, and what happened."""
+
+    id: str
+    source: str
+    section: str
+    offered_tokens: int
+    used_tokens: int
+    status: BlockStatus
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceReport:
+    """One source: its allocation, what it offered (`requested`), and what it got (`used`)."""
+
+    name: str
+    priority: float
+    allocated: int
+    requested: int
+    used: int
+    blocks_offered: int
+    blocks_kept: int
+    status: SourceStatus = "ok"
+    error: str | None = None
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextReport:
+    """The account of one build.
+
+    `window` is the model's context window, `output_reserve` what is kept for the reply,
+    `available` what the input may use, `token_count` what the window's messages and tools
+    count as the provider bills them, `overhead_tokens` the part of it spent on framing
+    (message wrappers, section preambles, tool-list boilerplate), and `utilization` the share
+    of `available` used.
+    """
+
+    window: int
+    output_reserve: int
+    available: int
+    token_count: int
+    overhead_tokens: int
+    token_counter: str
+    sources: tuple[SourceReport, ...]
+    blocks: tuple[BlockReport, ...]
+
+    @property
+    def utilization(self) -> float:
+        """Share of the available input budget the window uses (0..1)."""
+        return self.token_count / self.available if self.available else 0.0
+
+    @property
+    def dropped(self) -> tuple[BlockReport, ...]:
+        """Blocks that were offered but are not in the window (summarized ones included)."""
+        return tuple(b for b in self.blocks if b.status in ("dropped", "summarized"))
+
+    def summary(self) -> dict[str, Any]:
+        """The short form carried by events: totals, counts and overflow."""
+        offered = sum(s.requested for s in self.sources)
+        return {
+            "total_tokens": self.token_count,
+            "available": self.available,
+            "utilization": round(self.utilization, 4),
+            "components": sum(1 for b in self.blocks if b.status in ("kept", "truncated")),
+            "dropped": len(self.dropped),
+            "overflow": max(0, offered - self.available),
+            "failed_sources": [s.name for s in self.sources if s.status != "ok"],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (lists, not tuples), stable field names. Built by hand: an agent
+        event carries one per model call, and `dataclasses.asdict` deep-copies (10x slower)."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _REPORT_FIELDS}
+        out["sources"] = [{n: getattr(s, n) for n in _SOURCE_FIELDS} for s in self.sources]
+        out["blocks"] = [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in self.blocks]
+        out["utilization"] = round(self.utilization, 4)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContextReport:
+        """The inverse of `to_dict` (for reports saved as JSON)."""
+        values = {k: v for k, v in data.items() if k != "utilization"}
+        values["sources"] = tuple(SourceReport(**s) for s in data["sources"])
+        values["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
+        return cls(**values)
+
+
+_BLOCK_FIELDS = tuple(f.name for f in fields(BlockReport))
+_SOURCE_FIELDS = tuple(f.name for f in fields(SourceReport))
+_REPORT_FIELDS = tuple(f.name for f in fields(ContextReport) if f.name not in ("sources", "blocks"))

@@ -1,0 +1,253 @@
+"""Memory sources: tiered memory (seeds 003, 004) offered to the context engine.
+
+- `L1RecentSource`: the recent tasks of a session's memory, as real user / assistant / tool
+  messages (tool calls with their results), in the history section, newest first.
+- `L2ImportantSource`: the important tasks of L2 that are no longer in L1, as dynamic context.
+- `L4SemanticSource`: tasks from the whole archive that match the query (lexical, and dense
+  if the memory has an embedder), as dynamic context; tasks still in L1 are left to the
+  history, so nothing appears twice.
+- `InheritedSource`: a parent agent's memory, read-only: its important, recent and relevant
+  tasks, each once (what a sub-agent inherits).
+- `SharedPoolSource`: a memory several agents write to, read the same way, less the tasks of
+  the agent being built for (`Task.metadata["agent"]` equal to `ctx.agent_id`): those are in
+  its own memory already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.sources._common import billed
+from loomctx.errors import ConfigError
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import Task, importance_of, task_line, task_messages
+
+__all__ = [
+    "InheritedSource",
+    "L1RecentSource",
+    "L2ImportantSource",
+    "L4SemanticSource",
+    "SharedPoolSource",
+]
+
+_AGE_DECAY = 0.97
+
+
+class _MemorySource:
+    """What every memory source holds: the memory it reads, its name and its priority."""
+
+    def __init__(self, memory: LoomMemory, *, name: str, priority: float) -> None:
+        if not isinstance(memory, LoomMemory):
+            raise ConfigError(f"source `{name}` needs a LoomMemory, got {type(memory).__name__}")
+        if not 0 <= priority <= 1:
+            raise ConfigError(f"source `{name}`: `priority` must be in 0..1, got {priority!r}")
+        self.memory = memory
+        self.name = name
+        self.priority = priority
+
+
+def _text_blocks(
+    source: str,
+    tasks: Iterable[tuple[Task, float, dict[str, object]]],
+    budget: TokenBudget,
+    ctx: BuildContext,
+) -> list[ContextBlock]:
+    """One truncatable context block per task, best first, within the ceiling."""
+    blocks: list[ContextBlock] = []
+    room = budget.ceiling
+    for task, priority, meta in tasks:
+        text = task_line(task)
+        tokens = ctx.counter.count(text)
+        if tokens > room:
+            continue
+        room -= tokens
+        blocks.append(
+            ContextBlock(
+                source=source,
+                section="context",
+                id=f"{source}:{task.task_id}",
+                content=text,
+                token_count=tokens,
+                priority=max(0.01, min(1.0, priority)),
+                truncatable=True,
+                metadata={"task_id": task.task_id, **meta},
+            )
+        )
+    return blocks
+
+
+class L1RecentSource(_MemorySource):
+    """The recent tasks of `memory` as history messages, newest first within the ceiling."""
+
+    def __init__(
+        self, memory: LoomMemory, *, name: str = "L1_recent", priority: float = 0.85
+    ) -> None:
+        super().__init__(memory, name=name, priority=priority)
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """Whole tasks (a tool call with its result is one unit), newest first. Tasks of the
+        agent run being built for (`ctx.metadata["run_id"]`) are left out: the user turn and
+        the run's own exchange have sources of their own."""
+        run_id = ctx.metadata.get("run_id")
+        tasks = [
+            t
+            for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
+            if run_id is None or t.metadata.get("run_id") != run_id
+        ]
+        blocks: list[ContextBlock] = []
+        room = budget.ceiling
+        for age, (seq, task) in enumerate(reversed(list(enumerate(tasks)))):
+            messages = task_messages(task)
+            tokens = billed(ctx.counter, messages)
+            if tokens > room:
+                break
+            room -= tokens
+            blocks.append(
+                ContextBlock(
+                    source=self.name,
+                    section="history",
+                    messages=messages,
+                    token_count=tokens,
+                    priority=max(0.01, _AGE_DECAY**age),
+                    sequence=seq,
+                    metadata={"task_id": task.task_id, "age": age},
+                )
+            )
+        return blocks
+
+
+class L2ImportantSource(_MemorySource):
+    """The important tasks of `memory` that have left L1, most important first."""
+
+    def __init__(
+        self, memory: LoomMemory, *, name: str = "L2_important", priority: float = 0.7
+    ) -> None:
+        super().__init__(memory, name=name, priority=priority)
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """L2 tasks not in L1 (those are in the history already)."""
+        recent = {t.task_id for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)}
+        entries: list[tuple[Task, float, dict[str, object]]] = [
+            (t, importance_of(t), {}) for t in self.memory.get_l2_tasks() if t.task_id not in recent
+        ]
+        return _text_blocks(self.name, entries, budget, ctx)
+
+
+class L4SemanticSource(_MemorySource):
+    """Tasks from the archive of `memory` that match the query, best first."""
+
+    def __init__(
+        self,
+        memory: LoomMemory,
+        *,
+        name: str = "L4_semantic",
+        priority: float = 0.6,
+        limit: int = 10,
+        exclude_recent: bool = True,
+    ) -> None:
+        super().__init__(memory, name=name, priority=priority)
+        if limit < 1:
+            raise ConfigError(f"source `{name}`: `limit` must be >= 1, got {limit!r}")
+        self.limit = limit
+        self.exclude_recent = exclude_recent
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """Search hits as context blocks; priority is the score relative to the best hit."""
+        exclude: set[str] = set()
+        if self.exclude_recent:
+            exclude = {t.task_id for t in self.memory.get_l1_tasks(self.memory.max_l1_size)}
+        hits = self.memory.search(query, limit=self.limit, exclude=exclude)
+        if not hits:
+            return []
+        best = hits[0].score
+        return _text_blocks(
+            self.name,
+            ((h.task, h.score / best, {"score": h.score, "via": list(h.via)}) for h in hits),
+            budget,
+            ctx,
+        )
+
+
+class _ReadOnlyMemorySource(_MemorySource):
+    """Another memory's important, recent and relevant tasks, each once, read-only."""
+
+    def __init__(
+        self,
+        memory: LoomMemory,
+        *,
+        name: str,
+        priority: float,
+        recent: int,
+        relevant: int,
+        skip_own: bool = False,
+    ) -> None:
+        super().__init__(memory, name=name, priority=priority)
+        self.recent = recent
+        self.relevant = relevant
+        self.skip_own = skip_own
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """Relevant tasks first (by search rank), then important ones, then recent ones."""
+        seen: set[str] = set()
+        ranked: list[tuple[Task, float, dict[str, object]]] = []
+        own = ctx.agent_id if self.skip_own else None
+
+        def others(tasks: Iterable[Task]) -> list[Task]:
+            return [t for t in tasks if own is None or t.metadata.get("agent") != own]
+
+        def add(tasks: Iterable[Task], top: float, kind: str) -> None:
+            for i, task in enumerate(tasks):
+                if task.task_id not in seen:
+                    seen.add(task.task_id)
+                    ranked.append((task, top * 0.97**i, {"from": kind}))
+
+        # Left-out tasks must not take the places of others: ask for more, then cut.
+        extra = 2 if own is not None else 1
+        relevant = others(self.memory.search_tasks(query, limit=self.relevant * extra))
+        recent = others(self.memory.get_l1_tasks(limit=self.memory.max_l1_size))
+        add(relevant[: self.relevant], 1.0, "relevant")
+        add(others(self.memory.get_l2_tasks()), 0.7, "important")
+        add(reversed(recent[max(0, len(recent) - self.recent) :]), 0.5, "recent")
+        return _text_blocks(self.name, ranked, budget, ctx)
+
+
+class InheritedSource(_ReadOnlyMemorySource):
+    """A parent agent's memory, read-only, for a sub-agent's window (seed 003)."""
+
+    def __init__(
+        self,
+        parent: LoomMemory,
+        *,
+        name: str = "inherited",
+        priority: float = 0.65,
+        recent: int = 3,
+        relevant: int = 5,
+    ) -> None:
+        super().__init__(parent, name=name, priority=priority, recent=recent, relevant=relevant)
+
+
+class SharedPoolSource(_ReadOnlyMemorySource):
+    """A memory shared by several agents (each adds its tasks to it), read for the query;
+    the tasks of the agent it builds for (`ctx.agent_id`) are left out."""
+
+    def __init__(
+        self,
+        pool: LoomMemory,
+        *,
+        name: str = "shared_pool",
+        priority: float = 0.6,
+        recent: int = 5,
+        relevant: int = 5,
+    ) -> None:
+        super().__init__(
+            pool, name=name, priority=priority, recent=recent, relevant=relevant, skip_own=True
+        )

@@ -1,0 +1,125 @@
+"""Every error Loom raises on purpose derives from `LoomError`.
+
+The tree::
+
+    LoomError
+    ├── ConfigError            a setting or argument is invalid (also a `ValueError`)
+    │   └── MessageFormatError a message or wire-format payload is malformed
+    ├── TokenizerError         no tokenizer could be built for a model or encoding
+    ├── BudgetExceededError    must-keep content does not fit the token budget
+    ├── StoreError             a memory store failed to read or write
+    ├── ProviderError          an LLM provider call failed
+    ├── EmbeddingError         an embedding model failed to load or returned garbage
+    ├── ToolError              a tool was defined or called wrongly
+    ├── BusClosedError         an event bus is closed (also a `RuntimeError`)
+    └── MissingExtraError      an optional dependency is not installed (also an `ImportError`)
+
+Messages say what was wrong and how to fix it; identifiers appear in backticks and values
+through `!r`, so that a message can be pasted into a search box or a bug report as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "BudgetExceededError",
+    "BusClosedError",
+    "ConfigError",
+    "EmbeddingError",
+    "LoomError",
+    "MessageFormatError",
+    "MissingExtraError",
+    "Oversize",
+    "ProviderError",
+    "StoreError",
+    "TokenizerError",
+    "ToolError",
+]
+
+
+class LoomError(Exception):
+    """The root of every error Loom raises on purpose."""
+
+
+class ConfigError(LoomError, ValueError):
+    """A setting or an argument is invalid: the message names it and the accepted values."""
+
+
+def check_unit(value: object, what: str) -> float:
+    """`value` as a float if it is a number in 0..1 (not a bool, not NaN); else a
+    `ConfigError` saying "<what> must be in 0..1"."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(f"{what} must be in 0..1, got {value!r}")
+    return float(value)
+
+
+class MessageFormatError(ConfigError):
+    """A message, a history or a provider wire-format payload is malformed."""
+
+
+class TokenizerError(LoomError):
+    """No tokenizer could be built for the requested model, encoding or file."""
+
+
+class StoreError(LoomError):
+    """A memory store failed to read or write."""
+
+
+class ProviderError(LoomError):
+    """An LLM provider call failed (after any retries the provider is configured to make)."""
+
+
+class EmbeddingError(LoomError):
+    """An embedding model failed to load or returned something that is not an embedding."""
+
+
+class ToolError(LoomError):
+    """A tool was defined wrongly, or called with arguments that do not fit its schema."""
+
+
+class BusClosedError(LoomError, RuntimeError):
+    """The event bus is closed (or closing): it accepts no new publishes or subscriptions."""
+
+
+class MissingExtraError(LoomError, ImportError):
+    """An optional dependency is needed for a feature; the message names the extra to install."""
+
+    def __init__(self, *, feature: str, extra: str, module: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{feature} needs the `{module}` package, which is not installed; "
+            f"install it with `pip install 'loomctx[{extra}]'`."
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Oversize:
+    """One must-keep component that did not fit: its name and size in tokens."""
+
+    name: str
+    tokens: int
+
+
+class BudgetExceededError(LoomError):
+    """Content that must be kept whole does not fit the token budget.
+
+    `offenders` lists each must-keep component that could not be placed with its size in
+    tokens; `budget` is the budget it had to fit in.
+    """
+
+    def __init__(self, *, offenders: Sequence[Oversize], budget: int, hint: str = "") -> None:
+        self.offenders = tuple(offenders)
+        self.budget = budget
+        parts = ", ".join(f"`{o.name}` ({o.tokens} tokens)" for o in self.offenders)
+        total = sum(o.tokens for o in self.offenders)
+        fix = hint or (
+            "raise the budget, shorten that content, or mark it truncatable so it may be cut"
+        )
+        super().__init__(
+            f"must-keep content does not fit the budget of {budget} tokens: {parts} "
+            f"(needs {total} tokens in all); {fix}."
+        )

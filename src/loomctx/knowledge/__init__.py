@@ -1,0 +1,38 @@
+"""Knowledge bases: documents -> chunks -> lexical and dense indexes, searched before every call.
+
+- `KnowledgeBase`: add texts, files and folders (``.txt`` and Markdown built in; other formats
+  through `loaders`), incrementally; hybrid search (BM25 and vectors, fused into a 0..1 score);
+  everything persisted in a `MemoryStore`.
+- `KnowledgeBaseProvider`: the protocol `UnifiedRetrievalSource` searches, and `KnowledgeHit`,
+  what a search returns.
+- `chunk_text`: the Markdown-aware chunker (headings, paragraphs, sentences, token limit,
+  overlap), on its own.
+"""
+
+from loomctx.knowledge._base import KnowledgeBase
+from loomctx.knowledge._chunking import Chunk, chunk_text
+from loomctx.knowledge._loaders import Loader, read_text
+from loomctx.knowledge._types import (
+    IngestProgress,
+    IngestStatus,
+    IngestSummary,
+    KnowledgeBaseProvider,
+    KnowledgeDocument,
+    KnowledgeHit,
+    SkippedFile,
+)
+
+__all__ = [
+    "Chunk",
+    "IngestProgress",
+    "IngestStatus",
+    "IngestSummary",
+    "KnowledgeBase",
+    "KnowledgeBaseProvider",
+    "KnowledgeDocument",
+    "KnowledgeHit",
+    "Loader",
+    "SkippedFile",
+    "chunk_text",
+    "read_text",
+]

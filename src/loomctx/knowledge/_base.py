@@ -1,0 +1,555 @@
+"""`KnowledgeBase`: documents -> chunks -> lexical and dense indexes, all in a `MemoryStore`.
+
+What the store holds, under the namespace ``("knowledge", name)``:
+
+- a ``kb_document`` record per document (key ``doc:<id>``, no text): the hash of its text,
+  a fingerprint of everything its chunks were made from (text, metadata, chunker settings),
+  its chunk count, metadata, the embedding models its chunks have vectors of, and the folder
+  it was ingested from;
+- a ``kb_chunk`` record per chunk (key ``chunk:<id>#<i>``) whose text, the chunk's search
+  text, is lexically indexed, with the chunk's metadata and where its overlap lies.
+
+A document is written in one batch with its chunks, the deletion of its surplus old chunks
+and its vectors (embedded just before, in batches), so it is stored whole or not at all and
+fully searchable, lexically and densely, when `add_*` returns. Nothing lives only in memory:
+a `KnowledgeBase` opened on the same store and name, in any process, sees the same documents.
+
+Re-adding a document whose fingerprint is unchanged (and that has vectors of the current
+embedder) does no work; a changed one replaces its chunks, and chunks whose text is the same
+keep their vectors instead of being embedded again. Writes are serialised by a lock within a
+process; run one writer per knowledge base at a time across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from loomctx.embeddings import Embedder
+from loomctx.errors import ConfigError
+from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, chunk_text
+from loomctx.knowledge._fusion import fuse
+from loomctx.knowledge._loaders import Loader, load_file, loaders_with
+from loomctx.knowledge._types import (
+    IngestProgress,
+    IngestStatus,
+    IngestSummary,
+    KnowledgeDocument,
+    KnowledgeHit,
+    SkippedFile,
+)
+from loomctx.stores.base import (
+    Delete,
+    Get,
+    Hit,
+    MemoryStore,
+    Op,
+    Put,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    VectorSearch,
+)
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.text import terms
+from loomctx.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["KnowledgeBase"]
+
+DOCUMENT: Final = "kb_document"
+CHUNK: Final = "kb_chunk"
+_CHUNKER_VERSION: Final = 1  # bump when chunking changes: documents re-chunk on their next add
+_FLUSH_CHUNKS: Final = 64  # a folder ingest writes (and embeds) about this many chunks at once
+_MIN_POOL: Final = 20  # the fewest candidates asked of each of lexical and dense search
+# The vectors of a batch are computed from the very texts the same batch writes, so no write
+# can come between: "read at" any seq at all.
+_SAME_BATCH: Final = 2**62
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What storing one document takes: records to put (the document's first), chunk keys
+    to delete, and the chunk records that need vectors."""
+
+    status: IngestStatus
+    records: list[Record] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    embed: list[Record] = field(default_factory=list)
+
+    @property
+    def chunks(self) -> int:
+        """How many chunk records it writes."""
+        return max(0, len(self.records) - 1)
+
+
+class KnowledgeBase:
+    """A named body of documents, chunked and indexed for hybrid search; a
+    `KnowledgeBaseProvider`.
+
+    `store`: where everything lives (default: a private in-memory SQLite store, closed by
+    `close`). `embedder`: makes search hybrid, lexical and dense (None: lexical only).
+    `counter` (default `TiktokenCounter()`), `chunk_tokens` and `overlap_tokens`: how
+    documents are chunked (see `chunk_text`). `loaders`: readers for more file suffixes,
+    ``{".rst": fn}`` with ``fn(path) -> str``. `min_relevance`: a floor under every search's
+    own `min_relevance`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store: MemoryStore | None = None,
+        *,
+        embedder: Embedder | None = None,
+        counter: TokenCounter | None = None,
+        chunk_tokens: int = 400,
+        overlap_tokens: int = 60,
+        loaders: Mapping[str, Loader] | None = None,
+        min_relevance: float = 0.0,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip() or "/" in name:
+            raise ConfigError(
+                f"a knowledge base `name` is a non-empty string without '/', got {name!r}"
+            )
+        check_chunk_sizes(chunk_tokens, overlap_tokens)
+        _check_relevance(min_relevance)
+        if store is not None and not isinstance(store, MemoryStore):
+            raise ConfigError(
+                f"`store` must be a `MemoryStore` (such as `SQLiteStore`), got {store!r}"
+            )
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise ConfigError(
+                f"`embedder` must be an `Embedder` (`name`, `dim`, `embed`) or None for "
+                f"lexical search only, got {embedder!r}"
+            )
+        if counter is not None and not isinstance(counter, TokenCounter):
+            raise ConfigError(f"`counter` must be a `TokenCounter`, got {counter!r}")
+        self.name = name
+        self.namespace = ("knowledge", name)
+        self.embedder = embedder
+        self.counter: TokenCounter = counter or TiktokenCounter()
+        self.chunk_tokens = chunk_tokens
+        self.overlap_tokens = overlap_tokens
+        self.loaders = loaders_with(loaders)
+        self.min_relevance = float(min_relevance)
+        self._owns_store = store is None
+        self.store: MemoryStore = SQLiteStore(":memory:") if store is None else store
+        self._settings = [_CHUNKER_VERSION, self.counter.name, chunk_tokens, overlap_tokens]
+        self._lock = threading.RLock()
+
+    # --- adding ---------------------------------------------------------------------------
+
+    def add_text(
+        self,
+        text: str,
+        *,
+        document_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store `text` as a document (default id: a hash of the text); returns its id."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"`text` must be a non-blank string, got {text!r:.60}")
+        text = _normalise(text)
+        doc_id = _hash(text)[:16] if document_id is None else _check_id(document_id)
+        meta = _check_metadata(metadata)
+        with self._lock:
+            self._commit([self._plan(doc_id, text, meta, old=self._document(doc_id))])
+        return doc_id
+
+    def add_file(
+        self,
+        path: str | Path,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        document_id: str | None = None,
+    ) -> str:
+        """Store a file, read by the loader of its suffix, as a document; its id is
+        `document_id` or the path as given. Returns the id."""
+        file = _check_path(path)
+        if not file.is_file():
+            raise ConfigError(
+                f"`{file}` is not a file (missing, or a folder: use `add_folder`); check the path"
+            )
+        text = _normalise(load_file(file, self.loaders))
+        doc_id = file.as_posix() if document_id is None else _check_id(document_id)
+        meta = {"source": str(file), **_check_metadata(metadata)}
+        with self._lock:
+            old = self._document(doc_id)
+            self._commit([self._plan(doc_id, text, meta, old=old, title=file.stem)])
+        return doc_id
+
+    def add_folder(
+        self,
+        path: str | Path,
+        *,
+        pattern: str = "**/*",
+        progress: Callable[[IngestProgress], object] | None = None,
+        delete_missing: bool = True,
+    ) -> IngestSummary:
+        """Store every file under `path` that matches `pattern` (hidden files and folders
+        excepted), each under its path relative to the folder as its id.
+
+        Files without a loader, unreadable or not UTF-8 are skipped and listed in the
+        summary. `progress` receives an `IngestProgress` per file once it is stored. With
+        `delete_missing`, documents ingested from this folder before whose file no longer
+        exists are deleted (a file that still exists but no longer matches is kept)."""
+        folder = _check_path(path)
+        if not folder.is_dir():
+            raise ConfigError(f"`{folder}` is not a folder; check the path, or use `add_file`")
+        files = _matching(folder, pattern)
+        origin = str(folder.resolve())
+        found: dict[IngestStatus, list[str]] = {
+            "added": [], "updated": [], "unchanged": [], "skipped": []
+        }  # fmt: skip
+        skipped: list[SkippedFile] = []
+        chunks = 0
+        pending: list[_Plan] = []
+        events: list[tuple[str, IngestStatus]] = []
+        with self._lock:
+            existing = {
+                str(r.data["document_id"]): r
+                for r in self.store.batch([Scan(prefix=self.namespace, kind=DOCUMENT)])[0]
+            }
+
+            def flush() -> None:
+                self._commit(pending)
+                pending.clear()
+                for rel, status in events:
+                    found[status].append(rel)
+                    if progress is not None:
+                        done = sum(len(ids) for ids in found.values())
+                        progress(
+                            IngestProgress(done=done, total=len(files), path=rel, status=status)
+                        )
+                events.clear()
+
+            for file in files:
+                rel = file.relative_to(folder).as_posix()
+                try:
+                    text = _normalise(load_file(file, self.loaders))
+                except ConfigError as error:
+                    skipped.append(SkippedFile(path=rel, reason=str(error)))
+                    events.append((rel, "skipped"))
+                    continue
+                plan = self._plan(
+                    rel,
+                    text,
+                    {"source": str(file)},
+                    old=existing.get(rel),
+                    origin=origin,
+                    title=file.stem,
+                )
+                pending.append(plan)
+                events.append((rel, plan.status))
+                chunks += plan.chunks
+                if sum(p.chunks for p in pending) >= _FLUSH_CHUNKS:
+                    flush()
+            flush()
+            deleted = []
+            if delete_missing:
+                deleted = sorted(
+                    doc_id
+                    for doc_id, record in existing.items()
+                    if record.data.get("folder") == origin and not (folder / doc_id).exists()
+                )
+                self.store.batch([op for d in deleted for op in self._deletes(existing[d])])
+        return IngestSummary(
+            added=tuple(found["added"]),
+            updated=tuple(found["updated"]),
+            unchanged=tuple(found["unchanged"]),
+            skipped=tuple(skipped),
+            deleted=tuple(deleted),
+            chunks=chunks,
+        )
+
+    # --- reading and deleting -------------------------------------------------------------
+
+    def documents(self) -> list[KnowledgeDocument]:
+        """Every stored document, by id."""
+        records: list[Record] = self.store.batch([Scan(prefix=self.namespace, kind=DOCUMENT)])[0]
+        docs = [
+            KnowledgeDocument(
+                document_id=str(r.data["document_id"]),
+                content_hash=str(r.data["content_hash"]),
+                chunks=int(r.data["chunks"]),
+                metadata=dict(r.data["metadata"]),
+                updated_at=r.updated_at,
+            )
+            for r in records
+        ]
+        return sorted(docs, key=lambda d: d.document_id)
+
+    def delete(self, document_id: str) -> bool:
+        """Remove a document and its chunks; whether it existed."""
+        with self._lock:
+            record = self._document(_check_id(document_id))
+            if record is None:
+                return False
+            self.store.batch(self._deletes(record))
+            return True
+
+    # --- search ---------------------------------------------------------------------------
+
+    async def search(
+        self, query: str, *, limit: int = 20, min_relevance: float = 0.0
+    ) -> list[KnowledgeHit]:
+        """`search_sync` in a worker thread (it reads the store and may embed the query)."""
+        return await asyncio.to_thread(
+            self.search_sync, query, limit=limit, min_relevance=min_relevance
+        )
+
+    def search_sync(
+        self, query: str, *, limit: int = 20, min_relevance: float = 0.0
+    ) -> list[KnowledgeHit]:
+        """Up to `limit` chunks for `query`, best first, scored as `loomctx.knowledge._fusion`
+        describes, with ``score >= max(min_relevance, self.min_relevance)`` and above 0;
+        ``[]`` for a blank query."""
+        if not isinstance(query, str):
+            raise ConfigError(f"`query` must be a string, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigError(f"`limit` must be an int >= 0, got {limit!r}")
+        _check_relevance(min_relevance)
+        if limit == 0 or not query.strip():
+            return []
+        floor = max(float(min_relevance), self.min_relevance)
+        pool = max(limit, _MIN_POOL)
+        ops: list[Op] = [Search(prefix=self.namespace, query=query, kind=CHUNK, limit=pool)]
+        if self.embedder is not None:
+            vector = self.embedder.embed([query], kind="query")[0]
+            ops.append(
+                VectorSearch(
+                    prefix=self.namespace,
+                    vector=vector,
+                    model=self.embedder.name,
+                    kind=CHUNK,
+                    limit=pool,
+                )
+            )
+        results: list[list[Hit]] = self.store.batch(ops)
+        fused = fuse(
+            terms(query),
+            results[0],
+            results[1] if self.embedder is not None else None,
+            lexical_complete=len(results[0]) < pool,
+        )
+        hits: list[KnowledgeHit] = []
+        for f in fused:
+            if f.score <= 0 or f.score < floor or len(hits) == limit:
+                break
+            data = f.record.data
+            start, end = data.get("overlap", (0, 0))
+            hits.append(
+                KnowledgeHit(
+                    chunk_id=f"{data['document_id']}#{data['index']}",
+                    document_id=str(data["document_id"]),
+                    text=f.record.text[:start] + f.record.text[end:],
+                    score=f.score,
+                    vector_score=f.vector_score,
+                    lexical_score=f.lexical_score,
+                    metadata=dict(data["metadata"]),
+                    knowledge_base=self.name,
+                )
+            )
+        return hits
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _document(self, document_id: str) -> Record | None:
+        found: Record | None = self.store.batch(
+            [Get(namespace=self.namespace, key=f"doc:{document_id}")]
+        )[0]
+        return found
+
+    def _plan(
+        self,
+        document_id: str,
+        text: str,
+        metadata: dict[str, Any],
+        *,
+        old: Record | None,
+        origin: str | None = None,
+        title: str | None = None,
+    ) -> _Plan:
+        """What storing `text` as `document_id` takes, given the stored version `old`."""
+        content_hash = _hash(text)
+        fingerprint = _hash(
+            json.dumps(
+                [self._settings, content_hash, metadata, title, origin],
+                sort_keys=True,
+                ensure_ascii=False,
+            )
+        )
+        model = self.embedder.name if self.embedder is not None else None
+        if (
+            old is not None
+            and old.data["fingerprint"] == fingerprint
+            and (model is None or model in old.data["models"])
+        ):
+            return _Plan("unchanged")
+        chunks = chunk_text(
+            text,
+            counter=self.counter,
+            chunk_tokens=self.chunk_tokens,
+            overlap_tokens=self.overlap_tokens,
+        )
+        title = metadata.get("title") or next((c.headings[0] for c in chunks if c.headings), title)
+        meta = {**metadata, "title": title} if title else dict(metadata)
+        records = [
+            self._document_record(
+                {
+                    "document_id": document_id,
+                    "content_hash": content_hash,
+                    "fingerprint": fingerprint,
+                    "chunks": len(chunks),
+                    "metadata": meta,
+                    "models": [model] if model else [],
+                },
+                origin,
+            )
+        ]
+        records += [self._chunk_record(document_id, i, c, meta) for i, c in enumerate(chunks)]
+        old_count = int(old.data["chunks"]) if old is not None else 0
+        deletes = [f"chunk:{document_id}#{i}" for i in range(len(chunks), old_count)]
+        embed = records[1:] if model else []
+        if embed and old is not None and model in old.data["models"]:
+            before = self.store.batch(
+                [Get(namespace=self.namespace, key=r.key) for r in embed[:old_count]]
+            )
+            kept = {r.key for r, b in zip(embed, before, strict=False) if b and b.text == r.text}
+            embed = [r for r in embed if r.key not in kept]
+        status: IngestStatus = "added" if old is None else "updated"
+        return _Plan(status, records, deletes, embed)
+
+    def _document_record(self, data: dict[str, Any], origin: str | None) -> Record:
+        if origin is not None:
+            data = {**data, "folder": origin}
+        return Record(
+            namespace=self.namespace, key=f"doc:{data['document_id']}", kind=DOCUMENT, data=data
+        )
+
+    def _chunk_record(
+        self, document_id: str, index: int, chunk: Chunk, metadata: dict[str, Any]
+    ) -> Record:
+        data: dict[str, Any] = {"document_id": document_id, "index": index}
+        data["metadata"] = (
+            {**metadata, "headings": " > ".join(chunk.headings)} if chunk.headings else metadata
+        )
+        if chunk.overlap:
+            # search_text is prefix, overlap and body joined by blank lines: cut out the
+            # overlap and its join to get the shown text.
+            start = len(chunk.prefix) + 2 if chunk.prefix else 0
+            data["overlap"] = [start, start + len(chunk.overlap) + 2]
+        return Record(
+            namespace=self.namespace,
+            key=f"chunk:{document_id}#{index}",
+            kind=CHUNK,
+            text=chunk.search_text,
+            data=data,
+        )
+
+    def _deletes(self, document: Record) -> list[Op]:
+        doc_id = document.data["document_id"]
+        chunks: list[Op] = [
+            Delete(namespace=self.namespace, key=f"chunk:{doc_id}#{i}")
+            for i in range(int(document.data["chunks"]))
+        ]
+        return [Delete(namespace=self.namespace, key=document.key), *chunks]
+
+    def _commit(self, plans: list[_Plan]) -> None:
+        """Write `plans` in one batch, with the vectors of their new chunks."""
+        ops: list[Op] = []
+        for plan in plans:
+            ops += [Put(record=r) for r in plan.records]
+            ops += [Delete(namespace=self.namespace, key=k) for k in plan.deletes]
+        todo = [r for plan in plans for r in plan.embed]
+        if todo and self.embedder is not None:
+            vectors = self.embedder.embed([r.text for r in todo], kind="document")
+            items = [(self.namespace, r.key, _SAME_BATCH) for r in todo]
+            ops.append(PutVectors(model=self.embedder.name, items=items, vectors=vectors))
+        if ops:
+            self.store.batch(ops)
+
+    def close(self) -> None:
+        """Close the store if this knowledge base created it."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        embedder = self.embedder.name if self.embedder is not None else None
+        return (
+            f"KnowledgeBase({self.name!r}, embedder={embedder!r}, "
+            f"chunk_tokens={self.chunk_tokens}, overlap_tokens={self.overlap_tokens})"
+        )
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _normalise(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _check_id(document_id: object) -> str:
+    if not isinstance(document_id, str) or not document_id.strip():
+        raise ConfigError(f"`document_id` must be a non-blank string, got {document_id!r}")
+    return document_id
+
+
+def _check_path(path: object) -> Path:
+    if not isinstance(path, str | Path) or not str(path):
+        raise ConfigError(f"`path` must be a non-empty str or Path, got {path!r}")
+    return Path(path)
+
+
+def _check_relevance(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(f"`min_relevance` must be a number in 0..1, got {value!r}")
+
+
+def _check_metadata(metadata: object) -> dict[str, Any]:
+    """`metadata` as a dict with string keys that JSON can store, else `ConfigError`."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise ConfigError(f"`metadata` must be a mapping with string keys, got {metadata!r}")
+    try:
+        json.dumps(dict(metadata), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            f"`metadata` must hold JSON values only (str, numbers, bools, None, lists, dicts): "
+            f"{error}"
+        ) from error
+    return dict(metadata)
+
+
+def _matching(folder: Path, pattern: object) -> list[Path]:
+    """The files under `folder` that match `pattern`, hidden ones excepted, sorted."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"`pattern` must be a non-empty glob such as '**/*.md', got {pattern!r}")
+    try:
+        matches = list(folder.glob(pattern))
+    except (ValueError, NotImplementedError) as error:
+        raise ConfigError(
+            f"`pattern` {pattern!r} is not a relative glob (such as '**/*.md'): {error}"
+        ) from error
+    return sorted(
+        p
+        for p in matches
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )

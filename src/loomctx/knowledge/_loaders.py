@@ -1,0 +1,87 @@
+"""Loaders: a file to its text, chosen by the file's suffix.
+
+Plain text (``.txt``) and Markdown (``.md``, ``.markdown``) are built in and read as UTF-8 (a
+byte-order mark is dropped). Any other format is a plain callable ``path -> str`` registered
+for its suffix, e.g. ``loaders={".rst": read_rst}``; built-ins are registered the same way and
+can be replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeAlias
+
+from loomctx.errors import ConfigError
+
+__all__ = ["Loader", "load_file", "loaders_with", "read_text"]
+
+Loader: TypeAlias = Callable[[Path], str]
+"""Turns a file into text; raises (any exception) when it cannot."""
+
+
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text, or `ConfigError` naming it when it is unreadable or not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"`{path}` is not UTF-8 text (invalid byte at offset {error.start}); convert it to "
+            f"UTF-8, or register a loader for {path.suffix or 'such'!r} files in `loaders`"
+        ) from error
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read `{path}`: {error.strerror or error}; check that it is a readable file"
+        ) from error
+
+
+_BUILT_IN: Mapping[str, Loader] = {".txt": read_text, ".md": read_text, ".markdown": read_text}
+
+
+def loaders_with(extra: Mapping[str, Loader] | None) -> dict[str, Loader]:
+    """The built-in loaders updated with `extra` (suffixes compared case-insensitively)."""
+    out = dict(_BUILT_IN)
+    if extra is None:
+        return out
+    if not isinstance(extra, Mapping):
+        raise ConfigError(
+            f"`loaders` must map file suffixes to callables, e.g. {{'.rst': read_rst}}, "
+            f"got {extra!r}"
+        )
+    for suffix, loader in extra.items():
+        if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
+            raise ConfigError(
+                f"a `loaders` key must be a file suffix with its dot, such as '.rst', "
+                f"got {suffix!r}"
+            )
+        if not callable(loader):
+            raise ConfigError(
+                f"the loader for {suffix!r} must be a callable taking a path, got {loader!r}"
+            )
+        out[suffix.lower()] = loader
+    return out
+
+
+def load_file(path: Path, loaders: Mapping[str, Loader]) -> str:
+    """The text of `path` by the loader of its suffix; `ConfigError` naming the file when
+    there is none, the loader fails, or it returns something other than a string."""
+    suffix = path.suffix.lower()
+    loader = loaders.get(suffix)
+    if loader is None:
+        known = ", ".join(sorted(loaders))
+        raise ConfigError(
+            f"no loader for `{path}` (suffix {suffix or 'none'!r}; loaders exist for {known}); "
+            f"register one with `loaders={{{suffix or '.ext'!r}: callable}}`"
+        )
+    try:
+        text = loader(path)
+    except ConfigError:
+        raise
+    except Exception as error:
+        raise ConfigError(f"the loader for {suffix!r} failed on `{path}`: {error!r}") from error
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"the loader for {suffix!r} returned {type(text).__name__} for `{path}`; "
+            f"a loader must return the file's text as a str"
+        )
+    return text

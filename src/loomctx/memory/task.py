@@ -1,0 +1,312 @@
+"""`Task`: the unit memory records (seed 004), its summary, and how tasks map to messages.
+
+Everything an agent does is a Task: a user's message, an assistant's reply, a tool call with
+its result, a subtask delegated to another agent (`parent_task_id` links the tree). Memory
+keeps Tasks in tiers (`MemoryTier`); what leaves a tier is compressed into a `TaskSummary`.
+
+Tasks map to provider messages so recent memory can be shown to a model as real history:
+
+- action ``"user_message"``: a user message (`parameters["content"]`);
+- action ``"assistant_message"``: an assistant reply (`parameters["content"]`);
+- any other action: a tool call of that name with `parameters` as its arguments, and its
+  result (or error) as the tool result, one atomic unit. The call id is
+  `metadata["tool_call_id"]` when the task came from a model's tool call, else derived from
+  the task id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from loomctx.errors import ConfigError
+from loomctx.messages import Message, ToolCall, split_units
+
+__all__ = [
+    "ASSISTANT_MESSAGE",
+    "USER_MESSAGE",
+    "MemoryTier",
+    "Task",
+    "TaskStatus",
+    "TaskSummary",
+    "importance_of",
+    "task_line",
+    "task_messages",
+    "task_text",
+    "tasks_from_messages",
+]
+
+USER_MESSAGE: Final = "user_message"
+ASSISTANT_MESSAGE: Final = "assistant_message"
+
+IMPORTANCE_USER: Final = 0.9
+IMPORTANCE_FAILED: Final = 0.8
+IMPORTANCE_COMPLETED: Final = 0.7
+IMPORTANCE_SUBTASK: Final = 0.5
+IMPORTANCE_DEFAULT: Final = 0.5
+
+
+class TaskStatus(StrEnum):
+    """Where a task stands."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class MemoryTier(StrEnum):
+    """The memory tiers of seed 004: recent, important, summaries, searchable archive."""
+
+    L1 = "L1"
+    L2 = "L2"
+    L3 = "L3"
+    L4 = "L4"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """One unit of work, with the fields of seed 004.
+
+    `metadata` holds the standard keys `importance` (0..1, overrides the rule of
+    `importance_of`), `summary`, `tags` and `context_strategy`, and anything else you need.
+    Tasks are immutable values: `evolve(...)` returns a changed copy (with `updated_at` set).
+    """
+
+    task_id: str = field(default_factory=_new_id)
+    source_agent: str = "agent"
+    target_agent: str = "agent"
+    action: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    status: TaskStatus = TaskStatus.PENDING
+    created_at: datetime = field(default_factory=_now)
+    updated_at: datetime = field(default_factory=_now)
+    result: Any = field(default=None, hash=False)
+    error: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    parent_task_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_id, str) or not self.task_id:
+            raise ConfigError(f"`task_id` must be a non-empty string, got {self.task_id!r}")
+        if not isinstance(self.action, str) or not self.action:
+            raise ConfigError(
+                f"task {self.task_id!r} needs an `action` (e.g. 'user_message', a tool name)"
+            )
+        if not isinstance(self.status, TaskStatus):
+            try:
+                object.__setattr__(self, "status", TaskStatus(self.status))
+            except ValueError:
+                allowed = ", ".join(repr(s.value) for s in TaskStatus)
+                raise ConfigError(
+                    f"task {self.task_id!r}: unknown status {self.status!r}; use one of {allowed}"
+                ) from None
+        imp = self.metadata.get("importance")
+        if imp is not None and (
+            isinstance(imp, bool) or not isinstance(imp, int | float) or not 0 <= imp <= 1
+        ):
+            raise ConfigError(
+                f"task {self.task_id!r}: `metadata['importance']` must be a number in 0..1, "
+                f"got {imp!r}"
+            )
+
+    def evolve(self, **changes: Any) -> Task:
+        """A copy with `changes` applied and `updated_at` set to now."""
+        changes.setdefault("updated_at", _now())
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (datetimes as ISO strings; results that are not JSON as text)."""
+        return {
+            "task_id": self.task_id,
+            "source_agent": self.source_agent,
+            "target_agent": self.target_agent,
+            "action": self.action,
+            "parameters": _jsonable(self.parameters),
+            "status": self.status.value,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "result": _jsonable(self.result),
+            "error": self.error,
+            "metadata": _jsonable(self.metadata),
+            "parent_task_id": self.parent_task_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Task:
+        """The inverse of `to_dict`."""
+        fields = dict(data)
+        fields["status"] = TaskStatus(fields["status"])
+        fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+        fields["updated_at"] = datetime.fromisoformat(fields["updated_at"])
+        return cls(**fields)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def importance_of(task: Task) -> float:
+    """Seed 004's rule: `metadata['importance']` if set; else a user's task 0.9, a failed
+    task 0.8, a completed one 0.7, a subtask 0.5, anything else 0.5."""
+    imp = task.metadata.get("importance")
+    if imp is not None:
+        return float(imp)
+    if task.source_agent == "user" or task.action == USER_MESSAGE:
+        return IMPORTANCE_USER
+    if task.status is TaskStatus.FAILED:
+        return IMPORTANCE_FAILED
+    if task.status is TaskStatus.COMPLETED and task.action != ASSISTANT_MESSAGE:
+        return IMPORTANCE_COMPLETED
+    if task.parent_task_id is not None:
+        return IMPORTANCE_SUBTASK
+    return IMPORTANCE_DEFAULT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSummary:
+    """A compressed Task (seed 004): what was done, with what, and what came of it."""
+
+    task_id: str
+    action: str
+    param_summary: str
+    result_summary: str
+    tags: tuple[str, ...] = ()
+    importance: float = IMPORTANCE_DEFAULT
+    created_at: datetime = field(default_factory=_now)
+
+    @property
+    def text(self) -> str:
+        """One line: ``action: parameters -> result``."""
+        line = f"{self.action}: {self.param_summary}" if self.param_summary else self.action
+        return f"{line} -> {self.result_summary}" if self.result_summary else line
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {
+            "task_id": self.task_id,
+            "action": self.action,
+            "param_summary": self.param_summary,
+            "result_summary": self.result_summary,
+            "tags": list(self.tags),
+            "importance": self.importance,
+            "created_at": self.created_at.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSummary:
+        """The inverse of `to_dict`."""
+        fields = dict(data)
+        fields["tags"] = tuple(fields.get("tags", ()))
+        fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+        return cls(**fields)
+
+
+def _result_text(task: Task) -> str:
+    if task.status is TaskStatus.FAILED:
+        return f"error: {task.error or 'failed'}"
+    if task.result is None:
+        return ""
+    if isinstance(task.result, str):
+        return task.result
+    return json.dumps(_jsonable(task.result), ensure_ascii=False)
+
+
+def task_text(task: Task) -> str:
+    """The searchable text of a task: what was said (``"speaker: content"`` when the message
+    names its speaker: questions about a person then find what that person said), or
+    ``action(arguments) -> result``."""
+    if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
+        content = str(task.parameters.get("content", ""))
+        speaker = task.parameters.get("speaker")
+        return f"{speaker}: {content}" if speaker else content
+    args = json.dumps(_jsonable(task.parameters), ensure_ascii=False, sort_keys=True)
+    result = _result_text(task)
+    return f"{task.action}({args}) -> {result}" if result else f"{task.action}({args})"
+
+
+def task_line(task: Task) -> str:
+    """One readable line for a task in a prompt: who said what, or what a tool did."""
+    if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
+        who = task.parameters.get("speaker") or ("user" if task.action == USER_MESSAGE else
+                                                 "assistant")  # fmt: skip
+        return f"{who}: {task.parameters.get('content', '')}"
+    return task_text(task)
+
+
+def task_messages(task: Task) -> tuple[Message, ...]:
+    """The messages a task stands for: one user or assistant message, or a tool unit (an
+    assistant message with the call and the tool result)."""
+    if task.action == USER_MESSAGE:
+        return (Message.user(str(task.parameters.get("content", ""))),)
+    if task.action == ASSISTANT_MESSAGE:
+        return (Message.assistant(str(task.parameters.get("content", ""))),)
+    call_id = str(task.metadata.get("tool_call_id") or f"task_{task.task_id}")
+    call = ToolCall(id=call_id, name=task.action, arguments=_jsonable(dict(task.parameters)))
+    failed = task.status is TaskStatus.FAILED
+    return (
+        Message.assistant(tool_calls=[call]),
+        Message.tool(_result_text(task), tool_call_id=call_id, name=task.action, is_error=failed),
+    )
+
+
+def tasks_from_messages(
+    messages: Sequence[Message], *, agent: str = "agent", session_id: str | None = None
+) -> list[Task]:
+    """Tasks for a message history: user and assistant messages, and each tool call with
+    its result (assistant text beside tool calls becomes its own assistant task).
+
+    Timestamps increase by a microsecond per task so the order survives a store round trip.
+    """
+    base = _now()
+    out: list[Task] = []
+
+    def add(**fields: Any) -> None:
+        stamp = base + timedelta(microseconds=len(out))
+        meta = dict(fields.pop("metadata", {}))
+        if session_id is not None:
+            meta["session_id"] = session_id
+        out.append(Task(created_at=stamp, updated_at=stamp, metadata=meta, **fields))
+
+    for unit in split_units(messages):
+        first = unit.messages[0]
+        if first.role == "system":
+            continue
+        if first.role == "user":
+            add(source_agent="user", target_agent=agent, action=USER_MESSAGE,
+                parameters={"content": first.content}, status=TaskStatus.COMPLETED)  # fmt: skip
+            continue
+        if first.content:
+            add(source_agent=agent, target_agent="user", action=ASSISTANT_MESSAGE,
+                parameters={"content": first.content}, status=TaskStatus.COMPLETED)  # fmt: skip
+        results = {m.tool_call_id: m for m in unit.messages[1:]}
+        for call in first.tool_calls:
+            res = results[call.id]
+            add(
+                source_agent=agent,
+                target_agent=call.name,
+                action=call.name,
+                parameters=dict(call.arguments),
+                status=TaskStatus.FAILED if res.is_error else TaskStatus.COMPLETED,
+                result=None if res.is_error else res.content,
+                error=res.content if res.is_error else None,
+                metadata={"tool_call_id": call.id},
+            )
+    return out

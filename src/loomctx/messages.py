@@ -1,0 +1,601 @@
+"""The one provider-neutral message model, its wire-format converters, and tool units.
+
+Loom reasons about a conversation as a sequence of `Message` values that carry text only:
+
+- `system`, `user` and `assistant` messages hold `content` text; a `user` or `assistant`
+  message may name its participant.
+- An `assistant` message may also request tools: `tool_calls` holds one `ToolCall` (id, tool
+  name, parsed JSON arguments) per requested call.
+- A `tool` message is the result of one call: `tool_call_id` says which, `is_error` says the
+  tool failed, and `name` may repeat the tool's name.
+
+`to_openai` / `from_openai` convert to and from the OpenAI chat-completions format, and
+`to_anthropic` / `from_anthropic` to and from the Anthropic messages format. Each function's
+docstring says what the target format cannot carry; anything else survives the round trip.
+
+A tool call and its results only make sense together: a provider rejects a history with a call
+that has no result, or a result for an unknown call. `split_units` therefore cuts a history into
+`MessageUnit` values, the smallest pieces Loom may keep or drop, and checks that every call is
+answered exactly once, directly after the message that made it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from loomctx.errors import ConfigError, MessageFormatError
+
+__all__ = [
+    "Message",
+    "MessageUnit",
+    "Role",
+    "ToolCall",
+    "flatten_units",
+    "from_anthropic",
+    "from_openai",
+    "split_units",
+    "to_anthropic",
+    "to_anthropic_tools",
+    "to_openai",
+    "to_openai_tools",
+    "tool_spec",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+"""Who a message is from: `tool` marks the result of one tool call."""
+
+_ROLES: tuple[str, ...] = get_args(Role)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One tool call requested by an assistant message: its id, the tool's name, its arguments."""
+
+    id: str
+    name: str
+    # Left out of the hash (a dict is unhashable) so that messages stay usable as cache keys;
+    # equality still compares the arguments.
+    arguments: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise MessageFormatError(
+                f"a tool call's `id` must be a non-empty string, got {self.id!r}; "
+                "use the id the provider gave the call"
+            )
+        if not isinstance(self.name, str) or not self.name:
+            raise MessageFormatError(
+                f"tool call `{self.id}` needs a non-empty string `name`, got {self.name!r}"
+            )
+        if not isinstance(self.arguments, Mapping):
+            raise MessageFormatError(
+                f"tool call `{self.id}` has `arguments` of type {type(self.arguments).__name__}; "
+                "pass the parsed JSON object as a dict (use `{}` for no arguments)"
+            )
+
+    def arguments_json(self) -> str:
+        """The arguments as compact JSON, keys in insertion order, non-ASCII text kept as is."""
+        try:
+            # allow_nan=False: NaN and Infinity are not JSON, and providers reject them.
+            return json.dumps(
+                dict(self.arguments),
+                ensure_ascii=False,
+                separators=(",", ":"),
+                sort_keys=False,
+                allow_nan=False,
+            )
+        except (TypeError, ValueError) as exc:
+            raise MessageFormatError(
+                f"the arguments of tool call `{self.id}` are not JSON-serializable ({exc}); "
+                "use only dicts with string keys, lists, strings, finite numbers, bools and None"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message of a conversation, in Loom's provider-neutral, text-only model.
+
+    `tool_calls` is allowed on `assistant` messages only; `tool_call_id` is required on `tool`
+    messages and forbidden elsewhere; `is_error` is only meaningful on `tool` messages. A list
+    passed as `tool_calls` is stored as a tuple. Violations raise `MessageFormatError`.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            allowed = ", ".join(f"`{r}`" for r in _ROLES)
+            raise MessageFormatError(f"unknown role {self.role!r}; use one of {allowed}")
+        if not isinstance(self.content, str):
+            raise MessageFormatError(
+                f"`content` of a `{self.role}` message must be a string, got "
+                f'{type(self.content).__name__}; use "" for a message without text'
+            )
+        if not isinstance(self.tool_calls, tuple):  # a list, say: store it immutably
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        for call in self.tool_calls:
+            if not isinstance(call, ToolCall):
+                raise MessageFormatError(
+                    f"`tool_calls` must hold `ToolCall` values, got {type(call).__name__}; "
+                    "build each with `ToolCall(id=..., name=..., arguments=...)`"
+                )
+        if self.tool_calls and self.role != "assistant":
+            raise MessageFormatError(
+                f"a `{self.role}` message cannot carry `tool_calls`; only `assistant` messages "
+                "request tools"
+            )
+        if self.role == "tool" and not self.tool_call_id:
+            raise MessageFormatError(
+                "a `tool` message needs `tool_call_id`: the id of the tool call it answers"
+            )
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise MessageFormatError(
+                f"a `{self.role}` message cannot carry `tool_call_id` "
+                f"({self.tool_call_id!r}); only `tool` messages answer tool calls"
+            )
+        if self.is_error and self.role != "tool":
+            raise MessageFormatError(
+                f"a `{self.role}` message cannot set `is_error`; only a `tool` result can "
+                "report that its tool failed"
+            )
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        """A system message (instructions for the model)."""
+        return cls(role="system", content=text)
+
+    @classmethod
+    def user(cls, text: str, *, name: str | None = None) -> Message:
+        """A user message, optionally naming the participant."""
+        return cls(role="user", content=text, name=name)
+
+    @classmethod
+    def assistant(
+        cls, text: str = "", *, tool_calls: Iterable[ToolCall] = (), name: str | None = None
+    ) -> Message:
+        """An assistant message: text, tool calls, or both."""
+        return cls(role="assistant", content=text, tool_calls=tuple(tool_calls), name=name)
+
+    @classmethod
+    def tool(
+        cls, content: str, *, tool_call_id: str, name: str | None = None, is_error: bool = False
+    ) -> Message:
+        """The result of the tool call `tool_call_id`; `is_error=True` if the tool failed."""
+        return cls(
+            role="tool", content=content, tool_call_id=tool_call_id, name=name, is_error=is_error
+        )
+
+
+@contextmanager
+def _at(where: str) -> Iterator[None]:
+    """Prefix any format error raised inside with the payload item it concerns."""
+    try:
+        yield
+    except MessageFormatError as exc:
+        raise MessageFormatError(f"{where}: {exc}") from exc
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        raise MessageFormatError(f"{what} is missing")
+    if not isinstance(value, Mapping):
+        raise MessageFormatError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _not_text(j: int, kind: object, allowed: str = "`text`") -> MessageFormatError:
+    return MessageFormatError(
+        f"content part {j} has type `{kind}`, but Loom's message model carries text only "
+        f"(here: {allowed} parts); replace it with a text description, or drop it, before "
+        "converting"
+    )
+
+
+def _text_part(j: int, raw: Any) -> str:
+    part = _mapping(raw, f"content part {j}")
+    if part.get("type") != "text":
+        raise _not_text(j, part.get("type"))
+    text = part.get("text")
+    if not isinstance(text, str):
+        raise MessageFormatError(f"text part {j} needs a string `text`, got {text!r}")
+    return text
+
+
+def _joined_text(content: Any, what: str, sep: str = "") -> str:
+    """Text of `content` given as a string, None, or a list of `text` parts joined with `sep`."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, Sequence):
+        raise MessageFormatError(
+            f"{what} must be a string or a list of content parts, got {type(content).__name__}"
+        )
+    return sep.join(_text_part(j, raw) for j, raw in enumerate(content))
+
+
+def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Convert to OpenAI chat-completions messages.
+
+    An assistant message with tool calls and no text gets `"content": None`, as OpenAI sends
+    it. OpenAI has no field for two things, which are dropped: `name` on a tool message, and
+    `is_error` (an error result's content, which should say what failed, is sent as is).
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            continue
+        wire: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            wire["content"] = m.content or None
+            wire["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_json()},
+                }
+                for call in m.tool_calls
+            ]
+        if m.name is not None:
+            wire["name"] = m.name
+        out.append(wire)
+    return out
+
+
+def _openai_arguments(call_id: str, raw: Any) -> Mapping[str, Any]:
+    if raw is None or raw == "":
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise MessageFormatError(
+            f"tool call `{call_id}` has `arguments` that are not a valid JSON string ({exc}): "
+            f"{raw!r}; repair or drop this call (and its result) before converting"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise MessageFormatError(
+            f"tool call `{call_id}` has arguments that are a JSON {type(parsed).__name__}, "
+            f"not an object: {raw!r}; tool arguments must be a JSON object"
+        )
+    return parsed
+
+
+def _openai_tool_call(raw: Any) -> ToolCall:
+    call = _mapping(raw, "a tool call")
+    call_id: Any = call.get("id")
+    if call_id is None:
+        raise MessageFormatError(
+            "a tool call has no `id`; every call needs the id its result cites"
+        )
+    if call.get("type", "function") != "function":
+        raise MessageFormatError(
+            f"tool call `{call_id}` has type {call['type']!r}; Loom supports `function` calls only"
+        )
+    function = _mapping(call.get("function"), f"the `function` of tool call `{call_id}`")
+    name: Any = function.get("name")
+    return ToolCall(
+        id=call_id, name=name, arguments=_openai_arguments(call_id, function.get("arguments"))
+    )
+
+
+def _from_openai_message(raw: Any) -> Message:
+    wire = _mapping(raw, "a message")
+    if wire.get("role") == "function" or wire.get("function_call") is not None:
+        raise MessageFormatError(
+            "this is the legacy function-calling format (`function` role or `function_call`); "
+            "send `tool_calls` on the assistant message and answer each call with a `tool` "
+            "message instead"
+        )
+    if "role" not in wire:
+        raise MessageFormatError(
+            "the message has no `role`; set it to `system`, `developer`, `user`, `assistant` "
+            "or `tool`"
+        )
+    role = wire["role"]
+    return Message(
+        role="system" if role == "developer" else role,
+        content=_joined_text(wire.get("content"), "`content`"),
+        tool_calls=tuple(_openai_tool_call(c) for c in wire.get("tool_calls") or ()),
+        tool_call_id=wire.get("tool_call_id"),
+        name=wire.get("name"),
+    )
+
+
+def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """Convert OpenAI chat-completions messages to Loom messages.
+
+    `content` may be a string, None, or a list of `text` parts (joined with ""); other parts
+    (images, audio, files) raise, as Loom carries text only. The `developer` role becomes
+    `system`. Tool-call arguments are parsed from their JSON string ("" means `{}`). Fields with
+    no counterpart in the model (`refusal`, `annotations`, ...) are ignored.
+    """
+    out: list[Message] = []
+    for i, raw in enumerate(payload):
+        with _at(f"OpenAI message {i}"):
+            out.append(_from_openai_message(raw))
+    return out
+
+
+def _anthropic_blocks(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": m.tool_call_id,
+            "content": m.content,
+        }
+        if m.is_error:
+            block["is_error"] = True
+        return [block]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    blocks.extend(
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+        for c in m.tool_calls
+    )
+    return blocks
+
+
+def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Convert to Anthropic messages; return `(system, messages)`.
+
+    Anthropic takes the system prompt as a separate parameter, so every non-empty system
+    message, wherever it sits, is hoisted into `system` (joined with a blank line, in order;
+    None when there is none). Tool results become `tool_result` blocks of a user message.
+    Consecutive messages with the same Anthropic role are merged (blocks kept in order), so the
+    output alternates user/assistant and the results of an assistant message's tool calls all
+    sit in the user message right after it, as Anthropic requires. Empty text makes no block,
+    and a message left with no block is skipped. Anthropic has no `name` field: it is dropped.
+    """
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            if m.content:
+                system.append(m.content)
+            continue
+        blocks = _anthropic_blocks(m)
+        if not blocks:
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return "\n\n".join(system) or None, out
+
+
+# Extended-thinking blocks hold the model's private reasoning, signed so that only Anthropic can
+# check it: the neutral model has no place for them, and they are routine in transcripts, so they
+# are dropped rather than rejected. (The one cost: with thinking on, Anthropic wants the latest
+# assistant turn's thinking sent back during a tool-use loop, which a converted history lacks.)
+_DROPPED_BLOCKS = ("thinking", "redacted_thinking")
+_KEPT_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
+
+
+def _iter_blocks(role: str, content: Any) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """(index, type, block) for each block of `content` the model keeps; raises on the rest."""
+    if isinstance(content, str):
+        yield 0, "text", {"type": "text", "text": content}
+        return
+    if not isinstance(content, Sequence):
+        raise MessageFormatError(
+            f"`content` must be a string or a list of blocks, got {type(content).__name__}"
+        )
+    for j, raw in enumerate(content):
+        block = _mapping(raw, f"content part {j}")
+        kind = block.get("type")
+        if kind in _DROPPED_BLOCKS:
+            continue
+        if kind not in _KEPT_BLOCKS[role]:
+            raise _not_text(j, kind, " and ".join(f"`{k}`" for k in _KEPT_BLOCKS[role]))
+        yield j, kind, block
+
+
+def _from_anthropic_message(raw: Any) -> list[Message]:
+    wire = _mapping(raw, "a message")
+    role = wire.get("role")
+    if role not in ("user", "assistant"):
+        hint = "; pass the system prompt as `system=`" if role == "system" else ""
+        raise MessageFormatError(f"`role` must be `user` or `assistant`, got {role!r}{hint}")
+    blocks = _iter_blocks(role, wire.get("content"))
+    if role == "assistant":
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for j, kind, block in blocks:
+            if kind == "text":
+                texts.append(_text_part(j, block))
+            else:
+                call_id: Any = block.get("id")
+                name: Any = block.get("name")
+                arguments: Any = block.get("input", {})
+                if isinstance(arguments, Mapping):
+                    arguments = dict(arguments)  # so later edits to the payload cannot reach it
+                calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        return [Message(role="assistant", content="".join(texts), tool_calls=tuple(calls))]
+    out: list[Message] = []
+    for j, kind, block in blocks:
+        if kind == "text":
+            out.append(Message(role="user", content=_text_part(j, block)))
+        else:
+            out.append(
+                Message(
+                    role="tool",
+                    content=_joined_text(block.get("content"), "`content` of a tool_result"),
+                    tool_call_id=block.get("tool_use_id"),
+                    is_error=bool(block.get("is_error", False)),
+                )
+            )
+    return out
+
+
+def from_anthropic(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    system: str | Sequence[Mapping[str, Any]] | None = None,
+) -> list[Message]:
+    """Convert Anthropic messages (and the `system` parameter) to Loom messages.
+
+    `system` (a string, or `text` blocks joined with a blank line to mirror `to_anthropic`)
+    becomes one leading system message when non-empty. In a user message each `tool_result`
+    block becomes a tool message (its content a string or `text` blocks joined with "") and
+    each text block a user message, in block order; an assistant message becomes one assistant
+    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`. `thinking`
+    and `redacted_thinking` blocks are dropped, as the model has no place for them; any other
+    block (image, document, ...) raises.
+    """
+    with _at("Anthropic `system`"):
+        text = _joined_text(system, "`system`", sep="\n\n")
+    out = [Message.system(text)] if text else []
+    for i, raw in enumerate(messages):
+        with _at(f"Anthropic message {i}"):
+            out.extend(_from_anthropic_message(raw))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageUnit:
+    """The smallest piece of history Loom may keep or drop: one plain message, or a tool unit."""
+
+    messages: tuple[Message, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(self.messages))
+        if not self.messages:
+            raise MessageFormatError("a `MessageUnit` needs at least one message")
+
+    @property
+    def is_tool_unit(self) -> bool:
+        """True for an assistant message with tool calls followed by all of their results."""
+        return bool(self.messages[0].tool_calls)
+
+
+def _stray_result(index: int, m: Message, answered: set[str]) -> MessageFormatError:
+    if m.tool_call_id in answered:
+        return MessageFormatError(
+            f"message {index} is a second result for tool call `{m.tool_call_id}`; each call "
+            "takes exactly one result, so drop the duplicate"
+        )
+    return MessageFormatError(
+        f"tool message {index} answers `{m.tool_call_id}`, which is no open tool call (an "
+        "orphan result); a result must directly follow the assistant message whose "
+        "`tool_calls` include its `tool_call_id`, with only other results in between"
+    )
+
+
+def split_units(messages: Sequence[Message]) -> list[MessageUnit]:
+    """Cut a history into units: each assistant message with tool calls plus its results, and
+    every other message on its own.
+
+    The results of an assistant message's calls must follow it directly, in any order among
+    themselves. Raises `MessageFormatError`, naming the message index, on an orphan result, a
+    call without a result, a second result for a call, or a tool-call id used twice.
+    """
+    units: list[MessageUnit] = []
+    made_at: dict[str, int] = {}  # call id -> index of the message that made the call
+    answered: set[str] = set()
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        if m.role == "tool":
+            raise _stray_result(i, m, answered)
+        pending: dict[str, ToolCall] = {}
+        for call in m.tool_calls:
+            if call.id in made_at:
+                raise MessageFormatError(
+                    f"tool call id `{call.id}` at message {i} is already used at message "
+                    f"{made_at[call.id]}; every tool call needs a unique id"
+                )
+            made_at[call.id] = i
+            pending[call.id] = call
+        j = i + 1
+        while pending and j < n and messages[j].role == "tool":
+            result = messages[j]
+            if result.tool_call_id not in pending:
+                raise _stray_result(j, result, answered)
+            del pending[result.tool_call_id]
+            answered.add(result.tool_call_id)
+            j += 1
+        if pending:
+            call = next(iter(pending.values()))
+            before = f"before message {j}" if j < n else "at the end of the history"
+            raise MessageFormatError(
+                f"tool call `{call.id}` (`{call.name}`) at message {i} has no result; add a "
+                f"`tool` message with `tool_call_id={call.id!r}` after message {i}'s other "
+                f"results ({before}), or remove the call"
+            )
+        units.append(MessageUnit(messages=tuple(messages[i:j])))
+        i = j
+    return units
+
+
+def flatten_units(units: Iterable[MessageUnit]) -> list[Message]:
+    """The messages of `units`, in order: the inverse of `split_units`."""
+    return [m for unit in units for m in unit.messages]
+
+
+# --- tool definitions ---------------------------------------------------------------------
+
+
+def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
+    """(name, description, JSON schema) of a tool definition in OpenAI's function format or
+    Anthropic's format; `ConfigError` when it has no name."""
+    spec = tool["function"] if tool.get("type") == "function" else tool
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"a function tool's `function` must be a JSON object with `name`, `description` and "
+            f"`parameters`, got {type(spec).__name__} {spec!r:.60}"
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(
+            f"a tool definition has no `name`: {json.dumps(tool, default=str)[:120]!r}; use "
+            'OpenAI\'s {"type": "function", "function": {"name", "description", "parameters"}} '
+            'or Anthropic\'s {"name", "description", "input_schema"}'
+        )
+    schema = spec.get("parameters", spec.get("input_schema")) or {
+        "type": "object",
+        "properties": {},
+    }
+    return name, str(spec.get("description") or ""), schema
+
+
+def to_openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tools as OpenAI function tools; OpenAI-style definitions pass through unchanged."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        kind = tool.get("type")
+        if kind == "function":
+            tool_spec(tool)  # checks that it has a name
+            out.append(dict(tool))
+        elif kind is not None and "input_schema" not in tool:
+            out.append(dict(tool))  # another OpenAI tool type: the API decides
+        else:
+            name, description, schema = tool_spec(tool)
+            function: dict[str, Any] = {"name": name, "parameters": dict(schema)}
+            if description:
+                function["description"] = description
+            out.append({"type": "function", "function": function})
+    return out
+
+
+def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tools as Anthropic tools; Anthropic-style definitions (and server tools, which carry
+    their own `type`) pass through unchanged."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        name, description, schema = tool_spec(tool)  # also checks that it has a name
+        if tool.get("type") != "function":
+            out.append(dict(tool))
+            continue
+        converted: dict[str, Any] = {"name": name, "input_schema": dict(schema)}
+        if description:
+            converted["description"] = description
+        out.append(converted)
+    return out

@@ -1,0 +1,96 @@
+"""Recall: candidates for a query from memory (L4) and knowledge bases, concurrently.
+
+Memory recall is `LoomMemory.search` (lexical and dense ranks fused) run in a worker thread, as
+it reads the store and may embed the query; each knowledge base searches itself. A candidate's
+`relevance` is its recall score on 0..1: the fused score of `LoomMemory.search` or of the
+knowledge base's own search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import task_line
+from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+
+if TYPE_CHECKING:
+    from loomctx.knowledge import KnowledgeBaseProvider
+
+__all__ = ["recall", "recall_knowledge", "recall_memory"]
+
+
+def recall_memory(
+    memory: LoomMemory,
+    query: str,
+    *,
+    limit: int = 20,
+    min_score: float = 0.0,
+    exclude: Iterable[str] = (),
+) -> list[Candidate]:
+    """Up to `limit` tasks of `memory` for `query`, best first, `relevance >= min_score`."""
+    out = []
+    for hit in memory.search(query, limit=limit, exclude=exclude):
+        if hit.score < min_score:
+            continue
+        metadata: dict[str, object] = {"task_id": hit.task.task_id, "via": list(hit.via)}
+        if hit.time_match is not None:  # the query named a time: how close this task is
+            metadata["time_match"] = round(hit.time_match, 4)
+        out.append(
+            Candidate(
+                id=hit.task.task_id,
+                text=task_line(hit.task),
+                origin=MEMORY_ORIGIN,
+                relevance=hit.score,
+                vector_score=hit.vector_score,
+                lexical_score=hit.lexical_score,
+                metadata=metadata,
+                item=hit.task,
+            )
+        )
+    return out
+
+
+async def recall_knowledge(
+    kb: KnowledgeBaseProvider, query: str, *, limit: int = 20, min_score: float = 0.0
+) -> list[Candidate]:
+    """Up to `limit` chunks of `kb` for `query`, best first, `score >= min_score`."""
+    hits = await kb.search(query, limit=limit, min_relevance=min_score)
+    return [
+        Candidate(
+            id=h.chunk_id,
+            text=h.text,
+            origin=f"knowledge:{kb.name}",
+            relevance=h.score,
+            vector_score=h.vector_score,
+            lexical_score=h.lexical_score,
+            metadata={"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},
+            item=h,
+        )
+        for h in hits
+    ]
+
+
+async def recall(
+    query: str,
+    *,
+    memory: LoomMemory | None = None,
+    knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
+    limit: int = 20,
+    min_score: float = 0.0,
+    exclude: Iterable[str] = (),
+) -> list[Candidate]:
+    """Every source's candidates (`limit` per source), memory first, in recall order."""
+    skip = tuple(exclude)
+    jobs = [recall_knowledge(kb, query, limit=limit, min_score=min_score) for kb in knowledge_bases]
+    if memory is not None:
+        jobs.insert(
+            0,
+            asyncio.to_thread(
+                recall_memory, memory, query, limit=limit, min_score=min_score, exclude=skip
+            ),
+        )
+    found = await asyncio.gather(*jobs)
+    return [c for part in found for c in part]

@@ -1,0 +1,122 @@
+"""`SessionOptions`: what `ContextController.create_session(**options)` accepts, checked once.
+
+Every option but `sources` is stored with the session and comes back when it is reopened;
+`sources` are objects (a knowledge base, a tool registry), not state, so a reopened session
+gets them again through `Session.add_source`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from loomctx.context.block import ContextSource
+from loomctx.context.budget import BudgetManager
+from loomctx.errors import ConfigError
+
+__all__ = ["SessionOptions"]
+
+
+def _int(value: object, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"option `{name}` must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionOptions:
+    """The options of one session.
+
+    - `system_prompt`: the instructions, placed once at the top of every window.
+    - `sources`: extra `ContextSource`s (a knowledge base, tools, skills) for every window.
+    - `model_context_window`, `output_reserve_ratio`, `max_output_tokens`: the window's size
+      and what is kept free for the reply (see `BudgetManager.available`).
+    - `max_l1_size`, `max_l2_size`, `max_l3_size`: the memory tiers' sizes.
+    - `priority` (0..1): the session's weight when an aggregate window splits by priority.
+    - `metadata`: JSON data of your own (a customer id, a plan), e.g. for
+      `ContextController.distribute_filtered` predicates.
+    """
+
+    system_prompt: str = ""
+    sources: tuple[ContextSource, ...] = ()
+    model_context_window: int = 8192
+    output_reserve_ratio: float | None = None
+    max_output_tokens: int | None = None
+    max_l1_size: int = 50
+    max_l2_size: int = 100
+    max_l3_size: int = 500
+    priority: float = 0.5
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.system_prompt, str):
+            raise ConfigError(
+                f"option `system_prompt` must be a string, got {type(self.system_prompt).__name__}"
+            )
+        if isinstance(self.sources, str | bytes) or not isinstance(self.sources, list | tuple):
+            raise ConfigError(
+                f"option `sources` must be a list of ContextSources, got {self.sources!r}"
+            )
+        for source in self.sources:
+            if not isinstance(source, ContextSource):
+                raise ConfigError(
+                    f"option `sources` holds {type(source).__name__}, which is not a "
+                    "ContextSource: it needs `name`, `priority` and `async collect(...)`"
+                )
+        object.__setattr__(self, "sources", tuple(self.sources))
+        _int(self.model_context_window, "model_context_window", minimum=1)
+        for name in ("max_l1_size", "max_l2_size", "max_l3_size"):
+            _int(getattr(self, name), name, minimum=1)
+        BudgetManager.available(
+            self.model_context_window,
+            output_reserve_ratio=self.output_reserve_ratio,
+            max_output_tokens=self.max_output_tokens,
+        )
+        p = self.priority
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
+            raise ConfigError(f"option `priority` must be a number from 0 to 1, got {p!r}")
+        object.__setattr__(self, "priority", float(p))
+        if not isinstance(self.metadata, Mapping) or not all(
+            isinstance(k, str) for k in self.metadata
+        ):
+            raise ConfigError(
+                f"option `metadata` must be a mapping with string keys, got {self.metadata!r}"
+            )
+        try:
+            plain = json.loads(json.dumps(dict(self.metadata), allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"option `metadata` must be JSON (str, numbers, bools, None, lists, dicts): {exc}"
+            ) from None
+        object.__setattr__(self, "metadata", MappingProxyType(plain))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The accepted option names."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SessionOptions:
+        """Options as given to `create_session`; an unknown name is a `ConfigError`."""
+        accepted = cls.names()
+        for name in options:
+            if name not in accepted:
+                raise ConfigError(
+                    f"unknown session option `{name}`; the options are "
+                    f"{', '.join(f'`{n}`' for n in accepted)}"
+                )
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option but `sources`, as JSON data (what the store keeps)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        out["metadata"] = dict(self.metadata)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionOptions:
+        """The inverse of `to_dict` (without `sources`)."""
+        return cls.from_options(data)

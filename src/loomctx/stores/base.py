@@ -1,0 +1,260 @@
+"""The storage contract: records in namespaces, written and read in batches.
+
+Every backend implements one method pair, `batch(ops)` / `abatch(ops)`, over the operation
+values below; `BaseStore` builds the convenient methods on top of them (as langgraph's stores
+do), so a backend is small and a conformance suite can check all of it.
+
+A `Record` lives in a `namespace` (a tuple such as ``(tenant, agent, session)``) under a `key`.
+Reads take a namespace *prefix* and never return records outside it: that is how tenants,
+agents and sessions are kept apart (DESIGN.md invariant 6). `text` is indexed for lexical
+search as soon as a write returns; vectors are attached later (embedding runs off the write
+path) with `PutVectors`, per embedding model, and searched with `VectorSearch`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeAlias, runtime_checkable
+
+from loomctx.errors import StoreError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "BaseStore",
+    "Delete",
+    "Get",
+    "Hit",
+    "MemoryStore",
+    "Namespace",
+    "Op",
+    "Put",
+    "PutVectors",
+    "Record",
+    "Scan",
+    "Search",
+    "StoreContext",
+    "Unembedded",
+    "VectorSearch",
+    "check_namespace",
+]
+
+Namespace: TypeAlias = tuple[str, ...]
+
+
+def check_namespace(namespace: Namespace, *, prefix: bool = False) -> Namespace:
+    """`namespace` if valid: a tuple of non-empty strings without ``/`` (at least one part,
+    unless it is a read prefix, where ``()`` means every namespace)."""
+    if not isinstance(namespace, tuple) or (not namespace and not prefix):
+        raise StoreError(
+            f"a namespace is a non-empty tuple of strings such as ('tenant', 'agent'), "
+            f"got {namespace!r}"
+        )
+    for part in namespace:
+        if not isinstance(part, str) or not part or "/" in part:
+            raise StoreError(
+                f"namespace part {part!r} in {namespace!r} must be a non-empty string without '/'"
+            )
+    return namespace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One stored item. `seq` (a store-wide, increasing write order) and the timestamps
+    (seconds since the epoch) are set by the store on every write. A value: a store may hand
+    the same record to several callers (`SQLiteStore` keeps search's recent hits decoded),
+    so its `data` is never to be changed in place."""
+
+    namespace: Namespace
+    key: str
+    kind: str
+    text: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    seq: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hit:
+    """A search result: the record and its score (higher is better; lexical scores are
+    BM25, vector scores cosine similarity)."""
+
+    record: Record
+    score: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreContext:
+    """Per-call options every backend receives. `deadline`: a `time.monotonic()` value by
+    which the call should finish (backends may honour it); `tag`: a label for tracing."""
+
+    deadline: float | None = None
+    tag: str = ""
+
+
+# --- operations -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Put:
+    """Insert or replace `record` (by namespace and key); result: the stored `Record`.
+    Replacing a record whose text changed drops its vectors (they no longer match)."""
+
+    record: Record
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Get:
+    """Result: the `Record` at namespace and key, or None."""
+
+    namespace: Namespace
+    key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete:
+    """Remove a record and its vectors; result: whether it existed."""
+
+    namespace: Namespace
+    key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    """Result: records under `prefix` (of `kind`, if given) whose `data` has every item of
+    `where`, in write order (`newest_first` reverses it), after `after_seq`, at most `limit`."""
+
+    prefix: Namespace
+    kind: str | None = None
+    where: Mapping[str, str | int | float | bool] = field(default_factory=dict, hash=False)
+    limit: int | None = None
+    newest_first: bool = False
+    after_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Search:
+    """Lexical search under `prefix`: result `Hit`s, best first, at most `limit`."""
+
+    prefix: Namespace
+    query: str
+    kind: str | None = None
+    limit: int = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VectorSearch:
+    """Nearest records by the vectors of embedding `model`: result `Hit`s, best first."""
+
+    prefix: Namespace
+    vector: npt.NDArray[np.float32]
+    model: str
+    kind: str | None = None
+    limit: int = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutVectors:
+    """Attach vectors of embedding `model` to records, one row per (namespace, key);
+    records that no longer exist (or whose text changed since `seqs`) are skipped.
+    Result: how many were stored."""
+
+    model: str
+    items: Sequence[tuple[Namespace, str, int]]  # (namespace, key, seq the text was read at)
+    vectors: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unembedded:
+    """Result: up to `limit` records under `prefix` that have no vector of `model` yet,
+    oldest first (what a background embedder works through)."""
+
+    model: str
+    prefix: Namespace = ()
+    limit: int = 256
+
+
+Op: TypeAlias = Put | Get | Delete | Scan | Search | VectorSearch | PutVectors | Unembedded
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """What a storage backend implements: run a batch of operations, in order, atomically
+    for the writes in it; one result per operation."""
+
+    def batch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        """Run `ops` and return their results."""
+        ...
+
+    async def abatch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        """`batch` for async callers (never blocks the event loop)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files; the store is unusable afterwards."""
+        ...
+
+
+class BaseStore(ABC):
+    """Template for backends: implement `batch`, `abatch` and `close`; the methods below are
+    shorthand for one-operation batches."""
+
+    @abstractmethod
+    def batch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        """Run `ops` and return their results."""
+
+    @abstractmethod
+    async def abatch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        """`batch` for async callers."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and files."""
+
+    def put(self, record: Record) -> Record:
+        """Insert or replace one record; returns it as stored (with `seq` and timestamps)."""
+        result: Record = self.batch([Put(record=record)])[0]
+        return result
+
+    def put_many(self, records: Sequence[Record]) -> list[Record]:
+        """Insert or replace several records in one transaction."""
+        return self.batch([Put(record=r) for r in records])
+
+    def get(self, namespace: Namespace, key: str) -> Record | None:
+        """The record at `namespace` / `key`, or None."""
+        result: Record | None = self.batch([Get(namespace=namespace, key=key)])[0]
+        return result
+
+    def delete(self, namespace: Namespace, key: str) -> bool:
+        """Remove a record; whether it existed."""
+        result: bool = self.batch([Delete(namespace=namespace, key=key)])[0]
+        return result
+
+    def scan(self, prefix: Namespace, **options: Any) -> list[Record]:
+        """Records under `prefix`; `options` are the fields of `Scan`."""
+        result: list[Record] = self.batch([Scan(prefix=prefix, **options)])[0]
+        return result
+
+    def search(self, prefix: Namespace, query: str, **options: Any) -> list[Hit]:
+        """Lexical search under `prefix`; `options` are the fields of `Search`."""
+        result: list[Hit] = self.batch([Search(prefix=prefix, query=query, **options)])[0]
+        return result
+
+    def vector_search(
+        self, prefix: Namespace, vector: npt.NDArray[np.float32], *, model: str, **options: Any
+    ) -> list[Hit]:
+        """Nearest records by vector under `prefix`; `options` are the fields of `VectorSearch`."""
+        op = VectorSearch(prefix=prefix, vector=vector, model=model, **options)
+        result: list[Hit] = self.batch([op])[0]
+        return result
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

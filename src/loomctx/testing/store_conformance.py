@@ -1,0 +1,517 @@
+"""The conformance suite every `MemoryStore` backend must pass.
+
+Subclass `MemoryStoreConformance` in the backend's test module and give it a `store`
+fixture that yields a fresh, empty store and closes it afterwards::
+
+    import pytest
+    from loomctx.testing.store_conformance import MemoryStoreConformance
+
+    class TestMyStore(MemoryStoreConformance):
+        @pytest.fixture
+        def store(self):
+            with MyStore(...) as store:
+                yield store
+
+pytest then runs every ``test_*`` method below against it. The tests go through `batch` /
+`abatch` (the whole contract) plus the `BaseStore` shorthands, and they only use behaviour
+that `loomctx.stores.base` documents: record round trips, upsert semantics (a growing `seq`,
+`created_at` kept), all-or-nothing batches whose error names the failing op, write order,
+namespace prefixes that match part-wise (``('t', 'a')`` never sees ``('t', 'ab')``), kind and
+`where` filters, English and Chinese lexical search, vector search and its dimension errors,
+vectors dropped when text changes and never attached to a text they were not computed from,
+`Unembedded`, `abatch`, namespace validation and closing.
+
+This module imports pytest: import it from test modules only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from loomctx.errors import ConfigError, StoreError
+from loomctx.stores.base import (
+    BaseStore,
+    Delete,
+    Get,
+    Hit,
+    Namespace,
+    Put,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    Unembedded,
+    VectorSearch,
+)
+
+__all__ = ["MemoryStoreConformance"]
+
+A: Namespace = ("t", "a")
+AB: Namespace = ("t", "ab")
+A_S: Namespace = ("t", "a", "s")
+OTHER: Namespace = ("u", "a")
+
+
+def rec(namespace: Namespace, key: str, text: str = "", kind: str = "note", **data: Any) -> Record:
+    """A record to put (the store sets `seq` and the timestamps)."""
+    return Record(namespace=namespace, key=key, kind=kind, text=text, data=data)
+
+
+def unit(*values: float) -> npt.NDArray[np.float32]:
+    """A float32 vector of `values`."""
+    return np.array(values, dtype=np.float32)
+
+
+def keys(found: Sequence[Record | Hit]) -> list[str]:
+    """The keys of records or hits, in order."""
+    return [f.record.key if isinstance(f, Hit) else f.key for f in found]
+
+
+class MemoryStoreConformance:
+    """Tests of the `MemoryStore` contract; a subclass provides the `store` fixture."""
+
+    # --- put / get / delete -----------------------------------------------------------------
+
+    def test_put_returns_the_stored_record_and_get_reads_it(self, store: BaseStore) -> None:
+        stored = store.put(rec(A, "k", "hello world", kind="turn", n=1, tags=["x"], ok=True))
+        assert stored.seq > 0
+        assert stored.created_at > 0
+        assert stored.updated_at == stored.created_at
+        assert (stored.namespace, stored.key, stored.kind, stored.text) == (
+            A,
+            "k",
+            "turn",
+            "hello world",
+        )
+        assert dict(stored.data) == {"n": 1, "tags": ["x"], "ok": True}
+        assert store.get(A, "k") == stored
+
+    def test_get_of_a_missing_key_or_namespace_is_none(self, store: BaseStore) -> None:
+        store.put(rec(A, "k"))
+        assert store.get(A, "other") is None
+        assert store.get(AB, "k") is None
+        assert store.get(A_S, "k") is None
+
+    def test_put_replaces_by_key_keeping_created_at(self, store: BaseStore) -> None:
+        first = store.put(rec(A, "k", "one", n=1))
+        second = store.put(rec(A, "k", "two", kind="other", m=2))
+        assert second.seq > first.seq
+        assert second.created_at == first.created_at
+        assert second.updated_at >= first.updated_at
+        assert store.get(A, "k") == second
+        assert dict(second.data) == {"m": 2}
+        assert len(store.scan(A)) == 1
+
+    def test_seq_grows_across_and_within_batches(self, store: BaseStore) -> None:
+        batch = store.put_many([rec(A, "a"), rec(A, "b"), rec(AB, "c")])
+        later = store.put(rec(A, "a"))
+        seqs = [r.seq for r in batch] + [later.seq]
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == 4
+
+    def test_seq_is_not_reused_after_a_delete(self, store: BaseStore) -> None:
+        first = store.put(rec(A, "k", "text"))
+        assert store.delete(A, "k") is True
+        again = store.put(rec(A, "k", "text"))
+        assert again.seq > first.seq
+
+    def test_delete_removes_the_record_from_every_read(self, store: BaseStore) -> None:
+        store.put(rec(A, "k", "zebra crossing"))
+        store.put(rec(A, "j", "unrelated words"))
+        self._embed(store, A, {"k": unit(1, 0), "j": unit(0, 1)})
+        assert store.delete(A, "k") is True
+        assert store.delete(A, "k") is False
+        assert store.get(A, "k") is None
+        assert keys(store.scan(A)) == ["j"]
+        assert store.search(A, "zebra") == []
+        assert keys(store.vector_search(A, unit(1, 0), model="m")) == ["j"]
+
+    def test_delete_of_a_missing_record_is_false(self, store: BaseStore) -> None:
+        assert store.delete(A, "nothing") is False
+
+    # --- batches ------------------------------------------------------------------------------
+
+    def test_batch_returns_one_result_per_op_in_order(self, store: BaseStore) -> None:
+        results = store.batch(
+            [
+                Put(record=rec(A, "k", "hello")),
+                Get(namespace=A, key="k"),
+                Get(namespace=A, key="missing"),
+                Scan(prefix=A),
+                Search(prefix=A, query="hello"),
+                Delete(namespace=A, key="k"),
+                Get(namespace=A, key="k"),
+            ]
+        )
+        assert len(results) == 7
+        assert isinstance(results[0], Record)
+        assert results[1] == results[0]
+        assert results[2] is None
+        assert results[3] == [results[0]]
+        assert keys(results[4]) == ["k"]
+        assert results[5] is True
+        assert results[6] is None
+
+    def test_an_empty_batch_returns_nothing(self, store: BaseStore) -> None:
+        assert store.batch([]) == []
+
+    def test_a_failing_op_writes_nothing_of_its_batch(self, store: BaseStore) -> None:
+        store.put(rec(A, "kept", "before"))
+        with pytest.raises(StoreError, match="#2"):
+            store.batch(
+                [
+                    Put(record=rec(A, "new", "fresh words")),
+                    Delete(namespace=A, key="kept"),
+                    Put(record=rec(("t", "bad/part"), "x")),
+                ]
+            )
+        assert store.get(A, "new") is None
+        assert store.get(A, "kept") is not None
+        assert store.search(A, "fresh") == []
+        # The store still works, and seq did not go backwards.
+        after = store.put(rec(A, "next"))
+        assert after.seq > store.get(A, "kept").seq  # type: ignore[union-attr]
+
+    def test_a_bad_argument_fails_the_batch_with_a_config_error(self, store: BaseStore) -> None:
+        with pytest.raises(ConfigError, match="#1"):
+            store.batch([Put(record=rec(A, "ok")), Put(record=rec(A, "bad", blob=object()))])
+        assert store.get(A, "ok") is None
+
+    def test_reads_in_a_batch_see_its_earlier_writes(self, store: BaseStore) -> None:
+        results = store.batch(
+            [
+                Put(record=rec(A, "k", "orange juice")),
+                Search(prefix=A, query="orange"),
+                Unembedded(model="m", prefix=A),
+            ]
+        )
+        assert keys(results[1]) == ["k"]
+        assert keys(results[2]) == ["k"]
+
+    async def test_abatch_runs_ops_like_batch(self, store: BaseStore) -> None:
+        results = await store.abatch(
+            [Put(record=rec(A, "k", "async text")), Search(prefix=A, query="async")]
+        )
+        assert keys(results[1]) == ["k"]
+        many = await asyncio.gather(
+            *(store.abatch([Put(record=rec(A, f"c{i}"))]) for i in range(5))
+        )
+        assert len({result[0].seq for result in many}) == 5
+        assert len(await store.abatch([Scan(prefix=A)])) == 1
+        with pytest.raises(StoreError, match="#0"):
+            await store.abatch([Get(namespace=(), key="k")])
+
+    # --- scan -------------------------------------------------------------------------------
+
+    def test_scan_returns_write_order_and_newest_first(self, store: BaseStore) -> None:
+        store.put_many([rec(A, "1"), rec(A, "2"), rec(A, "3")])
+        store.put(rec(A, "1"))  # a rewrite moves it to the end
+        assert keys(store.scan(A)) == ["2", "3", "1"]
+        assert keys(store.scan(A, newest_first=True)) == ["1", "3", "2"]
+        assert keys(store.scan(A, newest_first=True, limit=2)) == ["1", "3"]
+        assert keys(store.scan(A, limit=0)) == []
+
+    def test_scan_after_seq(self, store: BaseStore) -> None:
+        first, second, third = store.put_many([rec(A, "1"), rec(A, "2"), rec(A, "3")])
+        assert keys(store.scan(A, after_seq=first.seq)) == ["2", "3"]
+        assert keys(store.scan(A, after_seq=third.seq)) == []
+        assert keys(store.scan(A, after_seq=first.seq, newest_first=True, limit=1)) == ["3"]
+        assert second.seq > first.seq
+
+    def test_scan_filters_by_kind_and_where(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "1", kind="turn", role="user", n=1, ok=True),
+                rec(A, "2", kind="turn", role="assistant", n=2, ok=False),
+                rec(A, "3", kind="summary", role="user", n=1, ok=True),
+                rec(A, "4", kind="turn", role="user", n=1.5, label="1"),
+            ]
+        )
+        assert keys(store.scan(A, kind="turn")) == ["1", "2", "4"]
+        assert keys(store.scan(A, kind="nothing")) == []
+        assert keys(store.scan(A, where={"role": "user"})) == ["1", "3", "4"]
+        assert keys(store.scan(A, kind="turn", where={"role": "user", "n": 1})) == ["1"]
+        assert keys(store.scan(A, where={"n": 1.5})) == ["4"]
+        assert keys(store.scan(A, where={"ok": True})) == ["1", "3"]
+        assert keys(store.scan(A, where={"ok": False})) == ["2"]
+        assert keys(store.scan(A, where={"label": "1"})) == ["4"]
+        assert keys(store.scan(A, where={"label": 1})) == []  # a string is not a number
+        assert keys(store.scan(A, where={"missing": "x"})) == []
+
+    # --- namespaces -----------------------------------------------------------------------
+
+    def test_prefixes_match_whole_parts(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "a", "shared words here"),
+                rec(AB, "ab", "shared words here"),
+                rec(A_S, "as", "shared words here"),
+                rec(OTHER, "o", "shared words here"),
+                rec(("t",), "t", "shared words here"),
+            ]
+        )
+        self._embed(
+            store,
+            None,
+            {
+                (A, "a"): unit(1, 0),
+                (AB, "ab"): unit(1, 0),
+                (A_S, "as"): unit(1, 0),
+                (OTHER, "o"): unit(1, 0),
+                (("t",), "t"): unit(1, 0),
+            },
+        )
+        everything = {"a", "ab", "as", "o", "t"}
+        cases: list[tuple[Namespace, set[str]]] = [
+            (A, {"a", "as"}),
+            (AB, {"ab"}),
+            (A_S, {"as"}),
+            (("t",), {"a", "ab", "as", "t"}),
+            (("u",), {"o"}),
+            (("t", "a", "s", "x"), set()),
+            (("t", "a", "x"), set()),
+            (("v",), set()),
+            ((), everything),
+        ]
+        for prefix, expected in cases:
+            assert set(keys(store.scan(prefix))) == expected, prefix
+            assert set(keys(store.search(prefix, "shared words"))) == expected, prefix
+            found = store.vector_search(prefix, unit(1, 0), model="m", limit=10)
+            assert set(keys(found)) == expected, prefix
+            pending = store.batch([Unembedded(model="other", prefix=prefix)])[0]
+            assert set(keys(pending)) == expected, prefix
+
+    def test_namespaces_are_validated(self, store: BaseStore) -> None:
+        bad_namespaces: list[Any] = [(), ("t", ""), ("t", "a/b"), ["t", "a"], "t/a", ("t", 1)]
+        for bad in bad_namespaces:
+            for op in (Put(record=rec(bad, "k")), Get(namespace=bad, key="k")):
+                with pytest.raises(StoreError, match="namespace"):
+                    store.batch([op])
+            with pytest.raises(StoreError, match="namespace"):
+                store.batch([Delete(namespace=bad, key="k")])
+        for bad_prefix in [("t", ""), ("a/b",), ["t"]]:
+            for read in (
+                Scan(prefix=bad_prefix),  # type: ignore[arg-type]
+                Search(prefix=bad_prefix, query="x"),  # type: ignore[arg-type]
+                VectorSearch(prefix=bad_prefix, vector=unit(1), model="m"),  # type: ignore[arg-type]
+                Unembedded(model="m", prefix=bad_prefix),  # type: ignore[arg-type]
+            ):
+                with pytest.raises(StoreError, match="namespace"):
+                    store.batch([read])
+        assert store.scan(()) == []
+
+    def test_a_key_is_unique_per_namespace_only(self, store: BaseStore) -> None:
+        store.put_many([rec(A, "k", "in a"), rec(AB, "k", "in ab"), rec(A_S, "k", "in as")])
+        assert store.get(A, "k").text == "in a"  # type: ignore[union-attr]
+        assert store.get(AB, "k").text == "in ab"  # type: ignore[union-attr]
+        assert store.delete(A, "k") is True
+        assert store.get(A_S, "k") is not None
+
+    # --- lexical search ---------------------------------------------------------------------
+
+    def test_search_english_ranks_better_matches_first(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "both", "The database migration finished overnight"),
+                rec(A, "one", "A migration of birds over the lake"),
+                rec(A, "none", "Lunch was pasta with tomato sauce"),
+                rec(A, "case", "DATABASE backups run nightly"),
+            ]
+        )
+        hits = store.search(A, "database migration")
+        assert keys(hits)[0] == "both"
+        assert set(keys(hits)) == {"both", "one", "case"}
+        assert all(h.score > 0 for h in hits)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert keys(store.search(A, "database migration", limit=1)) == ["both"]
+        assert store.search(A, "database", limit=0) == []
+
+    def test_search_chinese(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "db", "我们的数据库在北京机房"),
+                rec(A, "weather", "今天北京的天气很好"),
+                rec(A, "en", "an English sentence"),
+            ]
+        )
+        assert keys(store.search(A, "数据库"))[0] == "db"
+        assert set(keys(store.search(A, "北京"))) == {"db", "weather"}
+        assert keys(store.search(A, "请问天气怎么样"))[0] == "weather"
+        assert store.search(A, "上海") == []
+
+    def test_search_of_stop_words_or_nothing_is_empty(self, store: BaseStore) -> None:
+        store.put(rec(A, "k", "the and of it is a thing"))
+        assert store.search(A, "") == []
+        assert store.search(A, "the and of it is") == []
+        assert store.search(A, "我们 的 了") == []
+        assert store.search(A, "!!! ...") == []
+
+    def test_search_filters_by_kind(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "t", "kiwi fruit", kind="turn"),
+                rec(A, "s", "kiwi fruit", kind="summary"),
+            ]
+        )
+        assert keys(store.search(A, "kiwi", kind="summary")) == ["s"]
+        assert keys(store.search(A, "kiwi", kind="absent")) == []
+        assert set(keys(store.search(A, "kiwi"))) == {"t", "s"}
+
+    def test_search_follows_rewrites(self, store: BaseStore) -> None:
+        store.put(rec(A, "k", "apples and pears", kind="turn"))
+        store.put(rec(A, "k", "bananas only", kind="turn"))
+        assert store.search(A, "apples") == []
+        assert keys(store.search(A, "bananas")) == ["k"]
+        store.put(rec(A, "k", "bananas only", kind="summary"))
+        assert keys(store.search(A, "bananas", kind="summary")) == ["k"]
+        assert store.search(A, "bananas", kind="turn") == []
+        store.put(rec(A, "k", ""))
+        assert store.search(A, "bananas") == []
+
+    def test_search_hits_carry_the_current_record(self, store: BaseStore) -> None:
+        stored = store.put(rec(A, "k", "quantum physics", topic="science"))
+        (hit,) = store.search(A, "quantum")
+        assert hit.record == stored
+
+    # --- vectors ------------------------------------------------------------------------------
+
+    def _embed(
+        self,
+        store: BaseStore,
+        namespace: Namespace | None,
+        vectors: dict[Any, npt.NDArray[np.float32]],
+        *,
+        model: str = "m",
+    ) -> int:
+        """Put vectors for existing records, read at their current seq."""
+        items: list[tuple[Namespace, str, int]] = []
+        for where in vectors:
+            ns, key = (namespace, where) if namespace is not None else where
+            record = store.get(ns, key)
+            assert record is not None
+            items.append((ns, key, record.seq))
+        matrix = np.stack(list(vectors.values())).astype(np.float32)
+        stored: int = store.batch([PutVectors(model=model, items=items, vectors=matrix)])[0]
+        return stored
+
+    def test_vector_search_ranks_by_cosine_similarity(self, store: BaseStore) -> None:
+        store.put_many([rec(A, k, f"text {k}") for k in ("x", "xy", "y", "neg")])
+        stored = self._embed(
+            store,
+            A,
+            {"x": unit(2, 0, 0), "xy": unit(1, 1, 0), "y": unit(0, 3, 0), "neg": unit(-1, 0, 0)},
+        )
+        assert stored == 4
+        hits = store.vector_search(A, unit(1, 0, 0), model="m")
+        assert keys(hits) == ["x", "xy", "y", "neg"]
+        expected = [1.0, 1 / math.sqrt(2), 0.0, -1.0]
+        assert [h.score for h in hits] == pytest.approx(expected, abs=1e-5)
+        assert keys(store.vector_search(A, unit(0, 1, 0), model="m", limit=2)) == ["y", "xy"]
+        assert store.vector_search(A, unit(1, 0, 0), model="m", limit=0) == []
+
+    def test_vector_search_filters_by_kind_and_model(self, store: BaseStore) -> None:
+        store.put_many([rec(A, "t", "one", kind="turn"), rec(A, "s", "two", kind="summary")])
+        self._embed(store, A, {"t": unit(1, 0), "s": unit(1, 0.1)})
+        self._embed(store, A, {"t": unit(0, 1, 0)}, model="other")
+        assert keys(store.vector_search(A, unit(1, 0), model="m", kind="summary")) == ["s"]
+        assert keys(store.vector_search(A, unit(1, 0), model="m", kind="absent")) == []
+        assert keys(store.vector_search(A, unit(0, 1, 0), model="other")) == ["t"]
+        assert store.vector_search(A, unit(1, 0), model="unknown") == []
+
+    def test_vector_dimension_mismatches_raise(self, store: BaseStore) -> None:
+        store.put_many([rec(A, "a", "one"), rec(A, "b", "two")])
+        self._embed(store, A, {"a": unit(1, 0, 0)})
+        with pytest.raises(StoreError, match=r"dimension|-d"):
+            store.vector_search(A, unit(1, 0), model="m")
+        with pytest.raises(StoreError, match="-d"):
+            self._embed(store, A, {"b": unit(1, 0)})
+        assert keys(store.vector_search(A, unit(1, 0, 0), model="m")) == ["a"]
+
+    def test_put_vectors_rejects_malformed_arrays(self, store: BaseStore) -> None:
+        record = store.put(rec(A, "a", "one"))
+        item = (A, "a", record.seq)
+        for vectors in (
+            np.ones((2, 3), dtype=np.float32),  # two rows for one item
+            np.ones(3, dtype=np.float32),  # not 2-d
+            np.array([[np.nan, 1.0]], dtype=np.float32),
+        ):
+            with pytest.raises(ConfigError):
+                store.batch([PutVectors(model="m", items=[item], vectors=vectors)])
+        assert store.vector_search(A, unit(1, 0, 0), model="m") == []
+
+    def test_a_text_change_drops_vectors_but_a_kind_change_keeps_them(
+        self, store: BaseStore
+    ) -> None:
+        store.put_many([rec(A, "a", "first text", kind="turn"), rec(A, "b", "other")])
+        self._embed(store, A, {"a": unit(1, 0), "b": unit(0, 1)})
+        store.put(rec(A, "a", "first text", kind="summary"))  # same text: vectors kept
+        assert keys(store.vector_search(A, unit(1, 0), model="m", kind="summary")) == ["a"]
+        assert store.vector_search(A, unit(1, 0), model="m", kind="turn") == []
+        store.put(rec(A, "a", "second text", kind="summary"))  # new text: vectors dropped
+        assert keys(store.vector_search(A, unit(1, 0), model="m")) == ["b"]
+        assert keys(store.batch([Unembedded(model="m", prefix=A)])[0]) == ["a"]
+
+    def test_put_vectors_skips_deleted_and_rewritten_records(self, store: BaseStore) -> None:
+        old = store.put(rec(A, "changed", "old text"))
+        same = store.put(rec(A, "same", "unchanged text"))
+        gone = store.put(rec(A, "gone", "to be deleted"))
+        store.put(rec(A, "changed", "new text"))  # the embedder read "old text"
+        store.put(rec(A, "same", "unchanged text", extra=1))  # text unchanged: still valid
+        store.delete(A, "gone")
+        items = [(A, "changed", old.seq), (A, "same", same.seq), (A, "gone", gone.seq)]
+        vectors = np.eye(3, dtype=np.float32)
+        assert store.batch([PutVectors(model="m", items=items, vectors=vectors)]) == [1]
+        assert keys(store.vector_search(A, unit(0, 1, 0), model="m")) == ["same"]
+        # A record put again with the same key after a delete is a new text, read later.
+        again = store.put(rec(A, "gone", "to be deleted"))
+        stale = PutVectors(model="m", items=[(A, "gone", gone.seq)], vectors=vectors[2:])
+        assert store.batch([stale]) == [0]
+        fresh = PutVectors(model="m", items=[(A, "gone", again.seq)], vectors=vectors[2:])
+        assert store.batch([fresh]) == [1]
+
+    def test_put_vectors_replaces_a_records_vector(self, store: BaseStore) -> None:
+        store.put_many([rec(A, "a", "one"), rec(A, "b", "two")])
+        self._embed(store, A, {"a": unit(1, 0), "b": unit(0, 1)})
+        self._embed(store, A, {"a": unit(0, 1)})
+        hits = store.vector_search(A, unit(0, 1), model="m")
+        assert [h.score for h in hits] == pytest.approx([1.0, 1.0])
+        assert sorted(keys(hits)) == ["a", "b"]
+
+    # --- unembedded -------------------------------------------------------------------------
+
+    def test_unembedded_lists_records_without_vectors_oldest_first(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "1", "first"),
+                rec(A, "empty", ""),
+                rec(A, "2", "second"),
+                rec(AB, "x", "elsewhere"),
+                rec(A, "3", "third"),
+            ]
+        )
+        pending = store.batch([Unembedded(model="m", prefix=A)])[0]
+        assert keys(pending) == ["1", "2", "3"]
+        self._embed(store, A, {"2": unit(1, 0)})
+        assert keys(store.batch([Unembedded(model="m", prefix=A)])[0]) == ["1", "3"]
+        assert keys(store.batch([Unembedded(model="m", prefix=A, limit=1)])[0]) == ["1"]
+        assert keys(store.batch([Unembedded(model="other", prefix=A)])[0]) == ["1", "2", "3"]
+        everywhere = store.batch([Unembedded(model="m")])[0]
+        assert keys(everywhere) == ["1", "x", "3"]
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def test_a_closed_store_raises_and_closing_twice_is_harmless(self, store: BaseStore) -> None:
+        store.put(rec(A, "k"))
+        store.close()
+        store.close()
+        with pytest.raises(StoreError, match="closed"):
+            store.get(A, "k")
+        with pytest.raises(StoreError, match="closed"):
+            store.batch([])
