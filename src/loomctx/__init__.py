@@ -27,9 +27,9 @@ from loomctx.context.assembler import ComponentPriority, ContextAssembler, Conte
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
 from loomctx.context.budget import AdaptiveBudgetManager, BudgetManager
 from loomctx.context.collector import ContextCollector
-from loomctx.context.compactor import ContextCompactor
-from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
-from loomctx.context.report import BlockReport, ContextReport, SourceReport
+from loomctx.context.compactor import CachePolicy, ContextCompactor
+from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
+from loomctx.context.report import BlockReport, CompactionNote, ContextReport, SourceReport
 from loomctx.context.sources import (
     AgentOutputSource,
     HistorySource,
@@ -133,7 +133,9 @@ __all__ = [
     "BudgetManager",
     "BuildContext",
     "BusClosedError",
+    "CachePolicy",
     "CallableCounter",
+    "CompactionNote",
     "Completed",
     "ComponentPriority",
     "ConfigError",
@@ -177,6 +179,7 @@ __all__ = [
     "LLMOptions",
     "LLMResponse",
     "LLMSummarizer",
+    "LayoutState",
     "LoomError",
     "LoomMemory",
     "MemoryHit",

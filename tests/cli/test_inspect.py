@@ -35,17 +35,18 @@ def _history(turns: int) -> list[Message]:
 
 
 def built_report(window: int = 700) -> ContextReport:
-    """A real build over a long history: most of it dropped, some summarized."""
+    """A real build over a long history that has just been compacted: most of it dropped,
+    some summarized."""
+    history = _history(80)
+    source = HistorySource(history[:-20])
     orchestrator = ContextOrchestrator(
         token_counter=TiktokenCounter(),
-        sources=[
-            PromptSource("You track parcels."),
-            HistorySource(_history(80)),
-            UserInputSource(),
-        ],
+        sources=[PromptSource("You track parcels."), source, UserInputSource()],
         model_context_window=window,
         max_output_tokens=100,
     )
+    asyncio.run(orchestrator.build(query="Where is parcel 1041?"))
+    source.extend(history[-20:])  # history outgrows its room: the next build compacts it
     return asyncio.run(orchestrator.build(query="Where is parcel 1042?")).report
 
 
@@ -64,7 +65,7 @@ def test_the_view_fits_100_columns_and_explains_what_was_left_out(report: Contex
         assert source in text
     assert "not in the window whole:" in text
     assert "summarized" in text
-    assert "older than the history that fits" in text
+    assert "compacted into `history:summary`" in text
     assert f"sent {report.token_count:,} tokens" in text
     assert "4,321" in text
 
@@ -87,7 +88,7 @@ def _text(renderable: object, width: int = 100) -> str:
 
 def test_left_out_groups_by_source_status_and_reason(report: ContextReport) -> None:
     summarized = [b for b in report.blocks if b.status == "summarized"]
-    older = [b for b in summarized if b.reason.endswith("(history is kept newest first, unbroken)")]
+    older = [b for b in summarized if b.reason == "compacted into `history:summary`"]
     tokens = sum(b.offered_tokens for b in older)
     lines = _text(left_out(report)).splitlines()
     assert lines[0].split()[:5] == [
@@ -97,8 +98,12 @@ def test_left_out_groups_by_source_status_and_reason(report: ContextReport) -> N
         f"({tokens}",
         "tokens)",
     ]
-    assert len(lines) >= 2
-    assert _text(left_out(report, limit=1)).splitlines()[-1].split()[:2] == ["…", "1"]
+    assert len(lines) == 1
+    kept = next(b for b in report.blocks if b.status == "kept" and b.source == "history")
+    gone = replace(kept, status="dropped", reason="needs 9 tokens; no room")
+    two = replace(report, blocks=(*report.blocks, gone))
+    assert len(_text(left_out(two)).splitlines()) == 2
+    assert _text(left_out(two, limit=1)).splitlines()[-1].split()[:2] == ["…", "1"]
 
 
 def test_numbers_in_grouped_reasons_are_elided() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
 from loomctx.context.sources import L1RecentSource, UnifiedRetrievalSource, UserInputSource
 from loomctx.memory.core import LoomMemory
@@ -44,6 +45,9 @@ async def build(memory: LoomMemory, window: int, *, exclude_recent: bool = False
         ],
         model_context_window=window,
         output_reserve_ratio=0.2,
+        # Keep all of a full L1 (no compaction to a low-water mark): this file is about
+        # duplicates, not about compaction.
+        cache_policy=CachePolicy(low_water=1.0),
     )
     built = await orchestrator.build(QUERY)
     assert built.token_count == COUNTER.count_messages(built.messages)

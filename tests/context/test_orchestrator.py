@@ -124,11 +124,16 @@ async def test_layout_by_role_and_exact_count() -> None:
     window = await orch.build(query="When will order 1003 arrive?")
     roles = [m.role for m in window.messages]
     assert window.messages[0] == Message.system("You are a shop assistant.")
-    assert window.messages[1].role == "system"
-    assert window.messages[1].content.startswith(CONTEXT_PREAMBLE)
-    assert list(window.messages[2:-1]) == history
+    assert list(window.messages[1:-2]) == history
+    # The dynamic tail comes right before the user turn; the question stays last, whole.
+    tail = window.messages[-2]
+    assert tail.role == "user"
+    assert tail.content.startswith(CONTEXT_PREAMBLE)
     assert window.messages[-1] == Message.user("When will order 1003 arrive?")
-    assert roles.count("system") == 2
+    assert roles.count("system") == 1
+    assert window.layout is not None
+    assert (window.layout.prefix_end, window.layout.history_end) == (1, 1 + len(history))
+    assert window.layout.tail_start == len(window.messages) - 2
     assert [t.get("name") or t["function"]["name"] for t in window.tools] == [
         "get_weather",
         "run_sql",
@@ -148,9 +153,24 @@ async def test_openai_and_anthropic_payloads() -> None:
     openai = window.to_openai()
     assert openai["messages"][0] == {"role": "system", "content": "Be brief."}
     assert {t["function"]["name"] for t in openai["tools"]} == {"get_weather", "run_sql"}
-    anthropic = window.to_anthropic()
+    anthropic = window.to_anthropic(cache=False)
     assert anthropic["system"] == "Be brief."
     assert anthropic["messages"][0]["role"] == "user"
+    cached = window.to_anthropic()
+    assert cached["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
+    marked = [
+        (i, j)
+        for i, m in enumerate(cached["messages"])
+        for j, block in enumerate(m["content"])
+        if "cache_control" in block
+    ]
+    # Breakpoints end the history (the last reply) and all before the dynamic tail (here, with
+    # no dynamic context, the whole window: the next call of the run starts with it).
+    n = len(cached["messages"])
+    assert marked == [(n - 2, 0), (n - 1, 0)]
+    assert cached["messages"][-1]["content"][0]["text"] == "Status?"
     assert [t["name"] for t in anthropic["tools"]] == ["get_weather", "run_sql"]
     assert anthropic["tools"][0]["input_schema"]["properties"] == {"city": {"type": "string"}}
 
@@ -164,9 +184,18 @@ async def test_prefix_is_byte_identical_across_turns() -> None:
     history.extend([Message.user("first question about weather"), Message.assistant("sunny")])
     docs.docs = ["a different document", "and another"]
     second = await orch.build(query="now an SQL question about orders")
-    assert first.messages[0] == second.messages[0]
     assert json.dumps(first.tools) == json.dumps(second.tools)
-    assert first.messages[1] != second.messages[1]
+    assert first.layout is not None
+    # The first window minus its dynamic tail is where the second begins.
+    tail = first.layout.tail_start
+    head = first.messages[:tail] + first.messages[tail + 1 :]
+    assert second.messages[: len(head)] == head
+    assert second.messages[-1] == Message.user("now an SQL question about orders")
+    assert first.report.reused_prefix_tokens == 0
+    # A provider's cache holds the first request as sent: the second reads it up to its tail.
+    reused = COUNTER.count_messages(first.messages[:tail], tools=second.tools)
+    assert second.report.reused_prefix_tokens == reused
+    assert second.report.new_tokens == second.token_count - second.report.reused_prefix_tokens
 
 
 async def test_retrieved_text_cannot_close_its_fence_or_change_roles() -> None:
@@ -176,7 +205,7 @@ async def test_retrieved_text_cannot_close_its_fence_or_change_roles() -> None:
     context = window.messages[1].content
     assert context.count("</context>") == 1
     assert "&lt;/context>" in context
-    assert [m.role for m in window.messages] == ["system", "system", "user"]
+    assert [m.role for m in window.messages] == ["system", "user", "user"]
 
 
 async def test_user_turn_that_cannot_fit_raises_naming_it() -> None:
@@ -214,10 +243,20 @@ async def test_unused_budget_flows_to_sources_that_want_more() -> None:
 
 async def test_long_history_is_cut_at_unit_boundaries_and_summarized() -> None:
     history = conversation(400)
-    orch = orchestrator(PromptSource("Rules."), HistorySource(history), UserInputSource(),
-                        window=2000)  # fmt: skip
+    source = HistorySource(history[:-40])
+    orch = orchestrator(PromptSource("Rules."), source, UserInputSource(), window=2000)
+    first = await orch.build(query="What happened to order 1398?")
+    # A first window fills the room with whole units; nothing is summarized yet.
+    assert not any(b.metadata.get("kind") == "summary" for b in first.blocks)
+    assert first.report.utilization > 0.9
+    source.extend(history[-40:])
     window = await orch.build(query="What happened to order 1399?")
-    kept_history = list(window.messages[2:-1])
+    # The history outgrew its room: compacted once, to the low-water mark, with a summary.
+    (note,) = window.report.compactions
+    assert note.action == "compacted"
+    assert note.tokens_after < 0.7 * note.tokens_before
+    assert window.layout is not None
+    kept_history = list(window.messages[window.layout.summary_end : window.layout.history_end])
     split_units(kept_history)  # raises if a tool unit was broken
     assert kept_history == history[len(history) - len(kept_history) :]
     assert kept_history[0].role == "user"
@@ -226,7 +265,6 @@ async def test_long_history_is_cut_at_unit_boundaries_and_summarized() -> None:
     statuses = {b.status for b in window.report.blocks if b.source == "history"}
     assert {"kept", "summarized"} <= statuses
     assert window.token_count <= 1750
-    assert window.report.utilization > 0.9
 
 
 async def test_report_is_json_and_round_trips() -> None:
@@ -236,7 +274,8 @@ async def test_report_is_json_and_round_trips() -> None:
     data = json.loads(json.dumps(window.report.to_dict()))
     assert set(data) == {
         "window", "output_reserve", "available", "token_count", "overhead_tokens",
-        "token_counter", "sources", "blocks", "utilization",
+        "token_counter", "sources", "blocks", "utilization", "reused_prefix_tokens",
+        "new_tokens", "compactions",
     }  # fmt: skip
     assert ContextReport.from_dict(data) == window.report
     assert data["sources"][0]["name"] == "system_prompt"

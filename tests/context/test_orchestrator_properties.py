@@ -69,13 +69,18 @@ def build(s: dict[str, object]) -> tuple[ContextOrchestrator, ContextWindow | No
 def parts(
     window: ContextWindow, s: dict[str, object]
 ) -> tuple[list[Message], list[Message], list[Message]]:
-    """(prefix and context system messages, history, the user turn)."""
-    msgs = list(window.messages)
-    system = [m for m in msgs if m.role == "system"]
-    rest = msgs[len(system) :]
-    if str(s["query"]).strip():
-        return system, rest[:-1], rest[-1:]
-    return system, rest, []
+    """(the system message, history's units, the user turn and the dynamic tail)."""
+    msgs, layout = list(window.messages), window.layout
+    assert layout is not None
+    return (
+        msgs[: layout.prefix_end],
+        msgs[layout.summary_end : layout.history_end],
+        [
+            m
+            for i, m in enumerate(msgs[layout.history_end :])
+            if i + layout.history_end != layout.tail_start
+        ],
+    )
 
 
 @given(SCENARIO)
@@ -118,11 +123,18 @@ def test_layout_order(s: dict[str, object]) -> None:
     if window is None:
         return
     roles = [m.role for m in window.messages]
-    first_non_system = next((i for i, r in enumerate(roles) if r != "system"), len(roles))
-    assert "system" not in roles[first_non_system:]
-    assert roles.count("system") <= 2
-    if roles.count("system") == 2:
-        assert window.messages[1].content.startswith(CONTEXT_PREAMBLE)
+    # One system message at most, first; dynamic context never in it, always in the tail.
+    assert "system" not in roles[1:]
+    assert window.layout is not None
+    if any(b.section == "context" for b in window.blocks):
+        tail = window.messages[window.layout.tail_start]
+        assert tail.role == "user"
+        assert tail.content.startswith(CONTEXT_PREAMBLE)
+        # right before the newest unit: the user turn, which stays last and whole
+        newest = 1 if str(s["query"]).strip() else 0
+        assert window.layout.tail_start == len(window.messages) - 1 - newest
+    if roles[:1] == ["system"]:
+        assert CONTEXT_PREAMBLE not in window.messages[0].content
 
 
 @given(SCENARIO, st.lists(WORDS, max_size=10).map(" ".join))
@@ -169,7 +181,7 @@ def test_a_source_within_its_allocation_is_never_cut_for_another(s: dict[str, ob
     _, window = build(s)
     if window is None:
         return
-    first_user = "history must begin with a user message"  # a rule, not a budget cut
+    first_user = "history kept"  # history starts at a user message: a rule, not a budget cut
     pinned = [x for x in window.report.sources if x.name in ("system_prompt", "user_input")]
     if any(x.used > x.allocated for x in pinned):
         return  # must-keep content beyond its share comes first, from everyone's budget
@@ -182,3 +194,43 @@ def test_a_source_within_its_allocation_is_never_cut_for_another(s: dict[str, ob
                 if b.source == src.name and b.status != "kept" and first_user not in b.reason
             ]
             assert cut == [], (src, cut)
+
+
+@given(SCENARIO, st.lists(WORDS, max_size=8))
+def test_without_compaction_a_window_minus_its_tail_begins_the_next(
+    s: dict[str, object], words: list[str]
+) -> None:
+    history = HistorySource(s["history"])  # type: ignore[arg-type]
+    docs = DocsSource(s["docs"])  # type: ignore[arg-type]
+    orch = ContextOrchestrator(
+        token_counter=COUNTER,
+        sources=[
+            PromptSource(s["instructions"]),  # type: ignore[arg-type]
+            ToolSource(s["tools"]),  # type: ignore[arg-type]
+            docs,
+            history,
+            UserInputSource(),
+        ],
+        model_context_window=s["window"],  # type: ignore[arg-type]
+        output_reserve_ratio=0.125,
+    )
+    try:
+        first = asyncio.run(orch.build(query=s["query"]))  # type: ignore[arg-type]
+        reply = Message.assistant(" ".join(words) or "ok")
+        history.extend([Message.user(str(s["query"]) or "next"), reply])
+        docs.docs = [*docs.docs[1:], " ".join(words) or "new"]
+        second = asyncio.run(orch.build(query=" ".join(words)))
+    except BudgetExceededError:
+        return
+    assert first.layout is not None
+    if any(n.action == "compacted" for n in second.report.compactions):
+        event("compacted")
+        return
+    if first.tools != second.tools:  # a tool schema no longer fits: the prefix starts anew
+        return
+    tail = first.layout.tail_start
+    head = first.messages[:tail] + first.messages[tail + 1 :]
+    assert second.messages[: len(head)] == head
+    if tail:  # the first request as sent is in the cache up to its tail
+        reused = COUNTER.count_messages(first.messages[:tail], tools=second.tools)
+        assert second.report.reused_prefix_tokens >= reused

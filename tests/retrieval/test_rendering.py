@@ -106,9 +106,10 @@ def test_one_fence_per_source_an_item_per_block_within_budget(
     if not kept:
         assert len(window.messages) == 1
         return
-    assert window.messages[0].role == "system"
-    assert window.messages[0].content.startswith(CONTEXT_PREAMBLE)
-    context = window.messages[0].content.removeprefix(CONTEXT_PREAMBLE)
+    # The dynamic tail, a user message right before the user turn.
+    assert window.messages[-2].role == "user"
+    assert window.messages[-2].content.startswith(CONTEXT_PREAMBLE)
+    context = window.messages[-2].content.removeprefix(CONTEXT_PREAMBLE)
     fenced = {b.source for b in kept}
     # Fence tags only where the renderer put them: content cannot open or close one.
     assert context.count("<context") == len(fenced)

@@ -228,7 +228,7 @@ async def test_an_empty_query_builds_a_window_without_a_user_turn(
     controller, _ = env
     await fill(controller, "a", ["first thing", "second thing"])
     window = await controller.aggregate_context(["a"], "", 500)
-    assert [m.role for m in window.messages] == ["system", "system"]
+    assert [m.role for m in window.messages] == ["system", "user"]  # the dynamic tail
     assert "second thing" in window.messages[1].content
 
 

@@ -2,8 +2,10 @@
 
 One run (seeds 000, 001):
 
-1. The static context is assembled once with `ContextAssembler`: the instructions and the
-   user's request (and the stage, if any) CRITICAL, the task context HIGH.
+1. The static context is assembled once with `ContextAssembler`: the instructions (and the
+   stage, if any) CRITICAL, the task context HIGH. It is the window's stable prefix, the same
+   for every run while they are unchanged; the user's request lives in the user turn only
+   (seed 001 put it in the static context too, where it changed the prefix every run).
 2. Every turn, before the model call: the retriever is asked for the user's request *plus what
    the last tool results revealed*, and the orchestrator builds the window from the static
    context, the tools, the retrieved documents, memory (earlier runs), the exchange of this run
@@ -58,7 +60,8 @@ from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
 from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loomctx.context.assembler import ComponentPriority, ContextAssembler
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
-from loomctx.context.orchestrator import ContextOrchestrator
+from loomctx.context.compactor import CachePolicy
+from loomctx.context.orchestrator import ContextOrchestrator, LayoutState
 from loomctx.context.sources import (
     InheritedSource,
     L1RecentSource,
@@ -80,6 +83,11 @@ from loomctx.tokens import TiktokenCounter, TokenCounter
 __all__ = ["Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
+
+DEFAULT_MAX_DYNAMIC = 0.25
+"""The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
+knowledge, new on every call) takes at most this share of the input budget, history (which the
+provider's cache reads at a tenth of the price) the rest."""
 
 
 class TurnSource:
@@ -146,7 +154,10 @@ class Agent:
     `output_reserve_ratio` kept for the reply. `shared_pool` is a memory shared with other
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
-    a sub-agent (see `as_tool`).
+    a sub-agent (see `as_tool`). `cache_policy` says when history is compacted and how much
+    of the window the dynamic tail may take (default: `CachePolicy(max_dynamic=0.25)`); the
+    agent remembers where its history starts across runs, so each call repeats the previous
+    one's prompt up to the dynamic tail, and a provider's prompt cache reads it.
     """
 
     def __init__(
@@ -171,6 +182,7 @@ class Agent:
         source_timeout: float = 2.0,
         shared_pool: LoomMemory | None = None,
         max_depth: int = 5,
+        cache_policy: CachePolicy | None = None,
     ) -> None:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -206,6 +218,9 @@ class Agent:
         self.extra_sources = list(sources)
         self.knowledge_bases = list(knowledge_bases)
         self.source_timeout = source_timeout
+        self.cache_policy = cache_policy or CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)
+        # History marks and the previous window, across runs: history stays append-only.
+        self._layout = LayoutState()
 
     async def run(self, prompt: str, *, parent: ToolContext | None = None) -> str:
         """Run to the end and return the final reply (drains `stream`; `parent` as there)."""
@@ -259,7 +274,7 @@ class Agent:
                     emit(event)
                 yield event
 
-    def _static_context(self, prompt: str, run: _Run) -> str:
+    def _static_context(self, run: _Run) -> str:
         budget = max(256, int(self.model_context_window * (1 - self.output_reserve_ratio) / 3))
         assembler = ContextAssembler(
             max_tokens=budget, token_counter=self.counter, order="insertion"
@@ -276,7 +291,6 @@ class Agent:
                 f"Your final reply is returned to `{run.asker}` as the result.",
                 ComponentPriority.HIGH,
             )
-        assembler.add_component("request", prompt, ComponentPriority.CRITICAL)
         assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
         return assembler.assemble()
 
@@ -307,6 +321,8 @@ class Agent:
             model_context_window=self.model_context_window,
             output_reserve_ratio=self.output_reserve_ratio,
             source_timeout=self.source_timeout,
+            cache_policy=self.cache_policy,
+            state=self._layout if run.lineage is None else None,
         )
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
@@ -334,7 +350,7 @@ class Agent:
                 lineage=run.lineage,
             )
             orchestrator = self._orchestrator(
-                self._static_context(prompt, run), retrieved, turn_source, run
+                self._static_context(run), retrieved, turn_source, run
             )
             revealed = ""
             for turn in range(1, self.max_turns + 1):

@@ -55,8 +55,9 @@ def _items(text: str) -> list[str]:
 
 
 def _context_pieces(content: str) -> list[tuple[str, str]]:
-    """(where, item) of a system message: the items of each fenced source if it has fences
-    (however the items inside are marked), else of the whole message."""
+    """(where, item) of a system message or of fenced reference data: the items of each
+    fenced source if it has fences (however the items inside are marked), else of the whole
+    message."""
     fenced = _FENCE.findall(content)
     if fenced:
         return [(f"context `{src}`", item) for src, body in fenced for item in _items(body)]
@@ -69,7 +70,7 @@ def _passages(messages: Sequence[Message]) -> list[tuple[str, bool, list[str]]]:
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     out: list[tuple[str, bool, list[str]]] = []
     for m in messages[:last_user] if last_user >= 0 else messages:
-        if m.role == "system":
+        if m.role == "system" or (m.role == "user" and _FENCE.search(m.content)):
             pieces = []
             for where, body in _context_pieces(m.content):
                 who, colon, said = body.partition(": ")

@@ -2,22 +2,27 @@
 
 Selection, in order:
 
-1. **Pinned** blocks (the system prompt, the user turn) are kept whole. If they alone exceed
-   the budget, `BudgetExceededError` names each with its size.
-2. **Within grants.** Each source's blocks are taken in its order of preference (priority,
-   then as offered) within the source's grant. A text block that does not fit whole is cut
-   on a token boundary if it is truncatable and enough room is left; anything else waits.
-3. **Redistribution.** What is left of the whole budget goes to the waiting blocks, highest
+1. **Pinned** blocks (the system prompt, the user turn, the newest tool exchange) are kept
+   whole. If they alone exceed the budget, `BudgetExceededError` names each with its size.
+2. **History, append-only.** History is the part of the window a provider's prompt cache can
+   reuse, so it is not re-chosen every build: a `HistoryMark` remembers, per history source,
+   the first unit kept in full and the frozen summary of what came before it. Until history
+   outgrows its room (the budget left after pinned content and the dynamic sources' shares),
+   every build keeps all units from that mark to the newest, and the summary byte for byte.
+   When it outgrows the room by more than `CachePolicy.defer_ratio` of it, history is
+   compacted in one step: the newest units that fit `CachePolicy.low_water` of the room are
+   kept (starting at a user message), the units before them are summarized into a new frozen
+   summary (a `Summarizer`; the extractive default needs no LLM), and the mark moves. A small
+   overflow is taken from the dynamic context instead: a compaction that saves little would
+   cost more in cache writes than it saves. Tool units are atomic everywhere.
+3. **Within grants.** Each other source's blocks are taken in its order of preference
+   (priority, then as offered) within the source's grant. A text block that does not fit
+   whole is cut on a token boundary if it is truncatable and enough room is left; anything
+   else waits.
+4. **Redistribution.** What is left of the whole budget goes to the waiting blocks, highest
    source priority first, then block priority: budget a source does not use is not stranded.
-4. **Summarization.** History units that did not fit are summarized (a `Summarizer`; the
-   extractive default needs no LLM) into one dynamic-context block, if room is left for it.
-   Tool units are atomic everywhere: a unit is kept whole, or dropped or summarized whole.
 5. **Deduplication.** A task two sources offer (recent history and retrieval, say; blocks
    name it in `metadata["task_id"]`) goes in once, and the room freed goes to waiting blocks.
-
-The history kept is a contiguous run ending at the newest unit and starting at a user
-message (Anthropic requires the first message to be the user's), so the model never sees a
-gap in the middle of the conversation.
 """
 
 from __future__ import annotations
@@ -28,15 +33,21 @@ from dataclasses import dataclass
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
 from loomctx.context.packing import truncate_text
-from loomctx.context.report import BlockStatus
-from loomctx.errors import BudgetExceededError, ConfigError, Oversize
+from loomctx.context.render import summary_text
+from loomctx.context.report import BlockStatus, CompactionNote
+from loomctx.errors import BudgetExceededError, ConfigError, Oversize, check_unit
 from loomctx.memory.summarizers import ExtractiveSummarizer, Summarizer
 from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
 
-__all__ = ["Candidate", "ContextCompactor", "Decision"]
-
-_SUMMARY_CACHE = 16
+__all__ = [
+    "CachePolicy",
+    "Candidate",
+    "Compaction",
+    "ContextCompactor",
+    "Decision",
+    "HistoryMark",
+]
 
 
 def _task_of(block: ContextBlock) -> str | None:
@@ -66,6 +77,56 @@ class Decision:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CachePolicy:
+    """When history is compacted, for windows a provider's prompt cache can reuse.
+
+    - `low_water`: after a compaction, history (with its summary) takes at most this share of
+      its room, so it can grow by appending for a while before the next one (default 0.6).
+      A source that says how many units it can hold (``metadata["capacity"]``, as
+      `L1RecentSource` does) keeps at most this share of them too.
+    - `defer_ratio`: an overflow up to this share of the room is taken from the dynamic
+      context instead of compacting (default 0.1).
+    - `max_dynamic`: the share of the input budget the dynamic tail (retrieved memory and
+      knowledge, sent new on every call) may take at most; None: no cap beyond the sources'
+      budgets (default).
+    """
+
+    low_water: float = 0.6
+    defer_ratio: float = 0.1
+    max_dynamic: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("low_water", "defer_ratio"):
+            check_unit(getattr(self, name), f"`CachePolicy.{name}`")
+        if self.max_dynamic is not None:
+            check_unit(self.max_dynamic, "`CachePolicy.max_dynamic`")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryMark:
+    """Where a history source's kept history starts (`start`, a block id) and the frozen
+    summary of what came before it (a `history` block, or None)."""
+
+    start: str
+    summary: ContextBlock | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compaction:
+    """What `ContextCompactor.compact` decided: a decision per candidate (and one per history
+    summary kept), the history marks for the next build, and notes on compactions."""
+
+    decisions: list[Decision]
+    marks: dict[str, HistoryMark]
+    notes: tuple[CompactionNote, ...]
+
+
+def _starts_with_user(c: Candidate) -> bool:
+    """Anthropic requires the first message to be the user's: history starts with one."""
+    return bool(c.block.messages) and c.block.messages[0].role == "user"
+
+
 def _describe(m: Message) -> str:
     calls = "; ".join(f"called {c.name}({c.arguments_json()})" for c in m.tool_calls)
     text = " ".join(part for part in (m.content, calls) if part)
@@ -90,8 +151,6 @@ class ContextCompactor:
         self.summarize_history = summarize_history
         self.summary_max_tokens = summary_max_tokens
         self.min_truncated_tokens = min_truncated_tokens
-        # The same dropped stretch is summarized on every rebuild within a turn: remember it.
-        self._summaries: dict[tuple[tuple[str, ...], int, str], str] = {}
 
     async def compact(
         self,
@@ -102,22 +161,27 @@ class ContextCompactor:
         budget: int,
         counter: TokenCounter,
         cost_of: Callable[[ContextBlock], int],
-        context_frame: int = 0,
-    ) -> list[Decision]:
-        """One decision per candidate (in the order given), plus one for a summary block of
-        dropped history if one was made.
+        slack: int = 0,
+        marks: Mapping[str, HistoryMark] | None = None,
+        policy: CachePolicy | None = None,
+    ) -> Compaction:
+        """One decision per candidate (in the order given), plus one for each history
+        summary in the window, and the history marks for the next build.
 
         `grants` is each source's share of `budget` (by name), `priorities` each source's
-        priority; `context_frame` is what a summary block's fence costs (with opening the
-        dynamic-context section, if no other source opens it).
+        priority. `slack` is framing that `budget` was charged for but that only optional
+        content needs (a fence, the tool list): pinned content may use it when nothing else
+        goes in. `marks` are the previous build's `HistoryMark`s by source (none: history
+        starts fresh), `policy` when to compact it.
         """
+        policy = policy or CachePolicy()
         decided: dict[int, Decision] = {}
         pinned = [c for c in candidates if c.block.pinned]
         pinned_cost = sum(c.cost for c in pinned)
-        if pinned_cost > budget:
+        if pinned_cost > budget + slack:
             raise BudgetExceededError(
                 offenders=[Oversize(name=c.block.id, tokens=c.cost) for c in pinned],
-                budget=budget,
+                budget=budget + slack,
                 hint="raise `model_context_window`, lower the output reserve, or shorten them",
             )
         for c in pinned:
@@ -126,9 +190,27 @@ class ContextCompactor:
         spent: dict[str, int] = {}
         for c in pinned:
             spent[c.block.source] = spent.get(c.block.source, 0) + c.cost
+        demands: dict[str, int] = {}
+        for c in candidates:
+            demands[c.block.source] = demands.get(c.block.source, 0) + c.cost
+        dynamic = {c.block.source for c in candidates if c.block.section == "context"}
+        cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
+        # Shares by priority of what each source wants, the dynamic sources within the cap:
+        # history's share is its room (and what a higher-priority source leaves flows to it).
+        wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
+        shares = BudgetManager.redistribute(dict(grants), wants, priorities)
+        dynamic_left = [cap]
 
         def take(c: Candidate, room: int, why_cut: str) -> int:
             """Keep `c` whole or cut within `room`; return the tokens used (0: it waits)."""
+            if c.block.section == "context":
+                room = min(room, dynamic_left[0])
+                used = keep(c, room, why_cut)
+                dynamic_left[0] -= used
+                return used
+            return keep(c, room, why_cut)
+
+        def keep(c: Candidate, room: int, why_cut: str) -> int:
             if c.cost <= room:
                 decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
                 return c.cost
@@ -151,42 +233,58 @@ class ContextCompactor:
             )
             return cost
 
-        # When history will not fit whole, hold back room for a summary of what is left out.
-        history_cost = sum(
-            c.cost for c in candidates if c.block.section == "history" and not c.block.pinned
-        )
-        reserve = 0
-        if self.summarize_history and history_cost > left:
-            reserve = min(self.summary_max_tokens, left // 8)
-        left -= reserve
-        # Each source keeps what it needs of its share (the reserve taken out pro rata); the
-        # rest flows to the sources that want more, highest priority first.
-        scale = (budget - reserve) / budget if budget else 0.0
-        demands: dict[str, int] = {}
+        # Step 2: history first, append-only from its mark; the other sources' shares are
+        # what it leaves them at least.
+        histories: dict[str, list[Candidate]] = {}
         for c in candidates:
-            demands[c.block.source] = demands.get(c.block.source, 0) + c.cost
-        shares = BudgetManager.redistribute(
-            {name: int(g * scale) for name, g in grants.items()}, demands, priorities
-        )
-        # Newest history first within a source, whatever priorities it gave.
+            if c.block.section == "history" and not c.block.pinned:
+                histories.setdefault(c.block.source, []).append(c)
+        notes: list[CompactionNote] = []
+        new_marks: dict[str, HistoryMark] = {}
+        extra: list[Decision] = []
+        reasons: dict[int, tuple[BlockStatus, str]] = {}
+        for source, units in histories.items():
+            units.sort(key=lambda c: c.block.sequence)
+            room = max(0, min(shares.get(source, 0), left))
+            kept, summary, note = await self._history(
+                source, units, (marks or {}).get(source), room, left, policy, counter, cost_of
+            )
+            if kept:
+                new_marks[source] = HistoryMark(start=kept[0].block.id, summary=summary)
+            if note is not None:
+                notes.append(note)
+            first = units.index(kept[0]) if kept else len(units)
+            for c in kept:
+                decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
+            used = sum(c.cost for c in kept)
+            if summary is not None:
+                cost = cost_of(summary)
+                s = Candidate(block=summary, cost=cost, source_priority=0.0, order=-1 - len(extra))
+                extra.append(Decision(candidate=s, block=summary, status="kept", cost=cost))
+                used += cost
+            covered = int(summary.metadata.get("covers_from", first)) if summary else first
+            for c in units[:first]:
+                if summary is not None and c.block.sequence >= covered:
+                    reasons[c.order] = ("summarized", f"compacted into `{summary.id}`")
+                else:
+                    reasons[c.order] = (
+                        "dropped",
+                        "older than the history kept (history is compacted in steps, "
+                        "the newest units whole)",
+                    )
+            spent[source] = spent.get(source, 0) + used
+            left -= used
+
+        # Steps 3 and 4: the other sources within their shares, then what is left flows to
+        # waiting blocks by source priority, then block value.
         ranked = sorted(
-            (c for c in candidates if not c.block.pinned),
-            key=lambda c: (
-                -c.source_priority,
-                c.block.source,
-                -c.block.sequence if c.block.section == "history" else 0,
-                -c.block.priority,
-                c.order,
-            ),
+            (c for c in candidates if not c.block.pinned and c.block.source not in histories),
+            key=lambda c: (-c.source_priority, c.block.source, -c.block.priority, c.order),
         )
-        # Step 2: within each source's grant; step 3: what is left flows to waiting blocks,
-        # by source priority then block value. A history unit that does not fit blocks the
-        # older units of its source in that pass, so the kept history has no gaps.
         for step in ("its source's budget", "the budget left by other sources"):
-            blocked: set[str] = set()
             for c in ranked:
                 src = c.block.source
-                if c.order in decided or src in blocked:
+                if c.order in decided:
                     continue
                 room = (
                     left
@@ -196,19 +294,16 @@ class ContextCompactor:
                 used = take(c, room, step) if room > 0 else 0
                 spent[src] = spent.get(src, 0) + used
                 left -= used
-                if not used and c.block.section == "history":
-                    blocked.add(src)
 
-        leading: set[int] = set()
-        self._keep_history_unbroken(candidates, decided, leading)
-        # The same task offered by two sources (recent history and retrieval, an inherited
-        # memory and a shared pool) goes in once; the room it frees goes to waiting blocks.
-        if self._drop_duplicates(ranked, decided):
-            free = budget - reserve - sum(d.cost for d in decided.values())
+        # Step 5: the same task offered by two sources (recent history and retrieval, an
+        # inherited memory and a shared pool) goes in once; the room it frees goes to waiting
+        # blocks.
+        if self._drop_duplicates([c for c in candidates if c.order in decided], decided):
+            free = budget - sum(d.cost for d in decided.values()) - sum(d.cost for d in extra)
             seen = {_task_of(d.block) for d in decided.values()} - {None}
             for c in ranked:
                 key = _task_of(c.block)
-                if c.order in decided or c.block.section == "history" or key in seen:
+                if c.order in decided or key in seen:
                     continue
                 if free <= 0:
                     break
@@ -216,57 +311,132 @@ class ContextCompactor:
                 free -= used
                 if used and key is not None:
                     seen.add(key)
-        # A copy left out because its task is in the window already says so, whichever step
-        # left it out.
         holder = {k: d.block.source for d in decided.values() if (k := _task_of(d.block))}
-        duplicate = {
-            c.order: f"its task is in the window already (from `{holder[key]}`)"
-            for c in candidates
-            if c.order not in decided
-            and c.block.section != "history"
-            and (key := _task_of(c.block)) in holder
-        }
-        left += reserve
-        first_user = "the window's history must begin with a user message"
-        decisions = [
-            decided.get(c.order)
-            or Decision(
-                candidate=c,
-                block=c.block,
-                status="dropped",
-                cost=0,
-                reason=first_user if c.order in leading else duplicate.get(c.order, ""),
+        decisions: list[Decision] = []
+        for c in candidates:
+            d = decided.get(c.order)
+            if d is None:
+                status, why = reasons.get(c.order, ("dropped", ""))
+                if not why and (key := _task_of(c.block)) in holder:
+                    why = f"its task is in the window already (from `{holder[key]}`)"
+                if not why:
+                    why = f"needs {c.cost} tokens; the budget is spent on higher-value content"
+                d = Decision(candidate=c, block=c.block, status=status, cost=0, reason=why)
+            decisions.append(d)
+        return Compaction(decisions=[*decisions, *extra], marks=new_marks, notes=tuple(notes))
+
+    async def _history(
+        self,
+        source: str,
+        units: list[Candidate],
+        mark: HistoryMark | None,
+        room: int,
+        hard_room: int,
+        policy: CachePolicy,
+        counter: TokenCounter,
+        cost_of: Callable[[ContextBlock], int],
+    ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
+        """The units of one history source to keep (oldest first), its frozen summary, and
+        a note when history was compacted or a compaction deferred."""
+        ids = [c.block.id for c in units]
+        capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
+        summary = mark.summary if mark is not None else None
+        if mark is not None and mark.start in ids:
+            start, why = ids.index(mark.start), ""
+        elif mark is not None:
+            start, why = 0, "the first unit of its history left the source"
+        else:  # a fresh start: no cache to keep yet, so fill the room
+            start, why = 0, ""
+        kept = units[start:]
+        while kept and not _starts_with_user(kept[0]):
+            kept = kept[1:]
+        size = sum(c.cost for c in kept) + (cost_of(summary) if summary is not None else 0)
+        if not why and size <= room:
+            return kept, summary, None
+        over = size - room
+        if not why and size <= hard_room and over <= policy.defer_ratio * room and mark:
+            return (
+                kept,
+                summary,
+                CompactionNote(
+                    source=source,
+                    action="deferred",
+                    reason=f"history is {over} tokens over its room of {room}; taken from the "
+                    "dynamic context, as compacting now would save less than it costs in cache",
+                    tokens_before=size,
+                    tokens_after=size,
+                ),
             )
-            for c in candidates
-        ]
-        decisions = [self._explain(d) for d in decisions]
-        left = budget - sum(d.cost for d in decisions) - context_frame
-        summary = await self._summarize(decisions, left, counter, cost_of)
-        return [*decisions, *summary]
+        why = why or f"history of {size} tokens outgrew its room of {room}"
+        # Compact: keep the newest units within the low-water mark, the rest summarized. A
+        # first build, with no cache to break yet, fills the room with whole units instead
+        # (measured on LoCoMo: a summary there displaces recent turns that hold evidence).
+        fill = mark is None
+        target = room if fill else int(policy.low_water * room)
+        summarize = self.summarize_history and not fill
+        reserve = min(self.summary_max_tokens, target // 4) if summarize else 0
+        max_units = int(policy.low_water * capacity) if capacity and not fill else len(units)
+        first, total = len(units), 0
+        for i in range(len(units) - 1, -1, -1):
+            if total + units[i].cost > target - reserve or len(units) - i > max_units:
+                break
+            total += units[i].cost
+            first = i
+        while first < len(units) and not _starts_with_user(units[first]):
+            first += 1
+        kept = units[first:]
+        summary = await self._summary(source, units[:first], reserve, counter, cost_of)
+        after = sum(c.cost for c in kept) + (cost_of(summary) if summary is not None else 0)
+        return (
+            kept,
+            summary,
+            CompactionNote(
+                source=source,
+                action="compacted",
+                reason=f"history of {size} tokens outgrew its room of {room}; kept the newest "
+                f"{len(kept)} units within {int(policy.low_water * 100)}% of it",
+                tokens_before=size,
+                tokens_after=after,
+            ),
+        )
+
+    async def _summary(
+        self,
+        source: str,
+        dropped: Sequence[Candidate],
+        room: int,
+        counter: TokenCounter,
+        cost_of: Callable[[ContextBlock], int],
+    ) -> ContextBlock | None:
+        """The frozen summary of the units that left history (the last 40 of them: the
+        oldest material is what memory tiers are for), within `room` tokens, or None."""
+        if not (self.summarize_history and dropped) or room < self.min_truncated_tokens:
+            return None
+        recent = list(dropped[-40:])
+        header = f"Summary of {len(recent)} earlier conversation units not shown in full:\n"
+        frame = cost_of(self._summary_block(source, header, recent))
+        texts = [" | ".join(_describe(m) for m in c.block.messages) for c in recent]
+        text = await self.summarizer.summarize(texts, max_tokens=room - frame, counter=counter)
+        if not text:
+            return None
+        return self._summary_block(source, header + text, recent)
 
     @staticmethod
-    def _keep_history_unbroken(
-        candidates: Sequence[Candidate], decided: dict[int, Decision], leading: set[int]
-    ) -> None:
-        """Per history source: keep only the unbroken run of kept units ending at the newest,
-        and start it at a user message (the units before that go into `leading`)."""
-        by_source: dict[str, list[Candidate]] = {}
-        for c in candidates:
-            if c.block.section == "history":
-                by_source.setdefault(c.block.source, []).append(c)
-        for units in by_source.values():
-            units.sort(key=lambda c: -c.block.sequence)
-            run = 0
-            while run < len(units) and units[run].order in decided:
-                run += 1
-            for c in units[run:]:
-                decided.pop(c.order, None)
-            kept = units[:run][::-1]  # oldest first
-            for c in kept:
-                if c.block.messages and c.block.messages[0].role == "user":
-                    break
-                del decided[c.order]
-                leading.add(c.order)
+    def _summary_block(source: str, text: str, covered: Sequence[Candidate]) -> ContextBlock:
+        return ContextBlock(
+            source=source,
+            section="history",
+            id=f"{source}:summary",
+            messages=(Message.user(summary_text(source, text)),),
+            content=text,
+            priority=0.0,
+            metadata={
+                "kind": "summary",
+                "summarized": len(covered),
+                "covers_from": covered[0].block.sequence,
+                "next": covered[-1].block.sequence + 1,
+            },
+        )
 
     @staticmethod
     def _drop_duplicates(ranked: Sequence[Candidate], decided: dict[int, Decision]) -> bool:
@@ -290,74 +460,3 @@ class ContextCompactor:
             else:
                 held.add(key)
         return dropped
-
-    @staticmethod
-    def _explain(d: Decision) -> Decision:
-        if d.status != "dropped" or d.reason:
-            return d
-        b = d.candidate.block
-        if b.section == "history":
-            why = "older than the history that fits (history is kept newest first, unbroken)"
-        else:
-            why = f"needs {d.candidate.cost} tokens; the budget is spent on higher-value content"
-        return Decision(candidate=d.candidate, block=d.block, status="dropped", cost=0, reason=why)
-
-    async def _summarize(
-        self,
-        decisions: list[Decision],
-        left: int,
-        counter: TokenCounter,
-        cost_of: Callable[[ContextBlock], int],
-    ) -> list[Decision]:
-        dropped = [
-            i
-            for i, d in enumerate(decisions)
-            if d.status == "dropped" and d.candidate.block.section == "history"
-        ]
-        if not (self.summarize_history and dropped):
-            return []
-        # Only the stretch just before the kept history: its cost stays flat with the length
-        # of the conversation, and the oldest material is what memory tiers are for.
-        dropped = sorted(dropped, key=lambda i: decisions[i].candidate.block.sequence)[-40:]
-        source = decisions[dropped[0]].candidate.block.source
-        shell = ContextBlock(
-            source=source,
-            section="context",
-            id=f"{source}:summary",
-            content="",
-            priority=0.0,
-            truncatable=True,
-            metadata={"kind": "summary", "summarized": len(dropped)},
-        )
-        header = f"Summary of {len(dropped)} earlier conversation units not shown in full:\n"
-        frame = cost_of(shell.with_content(header, 0))
-        room = min(self.summary_max_tokens, left - frame)
-        if room < self.min_truncated_tokens:
-            return []
-        texts = [
-            " | ".join(_describe(m) for m in decisions[i].candidate.block.messages) for i in dropped
-        ]
-        key = (tuple(texts), room, counter.name)
-        text = self._summaries.get(key)
-        if text is None:
-            text = await self.summarizer.summarize(texts, max_tokens=room, counter=counter)
-            self._summaries[key] = text
-            if len(self._summaries) > _SUMMARY_CACHE:
-                del self._summaries[next(iter(self._summaries))]
-        if not text:
-            return []
-        block = shell.with_content(header + text, counter.count(header + text))
-        cost = cost_of(block)
-        if cost > left:
-            return []
-        for i in dropped:
-            d = decisions[i]
-            decisions[i] = Decision(
-                candidate=d.candidate,
-                block=d.block,
-                status="summarized",
-                cost=0,
-                reason=f"summarized into `{block.id}`: {d.reason}",
-            )
-        summary = Candidate(block=block, cost=cost, source_priority=0.0, order=-1)
-        return [Decision(candidate=summary, block=block, status="kept", cost=cost)]

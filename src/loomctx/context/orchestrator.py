@@ -4,26 +4,42 @@ One build (DESIGN.md section 2):
 
 1. allocate  the budget manager splits `window - output reserve` among the sources;
 2. collect   every source at once, each under a deadline, failures isolated;
-3. compact   pinned content first, then each source within its grant, then what is left to
-             the sources that want more; history that does not fit is summarized;
-4. render    the fixed, cache-stable layout, then the exact count of the rendered messages
-             and tools; if boundary effects push it over, select again with less room.
+3. compact   pinned content first, then history append-only from where the last build of
+             the session started it (compacted in steps when it outgrows its room), then each
+             source within its grant, then what is left to the sources that want more;
+4. render    the fixed layout built for provider prompt caches (`loomctx.context.render`),
+             then the exact count of the rendered messages and tools; if boundary effects push
+             it over, select again with less room.
 
 The result is a `ContextWindow`: messages ready for a provider, the tools to send with them,
-the blocks kept, the exact token count, and a `ContextReport` saying what went in and why.
+the blocks kept, the exact token count, where the layout's parts are, and a `ContextReport`
+saying what went in and why, and how much of it repeats the session's previous window.
+
+What a build must remember of the previous ones (per session: where history starts, its
+frozen summary, the previous window's prompt) lives in a `LayoutState`. An orchestrator has
+one of its own; pass the same `state=` to orchestrators made per run (as `Agent` does) so that
+history stays append-only across them.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
 
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.context.collector import Collected, ContextCollector
-from loomctx.context.compactor import Candidate, ContextCompactor, Decision
-from loomctx.context.render import block_cost, render, section_overhead
+from loomctx.context.compactor import (
+    CachePolicy,
+    Candidate,
+    Compaction,
+    ContextCompactor,
+    Decision,
+    HistoryMark,
+)
+from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import BlockReport, ContextReport, SourceReport
 from loomctx.errors import ConfigError
 from loomctx.messages import (
@@ -35,10 +51,47 @@ from loomctx.messages import (
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
-__all__ = ["ContextOrchestrator", "ContextWindow"]
+__all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState"]
 
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
+_CACHE_CONTROL: Final = {"type": "ephemeral"}
+
+
+class LayoutState:
+    """What builds remember of a session's previous windows: where each history source's
+    kept history starts and its frozen summary (`HistoryMark`), and the previous window's
+    messages and tools (to measure how much of the next one repeats it). At most
+    `max_sessions` sessions are remembered, the least recently built forgotten first (a
+    forgotten session's next window starts its history afresh)."""
+
+    def __init__(self, *, max_sessions: int = 1024) -> None:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ConfigError(f"`max_sessions` must be an int >= 1, got {max_sessions!r}")
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+
+    def _session(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = _Session()
+            if len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def marks(self, session_id: str) -> dict[str, HistoryMark]:
+        """The history marks of a session's last window, by history source (a copy)."""
+        session = self._sessions.get(session_id)
+        return dict(session.marks) if session is not None else {}
+
+
+@dataclass(slots=True)
+class _Session:
+    marks: dict[str, HistoryMark] = field(default_factory=dict)
+    messages: tuple[Message, ...] = ()
+    tools: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +103,7 @@ class ContextWindow:
     blocks: tuple[ContextBlock, ...]
     token_count: int
     report: ContextReport
+    layout: Layout | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """Keyword arguments for OpenAI's chat completions: `messages` (and `tools`)."""
@@ -58,15 +112,47 @@ class ContextWindow:
             out["tools"] = to_openai_tools(self.tools)
         return out
 
-    def to_anthropic(self) -> dict[str, Any]:
-        """Keyword arguments for Anthropic's messages API: `system`, `messages` (and `tools`)."""
-        system, messages = to_anthropic(self.messages)
+    def to_anthropic(self, *, cache: bool = True) -> dict[str, Any]:
+        """Keyword arguments for Anthropic's messages API: `system`, `messages` (and `tools`).
+
+        With `cache` (the default), prompt-cache breakpoints (``cache_control``, at most four)
+        mark the end of the stable prefix (tools and system), of the frozen summary of
+        compacted history, of the history, and of everything before the dynamic tail: the
+        next call of the session reads all of that from Anthropic's cache.
+        """
+        text, messages = to_anthropic(self.messages)
         out: dict[str, Any] = {"messages": messages}
+        tools = to_anthropic_tools(self.tools) if self.tools else []
+        system: Any = text
+        if cache and self.layout is not None:
+            if text is not None:
+                system = [{"type": "text", "text": text, "cache_control": _CACHE_CONTROL}]
+            elif tools:
+                tools[-1] = {**tools[-1], "cache_control": _CACHE_CONTROL}
+            for end in sorted(
+                {self.layout.summary_end, self.layout.history_end, self.layout.tail_start}
+            ):
+                _mark_cache_end(messages, list(self.messages[:end]), end > self.layout.prefix_end)
         if system is not None:
             out["system"] = system
-        if self.tools:
-            out["tools"] = to_anthropic_tools(self.tools)
+        if tools:
+            out["tools"] = tools
         return out
+
+
+def _mark_cache_end(converted: list[dict[str, Any]], head: list[Message], wanted: bool) -> None:
+    """Put a cache breakpoint on the last block that `head` (a prefix of the window's
+    messages) becomes in `converted` (the whole window, converted): converting a prefix gives
+    a prefix of the conversion, its last message possibly with fewer blocks."""
+    if not wanted:
+        return
+    _, part = to_anthropic(head)
+    if not part:
+        return
+    message = converted[len(part) - 1]
+    index = len(part[-1]["content"]) - 1
+    blocks = message["content"] = list(message["content"])
+    blocks[index] = {**blocks[index], "cache_control": _CACHE_CONTROL}
 
 
 class ContextOrchestrator:
@@ -81,7 +167,9 @@ class ContextOrchestrator:
     >>> window = await orchestrator.build(query="What did we decide?")
 
     `output_reserve_ratio` (default 0.2) or `max_output_tokens` sets what is kept free for the
-    reply. Each source is given `source_timeout` seconds.
+    reply. Each source is given `source_timeout` seconds. `cache_policy` says when history is
+    compacted (see `CachePolicy`); `state` is what builds remember of a session's previous
+    windows (default: a `LayoutState` of this orchestrator's own).
     """
 
     def __init__(
@@ -95,6 +183,8 @@ class ContextOrchestrator:
         budget_manager: BudgetManager | None = None,
         compactor: ContextCompactor | None = None,
         source_timeout: float = 2.0,
+        cache_policy: CachePolicy | None = None,
+        state: LayoutState | None = None,
     ) -> None:
         self.token_counter = token_counter or TiktokenCounter()
         self.budget_manager = budget_manager or BudgetManager()
@@ -105,6 +195,8 @@ class ContextOrchestrator:
         )
         self.model_context_window = model_context_window
         self.compactor = compactor or ContextCompactor()
+        self.cache_policy = cache_policy or CachePolicy()
+        self.state = state if state is not None else LayoutState()
         self.collector = ContextCollector(timeout=source_timeout)
         self.sources: list[ContextSource] = []
         self._message_costs: dict[int, tuple[tuple[Message, ...], int]] = {}
@@ -149,43 +241,69 @@ class ContextOrchestrator:
         sections = {c.block.section for c in candidates}
         fenced = {c.block.source for c in candidates if c.block.section == "context"}
         overhead = section_overhead(sections, counter, fenced)
-        # What a history summary's fence (and opening the section) costs, should one be made.
-        context_frame = (
-            section_overhead(sections | {"context"}, counter, fenced | {"summary"}) - overhead
+        # Framing only optional content needs: pinned content may use it if nothing else fits.
+        pinned = [c.block for c in candidates if c.block.pinned]
+        slack = overhead - section_overhead(
+            {b.section for b in pinned},
+            counter,
+            {b.source for b in pinned if b.section == "context"},
         )
         room = self.available - overhead
         demands = {s.name: 0 for s in self.sources}
         for c in candidates:
             demands[c.block.source] += c.cost
         priorities = {s.name: s.priority for s in self.sources}
+        session = self.state._session(ctx.session_id)
         for _ in range(_MAX_ROUNDS):
             # Shares of the room left after framing; what a source does not need flows on.
             shares = self.budget_manager.allocate(names, max(room, 0), ctx=ctx)
-            decisions = await self.compactor.compact(
+            compaction = await self.compactor.compact(
                 candidates,
                 grants={name: b.tokens for name, b in shares.items()},
                 priorities=priorities,
-                budget=max(room, 0),
+                budget=room,
                 counter=counter,
                 cost_of=lambda b: block_cost(b, counter),
-                context_frame=context_frame,
+                slack=slack,
+                marks=session.marks,
+                policy=self.cache_policy,
             )
-            kept = [d for d in decisions if d.status in ("kept", "truncated")]
-            messages, tools = render([d.block for d in kept], source_rank=rank)
+            kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
+            messages, tools, layout = render([d.block for d in kept], source_rank=rank)
             token_count = counter.count_messages(messages, tools=tools)
             if token_count <= self.available:
                 break
             room -= token_count - self.available
         else:  # pragma: no cover - sums and exact counts differ by a few tokens at most
             raise ConfigError("could not fit the window after repeated selection; please report")
-        report = self._report(collected, shares, decisions, token_count, demands)
+        reused = self._reused(session, messages, tools)
+        session.marks = compaction.marks
+        session.messages, session.tools = tuple(messages), tuple(tools)
+        report = self._report(collected, shares, compaction, token_count, demands, reused)
         return ContextWindow(
             messages=tuple(messages),
             tools=tuple(tools),
             blocks=tuple(d.block for d in kept),
             token_count=token_count,
             report=report,
+            layout=layout,
         )
+
+    def _reused(
+        self, previous: _Session, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Tokens of the window that repeat, in place, the session's previous window: the
+        tools, then the longest run of leading messages equal to the previous ones."""
+        if not previous.messages or list(previous.tools) != list(tools):
+            return 0
+        k = 0
+        for old, new in zip(previous.messages, messages, strict=False):
+            if old is not new and old != new:
+                break
+            k += 1
+        if k == 0:
+            return self.token_counter.count_messages([], tools=tools) if tools else 0
+        return self.token_counter.count_messages(messages[:k], tools=tools)
 
     def _cost(self, block: ContextBlock) -> int:
         """`block_cost`, remembered for message tuples a source hands over again and again
@@ -206,10 +324,12 @@ class ContextOrchestrator:
         self,
         collected: Sequence[Collected],
         grants: Mapping[str, Any],
-        decisions: Sequence[Decision],
+        compaction: Compaction,
         token_count: int,
         requested: Mapping[str, int],
+        reused: int,
     ) -> ContextReport:
+        decisions: Sequence[Decision] = compaction.decisions
         used: dict[str, int] = {}
         kept: dict[str, int] = {}
         for d in decisions:
@@ -253,4 +373,6 @@ class ContextOrchestrator:
             token_counter=self.token_counter.name,
             sources=sources,
             blocks=blocks,
+            reused_prefix_tokens=reused,
+            compactions=compaction.notes,
         )

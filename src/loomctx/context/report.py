@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-__all__ = ["BlockReport", "BlockStatus", "ContextReport", "SourceReport", "SourceStatus"]
+__all__ = [
+    "BlockReport",
+    "BlockStatus",
+    "CompactionNote",
+    "ContextReport",
+    "SourceReport",
+    "SourceStatus",
+]
 
 BlockStatus = Literal["kept", "truncated", "summarized", "dropped"]
 SourceStatus = Literal["ok", "error", "timeout"]
@@ -46,6 +53,18 @@ class SourceReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionNote:
+    """History that was compacted in a build (`action` "compacted"), or that outgrew its
+    room a little and was left whole ("deferred"), with why and its size before and after."""
+
+    source: str
+    action: Literal["compacted", "deferred"]
+    reason: str
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextReport:
     """The account of one build.
 
@@ -54,6 +73,11 @@ class ContextReport:
     count as the provider bills them, `overhead_tokens` the part of it spent on framing
     (message wrappers, section preambles, tool-list boilerplate), and `utilization` the share
     of `available` used.
+
+    `reused_prefix_tokens` is how many of `token_count` repeat, in place, the previous window
+    built for the same session (tools, then messages): what a provider's prompt cache can
+    read instead of processing anew (0 for a session's first window); `new_tokens` the rest.
+    `compactions` notes the history compacted in this build (or a compaction deferred).
     """
 
     window: int
@@ -64,6 +88,13 @@ class ContextReport:
     token_counter: str
     sources: tuple[SourceReport, ...]
     blocks: tuple[BlockReport, ...]
+    reused_prefix_tokens: int = 0
+    compactions: tuple[CompactionNote, ...] = ()
+
+    @property
+    def new_tokens(self) -> int:
+        """Tokens of the window that do not repeat the previous window's prefix."""
+        return self.token_count - self.reused_prefix_tokens
 
     @property
     def utilization(self) -> float:
@@ -86,6 +117,8 @@ class ContextReport:
             "dropped": len(self.dropped),
             "overflow": max(0, offered - self.available),
             "failed_sources": [s.name for s in self.sources if s.status != "ok"],
+            "reused_prefix_tokens": self.reused_prefix_tokens,
+            "compacted": any(n.action == "compacted" for n in self.compactions),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,13 +127,16 @@ class ContextReport:
         out: dict[str, Any] = {name: getattr(self, name) for name in _REPORT_FIELDS}
         out["sources"] = [{n: getattr(s, n) for n in _SOURCE_FIELDS} for s in self.sources]
         out["blocks"] = [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in self.blocks]
+        out["compactions"] = [{n: getattr(c, n) for n in _NOTE_FIELDS} for c in self.compactions]
         out["utilization"] = round(self.utilization, 4)
+        out["new_tokens"] = self.new_tokens
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContextReport:
         """The inverse of `to_dict` (for reports saved as JSON)."""
-        values = {k: v for k, v in data.items() if k != "utilization"}
+        values = {k: v for k, v in data.items() if k not in ("utilization", "new_tokens")}
+        values["compactions"] = tuple(CompactionNote(**c) for c in data.get("compactions", ()))
         values["sources"] = tuple(SourceReport(**s) for s in data["sources"])
         values["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
         return cls(**values)
@@ -108,4 +144,7 @@ class ContextReport:
 
 _BLOCK_FIELDS = tuple(f.name for f in fields(BlockReport))
 _SOURCE_FIELDS = tuple(f.name for f in fields(SourceReport))
-_REPORT_FIELDS = tuple(f.name for f in fields(ContextReport) if f.name not in ("sources", "blocks"))
+_NOTE_FIELDS = tuple(f.name for f in fields(CompactionNote))
+_REPORT_FIELDS = tuple(
+    f.name for f in fields(ContextReport) if f.name not in ("sources", "blocks", "compactions")
+)

@@ -429,6 +429,7 @@ async def _windows(
     rankers: _Rankers, questions: Sequence[LocomoQuestion], budgets: Sequence[int],
     texts: Mapping[str, str],
 ) -> list[dict[int, set[str]]]:  # fmt: skip
+    from loomctx.context.block import BuildContext
     from loomctx.context.orchestrator import ContextOrchestrator
     from loomctx.context.sources.memory import L1RecentSource
     from loomctx.context.sources.prompt import UserInputSource
@@ -445,11 +446,14 @@ async def _windows(
         for b in budgets
     }
     out = []
-    for q in questions:
+    for i, q in enumerate(questions):
         gold = {e: texts[e] for e in q.evidence if e in texts}
         found = {}
+        # Each question is a conversation's first window: a session of its own, so history
+        # is not held where an earlier question's build left it.
+        ctx = BuildContext(session_id=f"question-{i}")
         for b, orch in orchestrators.items():
-            window = await orch.build(query=q.question)
+            window = await orch.build(query=q.question, ctx=ctx)
             if window.token_count > b:  # pragma: no cover - the orchestrator guarantees it
                 raise AssertionError(f"window of {window.token_count} tokens over budget {b}")
             found[b] = _window_found(window.blocks, gold)

@@ -110,9 +110,10 @@ async def test_a_window_from_memory_keeps_recent_history_and_recalls_old_facts()
     )  # fmt: skip
     window = await orch.build(query="What did report 12 say about region 5?")
     assert window.token_count <= 2625
-    context = window.messages[1].content
+    assert window.layout is not None
+    context = window.messages[window.layout.tail_start].content
     assert "report 12" in context.lower()
-    split_units([m for m in window.messages if m.role != "system"][:-1])
+    split_units(window.messages[window.layout.summary_end : window.layout.history_end])
     assert window.messages[-1].content == "What did report 12 say about region 5?"
 
 

@@ -78,7 +78,12 @@ def _text_blocks(
 
 
 class L1RecentSource(_MemorySource):
-    """The recent tasks of `memory` as history messages, newest first within the ceiling."""
+    """The recent tasks of `memory` as history messages, newest first within the ceiling.
+
+    Each block's id names its task (``L1_recent:<task id>``), so the compactor's history mark
+    stays on the same task while L1 moves on; ``metadata["capacity"]`` is L1's size, so a
+    compaction leaves room for L1 to grow before the mark's task leaves it.
+    """
 
     def __init__(
         self, memory: LoomMemory, *, name: str = "L1_recent", priority: float = 0.85
@@ -113,7 +118,12 @@ class L1RecentSource(_MemorySource):
                     token_count=tokens,
                     priority=max(0.01, _AGE_DECAY**age),
                     sequence=seq,
-                    metadata={"task_id": task.task_id, "age": age},
+                    id=f"{self.name}:{task.task_id}",
+                    metadata={
+                        "task_id": task.task_id,
+                        "age": age,
+                        "capacity": self.memory.max_l1_size,
+                    },
                 )
             )
         return blocks
