@@ -160,3 +160,17 @@ def test_bench_errors(runner: CliRunner, tmp_path: Path, locomo: Path) -> None:
     assert unwritable.exit_code == 1
     assert "cannot write the results to" in unwritable.output
     assert runner.invoke(app, ["bench", "locomo", "missing.json"]).exit_code == 2
+
+
+def test_bench_cost_prints_each_strategy_and_writes_json(
+    runner: CliRunner, locomo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "cost.json"
+    args = ["bench", "cost", str(locomo), "--window", "600", "--reserve", "100", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in ("whole history", "sliding window", "loom"):
+        assert name in result.output
+    data = json.loads(out.read_text())
+    assert data["strategies"]["loom"]["over_budget"] == 0
+    assert data["config"]["window"] == 600

@@ -1,10 +1,11 @@
-"""`loomctx bench locomo|longmemeval PATH`: retrieval quality against gold evidence, no LLM.
+"""`loomctx bench locomo|longmemeval|cost PATH`: retrieval quality against gold evidence, and
+what a conversation costs under provider prompt caching; no LLM.
 
 Thin over `loomctx.evaluation.retrieval`: it runs the evaluation, prints a table, and with
 ``--json OUT`` writes the evaluation's result as it is (top-level keys ``r@5``, ``r@10``,
 ``r@20``, ``ndcg@10``, ``window@2000``, ``window@4000`` and ``by_category`` for LoCoMo;
 ``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10`` and ``by_question_type``
-for LongMemEval).
+for LongMemEval; ``strategies`` and ``config`` for cost).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import typer
 from loomctx.cli._common import err_console, out_console
 from loomctx.cli._render import print_table
 from loomctx.errors import ConfigError
+from loomctx.evaluation.cost import evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
 
 __all__ = ["bench_app"]
 
 bench_app = typer.Typer(
-    help="Measure retrieval quality on LoCoMo or LongMemEval (gold evidence, no LLM).",
+    help="Measure retrieval quality on LoCoMo or LongMemEval (gold evidence, no LLM), or "
+    "what a conversation costs under provider prompt caching.",
     no_args_is_help=True,
 )
 
@@ -133,4 +136,45 @@ def longmemeval(
     rows += [(f"stage: {s}", v) for s, v in result.get("stages", {}).items()]
     columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"]
     print_table(out_console(), _title("LongMemEval", result), rows, columns)
+    _write(json_out, result)
+
+
+@bench_app.command("cost")
+def cost(
+    path: PathArg,
+    json_out: JsonOption = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            help="Only the first N conversations (LoCoMo; default all) or questions "
+            "(LongMemEval; default 1).",
+        ),
+    ] = None,
+    window: Annotated[int, typer.Option("--window", min=256, help="Context window.")] = 8000,
+    reserve: Annotated[
+        int, typer.Option("--reserve", min=1, help="Tokens kept for the reply.")
+    ] = 1000,
+) -> None:
+    """Billed tokens per call under prompt caching: whole history, sliding window, Loom."""
+    result = evaluate_cost(path, window=window, reserve=reserve, limit=limit, progress=_progress)
+    rows = [
+        (
+            name,
+            {
+                "calls": v["calls"],
+                "prompt": round(v["mean_prompt_tokens"]),
+                "over": v["over_budget"],
+                "cached": v["cached_share"],
+                "anthropic": round(v["billed_anthropic"]),
+                "openai": round(v["billed_openai"]),
+            },
+        )
+        for name, v in result["strategies"].items()
+    ]
+    title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
+    print_table(
+        out_console(), title, rows, ["calls", "prompt", "over", "cached", "anthropic", "openai"]
+    )
     _write(json_out, result)

@@ -1,0 +1,251 @@
+"""What a conversation costs under provider prompt caching, per context strategy (no LLM).
+
+`evaluate_cost` replays real conversations turn by turn, one agent run per user turn, a
+stand-in model answering with the conversation's real reply, and measures every call's
+prompt (tools, then messages, in order) against the previous call's:
+
+- `whole history`: every earlier turn, as sent by an agent without a context engine;
+- `sliding window`: the oldest turns dropped until the prompt fits the input budget;
+- `loom`: `Agent` with a `LoomMemory` on a SQLite file (recent history, important memory and
+  unified retrieval of older turns, within the budget).
+
+Per strategy: mean prompt tokens, calls over the input budget, the share of prompt tokens
+cached (the leading messages identical to the previous call's, in tokens: what a provider's
+exact-prefix cache reads), and billed input tokens per call under Anthropic's prices (0.1 x
+cached + 1.25 x new, the cache write) and OpenAI's (0.5 x cached + 1 x new).
+
+LoCoMo conversations are replayed with `speaker_a`'s turns as the user's and `speaker_b`'s as
+the replies (consecutive turns of one speaker joined); a LongMemEval question's haystack
+sessions are replayed in order, one question per conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loomctx.agent.executor import Agent
+from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.errors import ConfigError
+from loomctx.evaluation.retrieval import load_locomo, load_longmemeval
+from loomctx.memory.core import LoomMemory
+from loomctx.messages import Message
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["PRICES", "STRATEGIES", "CallCost", "evaluate_cost", "load_exchanges"]
+
+STRATEGIES = ("whole history", "sliding window", "loom")
+PRICES: Mapping[str, tuple[float, float]] = {"anthropic": (0.1, 1.25), "openai": (0.5, 1.0)}
+"""Per provider, what a cached and a new prompt token are billed, in input tokens."""
+
+SYSTEM = (
+    "You are a helpful assistant in a long-running conversation with one user. Answer from "
+    "what you know of them and of the conversation so far."
+)
+
+Exchange = tuple[str, str]  # (the user's turn, the real reply)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallCost:
+    """One model call: its prompt's tokens and how many of them repeat the previous call's."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    over_budget: bool
+
+
+def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[Exchange]]:
+    """The conversations of a LoCoMo or LongMemEval file as (user turn, reply) exchanges."""
+    name = Path(path).name.lower()
+    conversations: list[list[Exchange]] = []
+    if "longmemeval" in name:
+        for q in load_longmemeval(path)[: limit or 1]:
+            turns = [(role, text) for session in q.sessions for role, text in session]
+            conversations.append(_pair(turns, user="user"))
+    else:
+        for c in load_locomo(path)[: limit or None]:
+            turns = [(t.speaker, t.text) for t in c.turns]
+            conversations.append(_pair(turns, user=c.speakers[0]))
+    return conversations
+
+
+def _pair(turns: Sequence[tuple[str, str]], *, user: str) -> list[Exchange]:
+    """Consecutive turns of one side joined; each user stretch with the replies after it."""
+    out: list[Exchange] = []
+    asked: list[str] = []
+    said: list[str] = []
+    for who, text in turns:
+        if who == user:
+            if said and asked:
+                out.append(("\n".join(asked), "\n".join(said)))
+                asked, said = [], []
+            asked.append(text)
+        elif asked:
+            said.append(text)
+    if asked and said:
+        out.append(("\n".join(asked), "\n".join(said)))
+    return out
+
+
+def _cached(
+    counter: TokenCounter,
+    previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]],
+) -> int:
+    if previous is None or list(previous[1]) != list(tools):
+        return 0
+    k = 0
+    for old, new in zip(previous[0], messages, strict=False):
+        if old != new:
+            break
+        k += 1
+    return counter.count_messages(messages[:k], tools=tools) if k else 0
+
+
+def _baseline(
+    exchanges: Sequence[Exchange], available: int, counter: TokenCounter, *, slide: bool
+) -> list[CallCost]:
+    system = Message.system(SYSTEM)
+    history: list[Message] = []
+    start = 0
+    calls: list[CallCost] = []
+    previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
+    for asked, said in exchanges:
+        user = Message.user(asked)
+        messages = [system, *history[start:], user]
+        tokens = counter.count_messages(messages)
+        while slide and tokens > available and start < len(history):
+            start += 2  # one exchange: the user's turn and the reply
+            messages = [system, *history[start:], user]
+            tokens = counter.count_messages(messages)
+        calls.append(
+            CallCost(
+                prompt_tokens=tokens,
+                cached_tokens=_cached(counter, previous, messages, ()),
+                over_budget=tokens > available,
+            )
+        )
+        previous = (messages, ())
+        history += [user, Message.assistant(said)]
+    return calls
+
+
+class _Replayer:
+    """A stand-in model that answers each call with the next real reply, and keeps every
+    prompt it was sent."""
+
+    name = "replay"
+
+    def __init__(self) -> None:
+        self.reply = ""
+        self.prompts: list[tuple[tuple[Message, ...], tuple[Mapping[str, Any], ...]]] = []
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        options: LLMOptions | None = None,
+    ) -> AsyncIterator[LLMChunk]:
+        self.prompts.append((tuple(messages), tuple(tools)))
+        yield Completed(message=Message.assistant(self.reply), finish_reason="stop")
+
+
+async def _loom(
+    exchanges: Sequence[Exchange], window: int, reserve: int, counter: TokenCounter, folder: Path
+) -> list[CallCost]:
+    store = SQLiteStore(folder / "cost.db")
+    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=50)
+    model = _Replayer()
+    agent = Agent(
+        model,
+        SYSTEM,
+        memory=memory,
+        model_context_window=window,
+        output_reserve_ratio=reserve / window,
+        token_counter=counter,
+    )
+    available = window - reserve
+    try:
+        for asked, said in exchanges:
+            model.reply = said
+            await agent.run(asked)
+    finally:
+        memory.close()
+        store.close()
+    calls: list[CallCost] = []
+    previous = None
+    for messages, tools in model.prompts:
+        tokens = counter.count_messages(messages, tools=tools)
+        calls.append(
+            CallCost(
+                prompt_tokens=tokens,
+                cached_tokens=_cached(counter, previous, messages, tools),
+                over_budget=tokens > available,
+            )
+        )
+        previous = (messages, tools)
+    return calls
+
+
+def _summarize(calls: Sequence[CallCost]) -> dict[str, Any]:
+    prompt = sum(c.prompt_tokens for c in calls)
+    cached = sum(c.cached_tokens for c in calls)
+    out: dict[str, Any] = {
+        "calls": len(calls),
+        "mean_prompt_tokens": round(statistics.fmean(c.prompt_tokens for c in calls), 1),
+        "over_budget": sum(c.over_budget for c in calls),
+        "cached_share": round(cached / prompt, 4) if prompt else 0.0,
+    }
+    for provider, (read, write) in PRICES.items():
+        billed = read * cached + write * (prompt - cached)
+        out[f"billed_{provider}"] = round(billed / len(calls), 1)
+    return out
+
+
+def evaluate_cost(
+    path: str | Path,
+    *,
+    window: int = 8000,
+    reserve: int = 1000,
+    limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
+    (LoCoMo: the first `limit` conversations, all by default; LongMemEval: the first `limit`
+    questions, one by default) at a `window`-token context window with `reserve` kept for
+    the reply. Returns ``{"strategies": {name: {...}}, "config": {...}}``; the numbers of
+    every call of every conversation are pooled."""
+    if not 0 < reserve < window:
+        raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
+    counter = TiktokenCounter()
+    conversations = load_exchanges(path, limit=limit)
+    pooled: dict[str, list[CallCost]] = {name: [] for name in STRATEGIES}
+    available = window - reserve
+    with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
+        for i, exchanges in enumerate(conversations):
+            if progress is not None:
+                progress(f"conversation {i + 1}/{len(conversations)}: {len(exchanges)} turns")
+            pooled["whole history"] += _baseline(exchanges, available, counter, slide=False)
+            pooled["sliding window"] += _baseline(exchanges, available, counter, slide=True)
+            folder = Path(tmp) / str(i)
+            folder.mkdir()
+            pooled["loom"] += asyncio.run(_loom(exchanges, window, reserve, counter, folder))
+    return {
+        "strategies": {name: _summarize(calls) for name, calls in pooled.items() if calls},
+        "config": {
+            "path": str(path),
+            "window": window,
+            "reserve": reserve,
+            "conversations": len(conversations),
+            "counter": counter.name,
+        },
+    }

@@ -1,0 +1,52 @@
+"""`evaluate_cost`: every strategy replayed on a real-format conversation, billed as providers
+bill a prefix cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loomctx.errors import ConfigError
+from loomctx.evaluation.cost import PRICES, evaluate_cost, load_exchanges
+from tests.evaluation.test_evaluate import locomo_data, write
+
+
+@pytest.fixture
+def locomo(tmp_path: Path) -> Path:
+    return write(tmp_path / "locomo.json", locomo_data())
+
+
+def test_exchanges_pair_each_user_stretch_with_the_replies_after_it(locomo: Path) -> None:
+    (exchanges,) = load_exchanges(locomo)
+    assert exchanges
+    assert all(asked and said for asked, said in exchanges)
+
+
+def test_every_strategy_is_measured_and_loom_stays_within_budget(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100)
+    json.dumps(result)
+    whole, sliding, loom = (result["strategies"][s] for s in STRATEGY_NAMES)
+    calls = len(load_exchanges(locomo)[0])
+    assert whole["calls"] == sliding["calls"] == loom["calls"] == calls
+    # 60 turns do not fit 500 tokens: the whole history goes over, the others never do.
+    assert whole["over_budget"] > 0
+    assert sliding["over_budget"] == loom["over_budget"] == 0
+    # Sending everything is all prefix; dropping the oldest turn moves the prefix each call.
+    assert whole["cached_share"] > 0.9
+    assert loom["cached_share"] > sliding["cached_share"]
+    for s in (whole, sliding, loom):
+        read, write_ = PRICES["anthropic"]
+        cached = s["cached_share"] * s["mean_prompt_tokens"]
+        billed = read * cached + write_ * (s["mean_prompt_tokens"] - cached)
+        assert s["billed_anthropic"] == pytest.approx(billed, rel=0.01)
+    assert loom["billed_anthropic"] < sliding["billed_anthropic"]
+
+
+STRATEGY_NAMES = ("whole history", "sliding window", "loom")
+
+
+def test_a_reserve_that_leaves_no_input_is_refused(locomo: Path) -> None:
+    with pytest.raises(ConfigError, match="`reserve`"):
+        evaluate_cost(locomo, window=500, reserve=500)
