@@ -26,6 +26,7 @@ EXPECTED = [
     "Completed",
     "ComponentPriority",
     "ConfigError",
+    "ConflictError",
     "ContentLengthSignal",
     "ContextAssembler",
     "ContextBlock",
