@@ -39,6 +39,7 @@ class BackgroundEmbedder:
         embedder: Embedder,
         *,
         prefix: Namespace = (),
+        exact: bool = False,
         batch_size: int = 32,
         interval: float = 0.25,
     ) -> None:
@@ -49,6 +50,7 @@ class BackgroundEmbedder:
         self.store = store
         self.embedder = embedder
         self.prefix = prefix
+        self.exact = exact
         self.batch_size = batch_size
         self.interval = interval
         self.embedded = 0
@@ -60,7 +62,9 @@ class BackgroundEmbedder:
 
     def run_once(self) -> int:
         """Embed one batch; returns how many vectors were stored (0: nothing left)."""
-        op = Unembedded(model=self.embedder.name, prefix=self.prefix, limit=self.batch_size)
+        op = Unembedded(
+            model=self.embedder.name, prefix=self.prefix, limit=self.batch_size, exact=self.exact
+        )
         records: list[Record] = self.store.batch([op])[0]
         if not records:
             return 0
