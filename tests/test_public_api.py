@@ -83,6 +83,7 @@ EXPECTED = [
     "OriginDiversitySignal",
     "PromptSource",
     "ProviderError",
+    "QuarantinedRecord",
     "QueryOverlapSignal",
     "QueryRewriter",
     "Record",

@@ -79,7 +79,7 @@ from loomctx.knowledge import (
 )
 from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
-from loomctx.memory.enrichment import BackgroundEmbedder
+from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loomctx.messages import (
@@ -195,6 +195,7 @@ __all__ = [
     "OriginDiversitySignal",
     "PromptSource",
     "ProviderError",
+    "QuarantinedRecord",
     "QueryOverlapSignal",
     "QueryRewriter",
     "Record",
