@@ -651,42 +651,46 @@ class LoomMemory:
         self._seen = version
 
     def _sync(self) -> None:
-        """Catch the tiers up with what other writers stored since (cheap when nothing
-        changed: a version lookup and an empty range scan, in one batch)."""
+        """Catch the tiers up with what other writers stored since (when nothing changed,
+        the usual case, one version lookup)."""
         ns = self.namespace
+        if self.store.batch([Version(namespace=ns)])[0] == self._seen:
+            return
+        # The version and the changes, read together (one snapshot).
         version, changed = self.store.batch(
             [Version(namespace=ns), Scan(prefix=ns, exact=True, after_seq=self._seen.seq)]
         )
-        if version == self._seen:
-            return
         if version.deleted_seq != self._seen.deleted_seq:
             self._restore()  # a delete shows in no scan: read everything again
             return
-        tasks = False
+        l1 = l2 = False  # whether L1 / L2 may have changed
         for rec in changed:
             task_id = str(rec.data.get("task_id", ""))
             if rec.kind == TASK:
-                tasks = True
                 self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
+                old = self._entries.pop(task_id, None)
                 if rec.data.get("l1") or rec.data.get("l2") or rec.data.get("pending"):
-                    self._entries[task_id] = _Entry.of(rec)
-                else:
-                    self._entries.pop(task_id, None)
+                    self._entries[task_id] = new = _Entry.of(rec)
+                    l1, l2 = l1 or new.l1, l2 or new.l2
+                if old is not None:
+                    l1, l2 = l1 or old.l1, l2 or old.l2
             elif rec.kind == SUMMARY:
                 # Records come in write order, as a restore reads L3: a summary (re)written
                 # now goes last.
                 self._l3 = deque(s for s in self._l3 if s.task_id != task_id)
                 if rec.data.get("l3"):
                     self._l3.append(TaskSummary.from_dict(rec.data["summary"]))
-        if tasks:
-            self._rebuild()
+        self._rebuild(l1=l1, l2=l2)
         self._seen = version
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, *, l1: bool = True, l2: bool = True) -> None:
         """L1 and L2 from `_entries`: L1 by order, L2 most important first."""
-        entries = sorted(self._entries.values(), key=lambda e: e.order)
-        self._l1 = deque(e.task.task_id for e in entries if e.l1)
-        self._l2 = [e.task.task_id for e in sorted(entries, key=self._rank) if e.l2]
+        if l1:
+            held = sorted((e for e in self._entries.values() if e.l1), key=lambda e: e.order)
+            self._l1 = deque(e.task.task_id for e in held)
+        if l2:
+            important = sorted((e for e in self._entries.values() if e.l2), key=self._rank)
+            self._l2 = [e.task.task_id for e in important]
 
     def close(self) -> None:
         """Stop background embedding, and close the store if this memory created it."""
