@@ -219,3 +219,22 @@ def test_a_bare_embedder_reads_exactly_its_namespace_when_asked() -> None:
         assert exact.drain() == 1
         wide = BackgroundEmbedder(store, HashingEmbedder(dim=8), prefix=("t", "a"))
         assert wide.drain() == 1  # the one below; its own is embedded already
+
+
+def test_an_embedder_that_returns_the_wrong_shape_is_down() -> None:
+    class Short(HashingEmbedder):
+        def embed(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+            return super().embed(texts, kind=kind)[:1]  # one row, whatever it is asked
+
+    with SQLiteStore() as store:
+        store.put_many([Record(namespace=("t",), key=k, kind="note", text=k) for k in "ab"])
+        background = BackgroundEmbedder(store, Short(dim=8), prefix=("t",), exact=True)
+        # One text at a time would embed; the batch of two does not: each is tried alone.
+        assert background.drain() == 2
+        assert background.embedded == 2
+        assert isinstance(background.last_error, EmbeddingError)
+        background.start()
+        background.start()  # idempotent
+        assert background.running
+        background.stop()
+        assert not background.running

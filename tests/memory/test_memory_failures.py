@@ -134,3 +134,23 @@ def test_a_closed_store_fails_the_add_and_keeps_nothing(store: SQLiteStore) -> N
     assert "L1=1/2" in repr(memory)
     with pytest.raises(StoreError, match="closed"):
         memory.get_l1_tasks()
+
+
+def test_an_empty_add_writes_nothing(store: SQLiteStore) -> None:
+    memory = LoomMemory("s", store=store)
+    memory.add_tasks([])
+    assert store.version(memory.namespace).seq == 0
+
+
+def test_tier_changes_that_a_restore_would_order_alike(store: SQLiteStore) -> None:
+    """What the tiers hold after a change is exactly what a restore of the store gives."""
+    memory = LoomMemory("s", store=store, max_l1_size=5, max_l2_size=2)
+    memory.add_tasks([task(1, 0.7), task(2, 0.8)])
+    memory.promote_tasks()
+    assert tiers(memory)[1] == ["t2", "t1"]
+    memory.add_task(task(1, 0.95))  # re-added, more important: first in L2 now
+    assert tiers(memory)[1] == ["t1", "t2"]
+    memory.add_task(task(3, 0.75), tier=MemoryTier.L2)  # L2 is full, and it is not above
+    memory.promote_tasks()  # so it waited to be summarized
+    assert tiers(memory) == (["t1", "t2"], ["t1", "t2"], ["t3"])
+    assert tiers(LoomMemory("again", store=store, namespace=memory.namespace)) == tiers(memory)
