@@ -16,6 +16,7 @@ from loomctx.errors import Oversize
         loomctx.TokenizerError,
         loomctx.BudgetExceededError,
         loomctx.StoreError,
+        loomctx.ConflictError,
         loomctx.ProviderError,
         loomctx.ToolError,
         loomctx.MissingExtraError,

@@ -58,6 +58,7 @@ from loomctx.errors import (
     BudgetExceededError,
     BusClosedError,
     ConfigError,
+    ConflictError,
     EmbeddingError,
     LoomError,
     MessageFormatError,
@@ -78,7 +79,7 @@ from loomctx.knowledge import (
 )
 from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
-from loomctx.memory.enrichment import BackgroundEmbedder
+from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loomctx.messages import (
@@ -139,6 +140,7 @@ __all__ = [
     "Completed",
     "ComponentPriority",
     "ConfigError",
+    "ConflictError",
     "ContentLengthSignal",
     "ContextAssembler",
     "ContextBlock",
@@ -196,6 +198,7 @@ __all__ = [
     "OriginDiversitySignal",
     "PromptSource",
     "ProviderError",
+    "QuarantinedRecord",
     "QueryOverlapSignal",
     "QueryRewriter",
     "Record",

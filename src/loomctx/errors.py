@@ -8,6 +8,7 @@ The tree::
     ├── TokenizerError         no tokenizer could be built for a model or encoding
     ├── BudgetExceededError    must-keep content does not fit the token budget
     ├── StoreError             a memory store failed to read or write
+    │   └── ConflictError      a guarded write found its namespace changed by another writer
     ├── ProviderError          an LLM provider call failed
     ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
@@ -27,6 +28,7 @@ __all__ = [
     "BudgetExceededError",
     "BusClosedError",
     "ConfigError",
+    "ConflictError",
     "EmbeddingError",
     "LoomError",
     "MessageFormatError",
@@ -65,6 +67,12 @@ class TokenizerError(LoomError):
 
 class StoreError(LoomError):
     """A memory store failed to read or write."""
+
+
+class ConflictError(StoreError):
+    """A batch guarded by `Expect` found its namespace changed since the caller read it
+    (another writer, often another process, came first); nothing of the batch was written.
+    Read the namespace again and retry: `LoomMemory` does so by itself."""
 
 
 class ProviderError(LoomError):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 
+import numpy as np
 import pytest
 
-from loomctx import ConfigError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx import ConfigError, EmbeddingError, LoomMemory, SQLiteStore, Task, TaskStatus
 from loomctx.embeddings import default_embedder
 from loomctx.memory.enrichment import BackgroundEmbedder
-from loomctx.stores.base import Unembedded
+from loomctx.stores.base import Record, Unembedded
 from loomctx.testing.embedders import HashingEmbedder
 
 
@@ -91,3 +94,147 @@ def test_the_default_embedder_finds_a_paraphrase() -> None:
 def test_validation() -> None:
     with SQLiteStore() as store, pytest.raises(ConfigError, match="`batch_size`"):
         BackgroundEmbedder(store, HashingEmbedder(), batch_size=0)
+    with SQLiteStore() as store, pytest.raises(ConfigError, match="`max_backoff`"):
+        BackgroundEmbedder(store, HashingEmbedder(), interval=1.0, max_backoff=0.5)
+
+
+# --- one bad text, and an embedder that is down -------------------------------------------------
+
+
+class Picky(HashingEmbedder):
+    """Fails on texts with "poison" in them (raising) and gives NaN for "nanpoison"; counts
+    its calls. Overrides `embed` itself, as a third-party embedder might, unchecked."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=16)
+        self.calls = 0
+
+    def embed(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if any("poison" in t and "nanpoison" not in t for t in texts):
+            raise ValueError("the model cannot tokenize this")
+        out = super().embed(texts, kind=kind)
+        for i, text in enumerate(texts):
+            if "nanpoison" in text:
+                out[i] = np.nan
+        return out
+
+
+def test_a_text_that_fails_alone_is_quarantined_and_the_rest_embedded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    embedder = Picky()
+    with SQLiteStore() as store:
+        memory = LoomMemory("agent", store=store, embedder=embedder, embed_in_background=False)
+        for n in range(40):
+            bad = {7: "poison", 23: "nanpoison"}.get(n, "")
+            memory.add_task(note(n, f"fact{n} about the garden {bad}"))
+        background = memory.background
+        assert background is not None
+        with caplog.at_level(logging.WARNING, logger="loomctx.memory.enrichment"):
+            assert background.drain() == 40
+        assert background.embedded == 38
+        assert [(q.key, q.namespace) for q in background.quarantined] == [
+            ("task:t7", memory.namespace),
+            ("task:t23", memory.namespace),
+        ]
+        assert "ValueError: the model cannot tokenize this" in background.quarantined[0].reason
+        assert "NaN" in background.quarantined[1].reason
+        assert background.quarantined_total == 2
+        assert sum("quarantined" in r.getMessage() for r in caplog.records) == 2
+        # Left without vectors (never a NaN one), and the rest is searched densely.
+        left = store.batch([Unembedded(model=embedder.name, prefix=memory.namespace)])[0]
+        assert sorted(r.key for r in left) == ["task:t23", "task:t7"]
+        hits = memory.search("fact12 garden", limit=1)
+        assert hits[0].task.task_id == "t12"
+        assert "dense" in hits[0].via
+        found = {h.task.task_id: h.via for h in memory.search("fact7", limit=5)}
+        assert found["t7"] == ("lexical",)  # still found, lexically
+        # Nothing is tried again until a text changes.
+        calls = embedder.calls
+        assert background.drain() == 0
+        assert embedder.calls == calls
+        memory.add_task(note(7, "fact7 about the garden, cleaned"))
+        assert background.drain() == 1
+        assert background.embedded == 39
+        memory.close()
+
+
+class Down(HashingEmbedder):
+    """Raises on its first `outage` calls (probes included), like a model server that is down."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__(dim=16)
+        self.outage = outage
+
+    def embed(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+        if self.outage:
+            self.outage -= 1
+            raise ConnectionError("model server unreachable")
+        return super().embed(texts, kind=kind)
+
+
+def test_an_embedder_that_is_down_is_waited_for_not_quarantined(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with SQLiteStore() as store:
+        memory = LoomMemory("agent", store=store, embedder=Down(9), embed_in_background=False)
+        for n in range(5):
+            memory.add_task(note(n, f"entry{n} of the log"))
+        background = memory.background
+        assert background is not None
+        with pytest.raises(EmbeddingError, match="probe"):
+            background.run_once()  # the batch and the probe fail: the embedder is down
+        assert background.quarantined == ()
+        background.interval, background.max_backoff = 0.01, 0.04
+        with caplog.at_level(logging.WARNING, logger="loomctx.memory.enrichment"):
+            background.start()
+            deadline = time.monotonic() + 10
+            while background.embedded < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            background.stop()
+        assert background.embedded == 5
+        assert background.quarantined == ()
+        assert background.failures == 0
+        assert isinstance(background.last_error, ConnectionError)
+        # It backed off: the pauses doubled, up to `max_backoff`.
+        pauses = [
+            float(m.group(1))
+            for r in caplog.records
+            if (m := re.search(r"retrying in ([\d.]+) s", r.getMessage()))
+        ]
+        assert pauses == [0.02, 0.04, 0.04]
+        memory.close()
+
+
+def test_a_bare_embedder_reads_exactly_its_namespace_when_asked() -> None:
+    with SQLiteStore() as store:
+        store.put_many(
+            [
+                Record(namespace=("t", "a"), key="own", kind="note", text="mine"),
+                Record(namespace=("t", "a", "s"), key="below", kind="note", text="not mine"),
+            ]
+        )
+        exact = BackgroundEmbedder(store, HashingEmbedder(dim=8), prefix=("t", "a"), exact=True)
+        assert exact.drain() == 1
+        wide = BackgroundEmbedder(store, HashingEmbedder(dim=8), prefix=("t", "a"))
+        assert wide.drain() == 1  # the one below; its own is embedded already
+
+
+def test_an_embedder_that_returns_the_wrong_shape_is_down() -> None:
+    class Short(HashingEmbedder):
+        def embed(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+            return super().embed(texts, kind=kind)[:1]  # one row, whatever it is asked
+
+    with SQLiteStore() as store:
+        store.put_many([Record(namespace=("t",), key=k, kind="note", text=k) for k in "ab"])
+        background = BackgroundEmbedder(store, Short(dim=8), prefix=("t",), exact=True)
+        # One text at a time would embed; the batch of two does not: each is tried alone.
+        assert background.drain() == 2
+        assert background.embedded == 2
+        assert isinstance(background.last_error, EmbeddingError)
+        background.start()
+        background.start()  # idempotent
+        assert background.running
+        background.stop()
+        assert not background.running

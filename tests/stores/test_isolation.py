@@ -1,5 +1,5 @@
 """DESIGN.md invariant 6 as a property: every read returns only records under its prefix,
-part-wise, and Scan returns all of them."""
+part-wise (in exactly its namespace, when exact), and Scan returns all of them."""
 
 from __future__ import annotations
 
@@ -78,6 +78,52 @@ def test_reads_stay_under_their_prefix(
             key for key in expected if latest[key].text
         }
         assert all(under(r.namespace, prefix) for r in pending)
+
+
+@given(writes=writes, namespace=namespaces, query=texts, kind=st.sampled_from([None, "x", "y"]))
+def test_exact_reads_stay_in_their_namespace(
+    writes: list[tuple[Namespace, str, str, str]],
+    namespace: Namespace,
+    query: str,
+    kind: str | None,
+) -> None:
+    with SQLiteStore() as store:
+        stored = store.put_many(
+            [Record(namespace=ns, key=key, kind=k, text=text) for ns, key, text, k in writes]
+        )
+        latest = {(r.namespace, r.key): r for r in stored}
+        embedded = [r for r in latest.values() if r.text]
+        if embedded:
+            vectors = np.ones((len(embedded), 4), dtype=np.float32)
+            items = [(r.namespace, r.key, r.seq) for r in embedded]
+            store.batch([PutVectors(model="m", items=items, vectors=vectors)])
+        scan, search, nearest, pending = store.batch(
+            [
+                Scan(prefix=namespace, kind=kind, exact=True),
+                Search(prefix=namespace, query=query or "apple", kind=kind, limit=50, exact=True),
+                VectorSearch(
+                    prefix=namespace,
+                    vector=np.ones(4, np.float32),
+                    model="m",
+                    kind=kind,
+                    limit=50,
+                    exact=True,
+                ),
+                Unembedded(model="other", prefix=namespace, limit=50, exact=True),
+            ]
+        )
+        expected = {
+            key for key, r in latest.items() if r.namespace == namespace and kind in (None, r.kind)
+        }
+        assert {(r.namespace, r.key) for r in scan} == expected
+        wanted = set(terms(query or "apple"))
+        assert {(h.record.namespace, h.record.key) for h in search} == {
+            key for key in expected if wanted & set(terms(latest[key].text))
+        }
+        assert {(h.record.namespace, h.record.key) for h in nearest} == {
+            key for key in expected if latest[key].text
+        }
+        assert all(r.namespace == namespace for r in pending)
 
 
 scans = st.fixed_dictionaries(

@@ -22,6 +22,7 @@ from loomctx.stores.base import (
     Scan,
     Search,
     StoreContext,
+    Unembedded,
 )
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing.store_conformance import MemoryStoreConformance, keys
@@ -300,3 +301,11 @@ def test_the_cache_keeps_the_most_recent_records_or_none() -> None:
 def test_a_bad_record_cache_is_a_config_error(size: object) -> None:
     with pytest.raises(ConfigError, match=r"`record_cache` must be an int >= 0"):
         SQLiteStore(record_cache=size)  # type: ignore[arg-type]
+
+
+def test_reads_with_strings_sqlite_cannot_take_are_config_errors() -> None:
+    with SQLiteStore() as store:
+        with pytest.raises(ConfigError, match=r"#0.*not valid Unicode"):
+            store.batch([Scan(prefix=NS, where={"name": "caf\udce9"})])
+        with pytest.raises(ConfigError, match="`after_seq`"):
+            store.batch([Unembedded(model="m", after_seq="1")])  # type: ignore[arg-type]

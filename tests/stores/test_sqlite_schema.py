@@ -36,6 +36,12 @@ EXPECTED_SCHEMA = [
     ),
     (
         "table",
+        "namespaces",
+        "CREATE TABLE namespaces (namespace TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+        "deleted_seq INTEGER NOT NULL) WITHOUT ROWID",
+    ),
+    (
+        "table",
         "records",
         "CREATE TABLE records (id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, key TEXT NOT NULL, "
         "kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT NOT NULL, seq INTEGER NOT NULL, "
@@ -128,15 +134,15 @@ def test_only_missing_migrations_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     SQLiteStore(path).close()
     calls: list[int] = []
 
-    def m002_extra(conn: sqlite3.Connection) -> None:
+    def m_extra(conn: sqlite3.Connection) -> None:
         calls.append(1)
         conn.execute("CREATE TABLE extra (x INTEGER)")
 
-    monkeypatch.setattr(_migrations, "MIGRATIONS", [*_migrations.MIGRATIONS, m002_extra])
+    monkeypatch.setattr(_migrations, "MIGRATIONS", [*_migrations.MIGRATIONS, m_extra])
     SQLiteStore(path).close()
     SQLiteStore(path).close()
     assert calls == [1]
-    assert user_version(path) == 2
+    assert user_version(path) == len(_migrations.MIGRATIONS)
 
 
 def test_a_failing_migration_leaves_the_file_as_it_was(
@@ -145,15 +151,39 @@ def test_a_failing_migration_leaves_the_file_as_it_was(
     path = tmp_path / "loom.db"
     SQLiteStore(path).close()
 
-    def m002_broken(conn: sqlite3.Connection) -> None:
+    def m_broken(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE half (x INTEGER)")
         raise sqlite3.OperationalError("boom")
 
-    monkeypatch.setattr(_migrations, "MIGRATIONS", [*_migrations.MIGRATIONS, m002_broken])
+    released = len(_migrations.MIGRATIONS)
+    monkeypatch.setattr(_migrations, "MIGRATIONS", [*_migrations.MIGRATIONS, m_broken])
     with pytest.raises(StoreError, match="boom"):
         SQLiteStore(path)
     assert schema(path) == EXPECTED_SCHEMA
-    assert user_version(path) == 1
+    assert user_version(path) == released
+
+
+def test_namespace_versions_are_derived_for_a_file_of_schema_1(tmp_path: Path) -> None:
+    path = tmp_path / "loom.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    _migrations.MIGRATIONS[0](conn)  # a file as the first release left it
+    conn.execute("PRAGMA user_version = 1")
+    rows = [("t/a/", "x", 1), ("t/a/", "y", 3), ("t/b/", "z", 2)]
+    conn.executemany(
+        "INSERT INTO records (namespace, key, kind, text, data, seq, text_seq, created_at, "
+        "updated_at) VALUES (?, ?, 'note', '', '{}', ?, ?, 0, 0)",
+        [(ns, key, seq, seq) for ns, key, seq in rows],
+    )
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'seq'")
+    conn.close()
+    with SQLiteStore(path) as store:
+        assert store.version(("t", "a")).seq == 3
+        assert store.version(("t", "b")).seq == 2
+        assert store.version(("t",)).seq == 0
+        assert store.put(Record(namespace=("t", "b"), key="n", kind="note")).seq == 4
+        assert store.version(("t", "b")).seq == 4
+    assert schema(path) == EXPECTED_SCHEMA
+    assert user_version(path) == len(_migrations.MIGRATIONS)
 
 
 def test_a_file_from_a_newer_loom_is_refused(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ knowledge bases, and the context reports saved per session (what `loomctx inspec
 reads).
 
 Everything lives in one SQLite file (`Settings.store`): a session's memory under
-``("default", session)`` (`LoomMemory`'s own namespace), a knowledge base under
+``("default", session, "memory")`` (`LoomMemory`'s own namespace), a knowledge base under
 ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window reports under
 ``("cli", "reports", session)`` as records without text, so search and background embedding
 never see them.

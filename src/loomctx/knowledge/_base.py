@@ -272,7 +272,9 @@ class KnowledgeBase:
 
     def documents(self) -> list[KnowledgeDocument]:
         """Every stored document, by id."""
-        records: list[Record] = self.store.batch([Scan(prefix=self.namespace, kind=DOCUMENT)])[0]
+        records: list[Record] = self.store.batch(
+            [Scan(prefix=self.namespace, kind=DOCUMENT, exact=True)]
+        )[0]
         docs = [
             KnowledgeDocument(
                 document_id=str(r.data["document_id"]),
@@ -319,7 +321,10 @@ class KnowledgeBase:
             return []
         floor = max(float(min_relevance), self.min_relevance)
         pool = max(limit, _MIN_POOL)
-        ops: list[Op] = [Search(prefix=self.namespace, query=query, kind=CHUNK, limit=pool)]
+        # Exactly this base's namespace: nothing stored below it is one of its chunks.
+        ops: list[Op] = [
+            Search(prefix=self.namespace, query=query, kind=CHUNK, limit=pool, exact=True)
+        ]
         if self.embedder is not None:
             vector = self.embedder.embed([query], kind="query")[0]
             ops.append(
@@ -329,6 +334,7 @@ class KnowledgeBase:
                     model=self.embedder.name,
                     kind=CHUNK,
                     limit=pool,
+                    exact=True,
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)

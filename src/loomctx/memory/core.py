@@ -14,11 +14,26 @@ Forgetting is gradual and never a loss: a Task that leaves L1 (the ring buffer o
 L2 (a more important Task displaces it) is summarized into L3; a summary that leaves L3 stays
 in L4; every Task ever added stays findable by `search_tasks`.
 
-`add_task` is the hot path: it updates the tiers in memory and makes one batched write to the
-store (lexically searchable as soon as it returns). `promote_tasks` does the rest (L1 -> L2,
-summaries, L3 overflow), off the hot path. The store is the truth: a `LoomMemory` opened on
-the same store and namespace after a restart has the same tiers and answers the same
-searches. Without a store, memory lives in an in-memory SQLite database.
+`add_task` is the hot path: one batched write to the store (lexically searchable as soon as
+it returns). `promote_tasks` does the rest (L1 -> L2, summaries, L3 overflow), off the hot
+path. Without a store, memory lives in an in-memory SQLite database.
+
+The store is the truth, and the tiers a cache of it:
+
+- **Isolation.** A memory reads exactly its own `namespace` (restore, tiers, search). A wider
+  search is asked for explicitly with `search_scope`, a prefix of the namespace.
+- **Only what was stored.** A change to the tiers is worked out, written in one batch, and
+  kept only if the batch committed: when the write raises (a full disk, a read-only or
+  closed store, text the store cannot encode), the tiers are as they were before the call.
+- **One conversation across workers.** Several `LoomMemory` objects, in one process or many,
+  may serve one namespace. Before a tier is read, the store's `NamespaceVersion` of the
+  namespace is checked (one indexed lookup); if another writer moved it, the records it
+  changed are read and applied (or, after a delete, the tiers are restored whole). Writes
+  are guarded by `Expect`: a writer whose view was stale gets a `ConflictError`, catches
+  up and works its change out again. So each task's `order` (its place in L1, and what
+  search's neighbours follow) is handed out once per namespace, in the store's write order.
+- **Restart.** A `LoomMemory` opened on the same store and namespace after a restart has the
+  same tiers and answers the same searches.
 """
 
 from __future__ import annotations
@@ -28,11 +43,11 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, check_unit
+from loomctx.errors import ConfigError, ConflictError, check_unit
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
@@ -44,15 +59,18 @@ from loomctx.memory.task import (
 )
 from loomctx.memory.timeref import time_spans
 from loomctx.stores.base import (
+    Expect,
     Get,
     Hit,
     MemoryStore,
     Namespace,
+    NamespaceVersion,
     Put,
     Record,
     Scan,
     Search,
     VectorSearch,
+    Version,
     check_namespace,
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
@@ -71,6 +89,7 @@ def _utc_now() -> datetime:
 
 TASK: Final = "task"
 SUMMARY: Final = "summary"
+_ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,30 +104,51 @@ class MemoryHit:
     time_match: float | None = None  # 0..1: how close to the time the query names, if any
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Entry:
-    """A task that is in L1, in L2, or waiting to be summarized."""
+    """A task that is in L1, in L2, or waiting to be summarized. A value: a change replaces
+    it in `_entries`, so that a copy of the dict is a snapshot of the tiers to roll back to."""
 
     task: Task
     importance: float
-    order: int  # when it was added, for L1 order
+    order: int  # its place in the namespace's write order, for L1 order and neighbours
     l1: bool = False
     l2: bool = False
     pending: bool = False  # left L1/L2 without a place in L2: to be summarized
+
+    @classmethod
+    def of(cls, record: Record) -> _Entry:
+        data = record.data
+        return cls(
+            task=Task.from_dict(data["task"]),
+            importance=float(data["importance"]),
+            order=int(data["order"]),
+            l1=bool(data["l1"]),
+            l2=bool(data["l2"]),
+            pending=bool(data["pending"]),
+        )
+
+
+_Tiers = tuple[dict[str, _Entry], deque[str], list[str], deque[TaskSummary], int]
 
 
 class LoomMemory:
     """Tiered memory for one agent or session (`node_id`), persisted in `store`.
 
-    `namespace` (default ``("default", node_id)``) is where this memory's records live;
-    `search_scope` (default: the namespace) is the prefix `search_tasks` reads from, e.g.
-    ``(tenant, agent)`` to search every session of an agent. `embedder`, if given, makes
-    search hybrid (lexical + dense, fused) over what is embedded so far; a daemon thread
-    (`background`, a `BackgroundEmbedder`) embeds new records off the write path unless
-    `embed_in_background=False` (then call `background.drain()` yourself). `fusion_weights`
-    weigh the lexical and the dense score, `neighbour_weight` the neighbours', `time_decay`
-    how much a task recorded far from the time a query names loses (see `search`); `clock`
-    (default: UTC now) is the "now" such times are counted back from. Call `close()`.
+    `namespace` (default ``("default", node_id, "memory")``, beside and never below the
+    namespaces of a `ContextController`) is where this memory's records live, and all it
+    reads: restore, tiers and search see that one namespace, not those below it.
+    `search_scope` asks for a wider search, explicitly: a prefix of the namespace whose every
+    namespace `search` reads, e.g. ``(tenant, agent)`` to search every session of an agent,
+    ``(tenant,)`` for a tenant-wide archive (the tiers stay this memory's own).
+
+    `embedder`, if given, makes search hybrid (lexical + dense, fused) over what is embedded
+    so far; a daemon thread (`background`, a `BackgroundEmbedder`) embeds new records off the
+    write path unless `embed_in_background=False` (then call `background.drain()` yourself).
+    `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
+    neighbours', `time_decay` how much a task recorded far from the time a query names loses
+    (see `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
+    Call `close()`.
     """
 
     def __init__(
@@ -168,8 +208,13 @@ class LoomMemory:
         self.max_l3_size = max_l3_size
         self.promote_threshold = promote_threshold
         self.summary_tokens = summary_tokens
-        self.namespace = check_namespace(namespace or ("default", node_id))
-        self.search_scope = check_namespace(search_scope or self.namespace, prefix=True)
+        self.namespace = check_namespace(namespace or ("default", node_id, "memory"))
+        self.search_scope: Namespace = check_namespace(
+            self.namespace if search_scope is None else search_scope, prefix=True
+        )
+        """What `search` reads: the namespace itself (exactly) unless a wider `search_scope`
+        was asked for."""
+        self._search_exact = search_scope is None
         if self.namespace[: len(self.search_scope)] != self.search_scope:
             raise ConfigError(
                 f"`search_scope` {self.search_scope!r} must be a prefix of the namespace "
@@ -192,10 +237,11 @@ class LoomMemory:
         self._l2: list[str] = []  # most important first
         self._l3: deque[TaskSummary] = deque()
         self._order = 0
+        self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
         self._restore()
         self.background: BackgroundEmbedder | None = None
         if embedder is not None:
-            self.background = BackgroundEmbedder(store, embedder, prefix=self.namespace)
+            self.background = BackgroundEmbedder(store, embedder, prefix=self.namespace, exact=True)
             if embed_in_background:
                 self.background.start()
 
@@ -206,55 +252,36 @@ class LoomMemory:
         self.add_tasks([task], tier=tier)
 
     def add_tasks(self, tasks: Iterable[Task], tier: MemoryTier = MemoryTier.L1) -> None:
-        """`add_task` for several tasks, in one transaction (the batched ingest path)."""
+        """`add_task` for several tasks, in one transaction (the batched ingest path).
+        If the write fails, nothing of it is in the tiers either."""
         tier = MemoryTier(tier)
-        with self._lock:
-            dirty: dict[str, _Entry] = {}
-            summaries: list[TaskSummary] = []
-            archived: list[Task] = []
-            for task in tasks:
-                if not isinstance(task, Task):
-                    raise ConfigError(f"`add_task` takes a Task, got {type(task).__name__}")
-                if task.task_id in self._entries:
-                    old = self._entries[task.task_id]
-                    old.task, old.importance = task, importance_of(task)
-                    dirty[task.task_id] = old
-                    continue
-                entry = _Entry(task=task, importance=importance_of(task), order=self._order)
-                self._order += 1
-                if tier is MemoryTier.L1:
-                    self._push_l1(entry, dirty)
-                elif tier is MemoryTier.L2:
-                    self._entries[task.task_id] = entry
-                    if not self._insert_l2(entry, dirty):
-                        entry.pending = True
-                    dirty[task.task_id] = entry
-                elif tier is MemoryTier.L3:
-                    summaries.append(self._summarize(task, entry.importance))
-                    archived.append(task)
-                else:
-                    archived.append(task)
-            records = [self._task_record(e) for e in dirty.values()]
-            records += [self._archive_record(t) for t in archived]
-            records += self._push_l3(summaries)
-            self.store.batch([Put(record=r) for r in records])
+        tasks = list(tasks)
+        for task in tasks:
+            if not isinstance(task, Task):
+                raise ConfigError(f"`add_task` takes a Task, got {type(task).__name__}")
+        if not tasks:
+            return
+        self._write(lambda: self._plan_add(tasks, tier))
         if self.background is not None:
             self.background.notify()
 
     def get_l1_tasks(self, limit: int = 10) -> list[Task]:
         """The `limit` most recent tasks of L1, oldest first."""
         with self._lock:
+            self._sync()
             ids = list(self._l1)[-limit:] if limit > 0 else []
             return [self._entries[i].task for i in ids]
 
     def get_l2_tasks(self) -> list[Task]:
         """The tasks of L2, most important first."""
         with self._lock:
+            self._sync()
             return [self._entries[i].task for i in self._l2]
 
     def get_l3_summaries(self) -> list[TaskSummary]:
         """The summaries of L3, oldest first."""
         with self._lock:
+            self._sync()
             return list(self._l3)
 
     def search_tasks(self, query: str, limit: int = 5) -> list[Task]:
@@ -263,25 +290,9 @@ class LoomMemory:
 
     def promote_tasks(self) -> None:
         """Move important L1 tasks into L2, summarize what left L1/L2 into L3, and retire
-        the oldest summaries beyond L3's size into the archive. One batched write."""
-        with self._lock:
-            dirty: dict[str, _Entry] = {}
-            for task_id in list(self._l1):
-                entry = self._entries[task_id]
-                if not entry.l2 and entry.importance > self.promote_threshold:
-                    self._insert_l2(entry, dirty)
-            pending = sorted(
-                (e for e in self._entries.values() if e.pending), key=lambda e: e.order
-            )
-            summaries = [self._summarize(e.task, e.importance) for e in pending]
-            for e in pending:
-                e.pending = False
-                dirty[e.task.task_id] = e
-                del self._entries[e.task.task_id]
-            records = [self._task_record(e) for e in dirty.values()]
-            records += self._push_l3(summaries)
-            if records:
-                self.store.batch([Put(record=r) for r in records])
+        the oldest summaries beyond L3's size into the archive. One batched write; if it
+        fails, the tiers are as they were."""
+        self._write(self._plan_promotion)
 
     # --- search -----------------------------------------------------------------------------
 
@@ -307,14 +318,19 @@ class LoomMemory:
         skip = set(exclude)
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
         wanted = limit * 3 + len(skip)
+        scope, exact = self.search_scope, self._search_exact
         ops: list[Search | VectorSearch] = [
-            Search(prefix=self.search_scope, query=query, limit=wanted)
+            Search(prefix=scope, query=query, limit=wanted, exact=exact)
         ]
         if self.embedder is not None:
             vector = self.embedder.embed([query], kind="query")[0]
             ops.append(
                 VectorSearch(
-                    prefix=self.search_scope, vector=vector, model=self.embedder.name, limit=wanted
+                    prefix=scope,
+                    vector=vector,
+                    model=self.embedder.name,
+                    limit=wanted,
+                    exact=exact,
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)
@@ -408,39 +424,139 @@ class LoomMemory:
                 out[i] = rec
         return [Task.from_dict(r.data["task"]) for r in out]
 
-    # --- internals --------------------------------------------------------------------------
+    # --- changing the tiers: worked out, written, kept only if stored ---------------------
+
+    def _write(self, plan: Callable[[], list[Record]]) -> None:
+        """Run `plan` (it changes the tiers and returns the records to write), write its
+        records guarded by the namespace version the tiers reflect, and keep its changes only
+        if they were stored. Another writer's change in between: catch up and plan again."""
+        with self._lock:
+            for _ in range(_ATTEMPTS):
+                saved = self._snapshot()
+                try:
+                    records = plan()
+                    if not records:
+                        return
+                    guard = Expect(namespace=self.namespace, seq=self._seen.seq)
+                    stored: list[Record] = self.store.batch(
+                        [guard, *(Put(record=r) for r in records)]
+                    )[1:]
+                except ConflictError:
+                    self._roll_back(saved)
+                    self._sync()
+                    continue
+                except BaseException:
+                    self._roll_back(saved)
+                    raise
+                # The guard held, so these are the namespace's latest changes.
+                self._seen = replace(self._seen, seq=max(r.seq for r in stored))
+                return
+        raise ConflictError(
+            f"the memory namespace {self.namespace!r} changed under every one of "
+            f"{_ATTEMPTS} attempts to write to it; too many writers at once for one "
+            f"conversation, retry later"
+        )
+
+    def _snapshot(self) -> _Tiers:
+        # Entries are values, so shallow copies are a full snapshot (microseconds at the
+        # default sizes).
+        return dict(self._entries), deque(self._l1), list(self._l2), deque(self._l3), self._order
+
+    def _roll_back(self, saved: _Tiers) -> None:
+        self._entries, self._l1, self._l2, self._l3, self._order = saved
+
+    def _set(
+        self,
+        task_id: str,
+        dirty: dict[str, _Entry],
+        *,
+        l1: bool | None = None,
+        l2: bool | None = None,
+        pending: bool | None = None,
+    ) -> _Entry:
+        """Replace the entry of `task_id` with the given flags changed; mark it to write."""
+        old = self._entries[task_id]
+        entry = replace(
+            old,
+            l1=old.l1 if l1 is None else l1,
+            l2=old.l2 if l2 is None else l2,
+            pending=old.pending if pending is None else pending,
+        )
+        self._entries[task_id] = dirty[task_id] = entry
+        return entry
+
+    def _plan_add(self, tasks: Sequence[Task], tier: MemoryTier) -> list[Record]:
+        dirty: dict[str, _Entry] = {}
+        summaries: list[TaskSummary] = []
+        archived: list[Task] = []
+        for task in tasks:
+            old = self._entries.get(task.task_id)
+            if old is not None:
+                new = replace(old, task=task, importance=importance_of(task))
+                self._entries[task.task_id] = dirty[task.task_id] = new
+                if new.l2 and new.importance != old.importance:
+                    # Keep L2 most important first, as a restore would order it.
+                    self._l2.sort(key=lambda i: self._rank(self._entries[i]))
+            elif tier is MemoryTier.L1 or tier is MemoryTier.L2:
+                entry = _Entry(task=task, importance=importance_of(task), order=self._order)
+                self._order += 1
+                if tier is MemoryTier.L1:
+                    self._push_l1(entry, dirty)
+                else:
+                    self._entries[task.task_id] = dirty[task.task_id] = entry
+                    if not self._insert_l2(task.task_id, dirty):
+                        self._set(task.task_id, dirty, pending=True)
+            elif tier is MemoryTier.L3:
+                summaries.append(self._summarize(task, importance_of(task)))
+                archived.append(task)
+            else:
+                archived.append(task)
+        records = [self._task_record(e) for e in dirty.values()]
+        records += [self._archive_record(t) for t in archived]
+        records += self._push_l3(summaries)
+        return records
+
+    def _plan_promotion(self) -> list[Record]:
+        dirty: dict[str, _Entry] = {}
+        for task_id in list(self._l1):
+            entry = self._entries[task_id]
+            if not entry.l2 and entry.importance > self.promote_threshold:
+                self._insert_l2(task_id, dirty)
+        pending = sorted((e for e in self._entries.values() if e.pending), key=lambda e: e.order)
+        summaries = [self._summarize(e.task, e.importance) for e in pending]
+        for e in pending:
+            dirty[e.task.task_id] = replace(e, pending=False)  # summarized: out of the tiers
+            del self._entries[e.task.task_id]
+        records = [self._task_record(e) for e in dirty.values()]
+        records += self._push_l3(summaries)
+        return records
 
     def _push_l1(self, entry: _Entry, dirty: dict[str, _Entry]) -> None:
-        entry.l1 = True
-        self._entries[entry.task.task_id] = entry
-        self._l1.append(entry.task.task_id)
-        dirty[entry.task.task_id] = entry
+        task_id = entry.task.task_id
+        self._entries[task_id] = dirty[task_id] = replace(entry, l1=True)
+        self._l1.append(task_id)
         while len(self._l1) > self.max_l1_size:
             old = self._entries[self._l1.popleft()]
-            old.l1 = False
-            if not old.l2:
-                old.pending = True
-            dirty[old.task.task_id] = old
+            self._set(old.task.task_id, dirty, l1=False, pending=old.pending or not old.l2)
 
-    def _insert_l2(self, entry: _Entry, dirty: dict[str, _Entry]) -> bool:
-        """Put `entry` into L2 if there is room or it beats the least important; whatever it
-        displaces becomes pending (if not in L1). Returns whether it got in."""
+    def _insert_l2(self, task_id: str, dirty: dict[str, _Entry]) -> bool:
+        """Put the entry into L2 if there is room or it beats the least important; whatever
+        it displaces becomes pending (if not in L1). Returns whether it got in."""
+        entry = self._entries[task_id]
         if len(self._l2) >= self.max_l2_size:
             weakest = self._entries[self._l2[-1]]
             if entry.importance <= weakest.importance:
                 return False
             self._l2.pop()
-            weakest.l2 = False
-            if not weakest.l1:
-                weakest.pending = True
-            dirty[weakest.task.task_id] = weakest
-        entry.l2 = True
+            self._set(
+                weakest.task.task_id, dirty, l2=False, pending=weakest.pending or not weakest.l1
+            )
+        entry = self._set(task_id, dirty, l2=True)
         # Most important first; among equals, the newer first.
         pos = 0
         while pos < len(self._l2) and self._rank(self._entries[self._l2[pos]]) <= self._rank(entry):
             pos += 1
-        self._l2.insert(pos, entry.task.task_id)
-        dirty[entry.task.task_id] = entry
+        self._l2.insert(pos, task_id)
         return True
 
     @staticmethod
@@ -510,37 +626,71 @@ class LoomMemory:
             data={"task_id": summary.task_id, "summary": summary.to_dict(), "l3": in_l3},
         )
 
+    # --- reading the tiers from the store ---------------------------------------------------
+
     def _restore(self) -> None:
-        """Rebuild the tiers from the store (a no-op for a new namespace)."""
-        scans: list[list[Record]] = self.store.batch(
+        """Rebuild the tiers from the store (empty for a new namespace)."""
+        ns = self.namespace
+        version, *scans = self.store.batch(
             [
-                *(Scan(prefix=self.namespace, kind=TASK, where={flag: True})
+                Version(namespace=ns),
+                *(Scan(prefix=ns, kind=TASK, where={flag: True}, exact=True)
                   for flag in ("l1", "l2", "pending")),
-                Scan(prefix=self.namespace, kind=SUMMARY, where={"l3": True}),
-                Scan(prefix=self.namespace, kind=TASK, newest_first=True, limit=1),
+                Scan(prefix=ns, kind=SUMMARY, where={"l3": True}, exact=True),
+                Scan(prefix=ns, kind=TASK, newest_first=True, limit=1, exact=True),
             ]
         )  # fmt: skip
-        live = [r for found in scans[:3] for r in found]
-        for rec in live:
-            data = rec.data
-            if data["task_id"] in self._entries:
-                continue
-            self._entries[data["task_id"]] = _Entry(
-                task=Task.from_dict(data["task"]),
-                importance=float(data["importance"]),
-                order=int(data["order"]),
-                l1=bool(data["l1"]),
-                l2=bool(data["l2"]),
-                pending=bool(data["pending"]),
-            )
-        entries = sorted(self._entries.values(), key=lambda e: e.order)
-        self._l1.extend(e.task.task_id for e in entries if e.l1)
-        self._l2.extend(e.task.task_id for e in sorted(entries, key=self._rank) if e.l2)
-        self._l3.extend(TaskSummary.from_dict(r.data["summary"]) for r in scans[3])
-        last = scans[4]
-        self._order = max([e.order + 1 for e in entries] + [0])
-        if last:
-            self._order = max(self._order, int(last[0].data.get("order", -1)) + 1)
+        self._entries = {}
+        for rec in (r for found in scans[:3] for r in found):
+            self._entries.setdefault(str(rec.data["task_id"]), _Entry.of(rec))
+        self._l3 = deque(TaskSummary.from_dict(r.data["summary"]) for r in scans[3])
+        self._order = max([e.order + 1 for e in self._entries.values()] + [0])
+        for rec in scans[4]:
+            self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
+        self._rebuild()
+        self._seen = version
+
+    def _sync(self) -> None:
+        """Catch the tiers up with what other writers stored since (when nothing changed,
+        the usual case, one version lookup)."""
+        ns = self.namespace
+        if self.store.batch([Version(namespace=ns)])[0] == self._seen:
+            return
+        # The version and the changes, read together (one snapshot).
+        version, changed = self.store.batch(
+            [Version(namespace=ns), Scan(prefix=ns, exact=True, after_seq=self._seen.seq)]
+        )
+        if version.deleted_seq != self._seen.deleted_seq:
+            self._restore()  # a delete shows in no scan: read everything again
+            return
+        l1 = l2 = False  # whether L1 / L2 may have changed
+        for rec in changed:
+            task_id = str(rec.data.get("task_id", ""))
+            if rec.kind == TASK:
+                self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
+                old = self._entries.pop(task_id, None)
+                if rec.data.get("l1") or rec.data.get("l2") or rec.data.get("pending"):
+                    self._entries[task_id] = new = _Entry.of(rec)
+                    l1, l2 = l1 or new.l1, l2 or new.l2
+                if old is not None:
+                    l1, l2 = l1 or old.l1, l2 or old.l2
+            elif rec.kind == SUMMARY:
+                # Records come in write order, as a restore reads L3: a summary (re)written
+                # now goes last.
+                self._l3 = deque(s for s in self._l3 if s.task_id != task_id)
+                if rec.data.get("l3"):
+                    self._l3.append(TaskSummary.from_dict(rec.data["summary"]))
+        self._rebuild(l1=l1, l2=l2)
+        self._seen = version
+
+    def _rebuild(self, *, l1: bool = True, l2: bool = True) -> None:
+        """L1 and L2 from `_entries`: L1 by order, L2 most important first."""
+        if l1:
+            held = sorted((e for e in self._entries.values() if e.l1), key=lambda e: e.order)
+            self._l1 = deque(e.task.task_id for e in held)
+        if l2:
+            important = sorted((e for e in self._entries.values() if e.l2), key=self._rank)
+            self._l2 = [e.task.task_id for e in important]
 
     def close(self) -> None:
         """Stop background embedding, and close the store if this memory created it."""

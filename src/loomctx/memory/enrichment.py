@@ -5,6 +5,20 @@ model. So writes never wait for embeddings: a worker thread asks the store for r
 have no vector of its model yet (`Unembedded`), embeds them in batches, and attaches the
 vectors (`PutVectors`, which skips records rewritten in the meantime). Search meanwhile uses
 what is already embedded plus lexical search, which covers everything at once.
+
+Failures are told apart, so that one bad text never stalls the rest:
+
+- **The embedder fails as a whole** (a model server down, a network error): a batch fails
+  and so does a short probe text. Nothing is given up; the thread waits, doubling the pause
+  from `interval` up to `max_backoff`, and tries the same batch again.
+- **A text fails on its own** (the embedder raises on it, or returns NaN or infinity for
+  it): the batch is split in halves, and halves of halves, until each text that still fails
+  fails alone. That record is *quarantined*: logged as a warning, listed in `quarantined`,
+  counted in `quarantined_total`, and stepped past (the embedder reads on after its `seq`),
+  while the batch's other texts are stored. A quarantined record is tried again when its
+  text changes (a new seq) or in a new process; it stays findable by lexical search.
+
+NaN and infinite vectors are never stored.
 """
 
 from __future__ import annotations
@@ -12,25 +26,54 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
-from loomctx.errors import ConfigError
+import numpy as np
+import numpy.typing as npt
+
+from loomctx.errors import ConfigError, EmbeddingError
 from loomctx.stores.base import MemoryStore, Namespace, PutVectors, Record, Unembedded
 
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["BackgroundEmbedder"]
+__all__ = ["BackgroundEmbedder", "QuarantinedRecord"]
 
 log = logging.getLogger(__name__)
 
+_PROBE: Final = "A short plain sentence to check that the embedding model answers."
+_KEEP: Final = 1_000  # quarantined records listed (the total is counted beyond it)
+_REASON_CHARS: Final = 300
+
+_Vectors = npt.NDArray[np.float32]
+_Split = tuple[list[tuple[Record, _Vectors]], list[tuple[Record, str]]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantinedRecord:
+    """A record whose text the embedder failed on, alone: where it is, the `seq` of the text
+    that failed, and why (the error, or NaN / infinity in its vector)."""
+
+    namespace: Namespace
+    key: str
+    seq: int
+    reason: str
+
 
 class BackgroundEmbedder:
-    """Embeds the records under `prefix` that lack vectors of `embedder`, in batches.
+    """Embeds the records under `prefix` (only in it, if `exact`) that lack vectors of
+    `embedder`, in batches of `batch_size`.
 
     Call `run_once()` / `drain()` yourself, or `start()` a daemon thread that keeps up and
-    `stop()` it (the owner must: `LoomMemory.close()` does). A failing batch is logged, kept
-    in `last_error`, and retried after `interval` seconds; it never stops the thread.
+    `stop()` it (the owner must: `LoomMemory.close()` does). When the embedder fails as a
+    whole, `run_once` raises `EmbeddingError` and the thread backs off (`interval` doubling
+    up to `max_backoff` seconds) and retries; `failures` counts such failures in a row, and
+    `last_error` keeps the last error seen (of a whole batch, even one that then embedded
+    when tried again). A text that fails on its own is quarantined (see the
+    module docstring): read `quarantined` and `quarantined_total`.
     """
 
     def __init__(
@@ -39,43 +82,73 @@ class BackgroundEmbedder:
         embedder: Embedder,
         *,
         prefix: Namespace = (),
+        exact: bool = False,
         batch_size: int = 32,
         interval: float = 0.25,
+        max_backoff: float = 60.0,
     ) -> None:
-        if batch_size < 1 or interval <= 0:
+        if batch_size < 1 or interval <= 0 or max_backoff < interval:
             raise ConfigError(
-                f"`batch_size` must be >= 1 and `interval` > 0, got {batch_size!r}, {interval!r}"
+                f"`batch_size` must be >= 1, `interval` > 0 and `max_backoff` >= `interval`, "
+                f"got {batch_size!r}, {interval!r}, {max_backoff!r}"
             )
         self.store = store
         self.embedder = embedder
         self.prefix = prefix
+        self.exact = exact
         self.batch_size = batch_size
         self.interval = interval
+        self.max_backoff = max_backoff
         self.embedded = 0
         self.seconds = 0.0
+        self.failures = 0
         self.last_error: BaseException | None = None
+        self.quarantined_total = 0
+        self._quarantined: deque[QuarantinedRecord] = deque(maxlen=_KEEP)
+        self._after = 0  # records up to this seq were embedded or quarantined
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def quarantined(self) -> tuple[QuarantinedRecord, ...]:
+        """The records given up on, oldest first (the last 1,000; `quarantined_total` counts
+        them all)."""
+        with self._lock:
+            return tuple(self._quarantined)
+
     def run_once(self) -> int:
-        """Embed one batch; returns how many vectors were stored (0: nothing left)."""
-        op = Unembedded(model=self.embedder.name, prefix=self.prefix, limit=self.batch_size)
+        """Embed one batch; returns how many records it handled, stored or quarantined (0:
+        nothing left). Raises `EmbeddingError` when the embedder fails as a whole."""
+        op = Unembedded(
+            model=self.embedder.name,
+            prefix=self.prefix,
+            limit=self.batch_size,
+            exact=self.exact,
+            after_seq=self._after,
+        )
         records: list[Record] = self.store.batch([op])[0]
         if not records:
             return 0
         start = time.perf_counter()
-        vectors = self.embedder.embed([r.text for r in records], kind="document")
-        items = [(r.namespace, r.key, r.seq) for r in records]
-        stored: int = self.store.batch(
-            [PutVectors(model=self.embedder.name, items=items, vectors=vectors)]
-        )[0]
+        good, bad = self._embed_batch(records)
+        stored = 0
+        if good:
+            items = [(r.namespace, r.key, r.seq) for r, _ in good]
+            vectors = np.stack([v for _, v in good])
+            stored = self.store.batch(
+                [PutVectors(model=self.embedder.name, items=items, vectors=vectors)]
+            )[0]
+        for record, reason in bad:
+            self._quarantine(record, reason)
+        self._after = max(self._after, *(r.seq for r in records))
         self.seconds += time.perf_counter() - start
         self.embedded += stored
         return len(records)
 
     def drain(self) -> int:
-        """Embed until nothing is left; returns how many records were embedded."""
+        """Embed until nothing is left; returns how many records were handled."""
         total = 0
         while n := self.run_once():
             total += n
@@ -108,14 +181,107 @@ class BackgroundEmbedder:
         """Whether the thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
+    # --- internals --------------------------------------------------------------------------
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
                 done = self.run_once()
-            except Exception as exc:  # a bad batch must not end background embedding
+            except Exception as exc:  # the embedder (or the store) is down: back off, retry
                 self.last_error = exc
-                log.warning("background embedding failed, retrying: %s", exc)
-                done = 0
+                self.failures += 1
+                pause = min(self.max_backoff, self.interval * 2 ** min(self.failures, 32))
+                log.warning(
+                    "background embedding with %r failed (%d in a row), retrying in %.2f s: %s",
+                    self.embedder.name,
+                    self.failures,
+                    pause,
+                    exc,
+                )
+                # New writes do not cut a back-off short; stopping does.
+                self._stop.wait(pause)
+                continue
+            self.failures = 0
             if not done:
                 self._wake.wait(self.interval)
                 self._wake.clear()
+
+    def _embed_batch(self, records: Sequence[Record]) -> _Split:
+        """Vectors for the records that embed, and the records that fail on their own."""
+        try:
+            vectors: _Vectors | None = self._vectors([r.text for r in records])
+            error: BaseException | None = None
+        except Exception as exc:
+            vectors, error = None, exc
+            self.last_error = exc  # kept even if the texts embed when tried again below
+        if vectors is not None and np.isfinite(vectors).all():
+            return list(zip(records, vectors, strict=True)), []
+        whole = vectors is None or not np.isfinite(vectors).any()
+        if whole and not self._embedder_works():
+            what = _describe(error) if error is not None else "NaN or infinity for every text"
+            raise EmbeddingError(
+                f"the embedder {self.embedder.name!r} failed on a batch of {len(records)} "
+                f"texts and on a probe text ({what}); it is down or misconfigured: background "
+                f"embedding retries after a pause, and search is lexical meanwhile"
+            ) from error
+        return self._split(records)
+
+    def _split(self, records: Sequence[Record]) -> _Split:
+        """Embed `records`, in halves on failure, until each text that fails fails alone."""
+        try:
+            vectors = self._vectors([r.text for r in records])
+        except Exception as exc:
+            if len(records) == 1:
+                return [], [(records[0], _describe(exc))]
+            middle = len(records) // 2
+            first, second = self._split(records[:middle]), self._split(records[middle:])
+            return first[0] + second[0], first[1] + second[1]
+        finite = [bool(np.isfinite(row).all()) for row in vectors]
+        good = [(r, v) for r, v, ok in zip(records, vectors, finite, strict=True) if ok]
+        bad: list[tuple[Record, str]] = []
+        for record, ok in zip(records, finite, strict=True):
+            if ok:
+                continue
+            if len(records) == 1:
+                bad.append((record, "the embedder returned NaN or infinity for it"))
+            else:  # a row can depend on its batch (padding): try it alone
+                alone = self._split([record])
+                good += alone[0]
+                bad += alone[1]
+        return good, bad
+
+    def _vectors(self, texts: Sequence[str]) -> _Vectors:
+        out = np.asarray(self.embedder.embed(texts, kind="document"), dtype=np.float32)
+        if out.ndim != 2 or out.shape[0] != len(texts):
+            raise EmbeddingError(
+                f"`{self.embedder.name}` returned an array of shape {out.shape} for "
+                f"{len(texts)} texts; expected one row per text"
+            )
+        return out
+
+    def _embedder_works(self) -> bool:
+        """Whether the embedder embeds a plain probe text to finite numbers."""
+        try:
+            return bool(np.isfinite(self._vectors([_PROBE])).all())
+        except Exception:  # any failure means: not now
+            return False
+
+    def _quarantine(self, record: Record, reason: str) -> None:
+        log.warning(
+            "record %r in %r cannot be embedded by %r and is skipped (quarantined): %s",
+            record.key,
+            record.namespace,
+            self.embedder.name,
+            reason,
+        )
+        entry = QuarantinedRecord(
+            namespace=record.namespace, key=record.key, seq=record.seq, reason=reason
+        )
+        with self._lock:
+            self._quarantined.append(entry)
+            self.quarantined_total += 1
+
+
+def _describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."

@@ -6,8 +6,11 @@
     (tenant, agent, "queue", id)         Tasks accepted while the session was paused
     (tenant, agent, "agent")             the agent-level `LoomMemory`: L3 and the L4 archive
 
-The namespaces are siblings, so a read under one never sees another's records (a session's
-memory cannot find a queued task, and the archive is not inside any session).
+No namespace of the layout is a prefix of another (the third part says which concern it
+is), and every read of the controller, its sessions and memories is exact besides. So a
+read of one never sees another's records (a session's memory cannot find a queued task, and
+the archive is not inside any session), and the layout never nests with a standalone
+`LoomMemory`'s default namespace, ``("default", node_id, "memory")``.
 """
 
 from __future__ import annotations

@@ -16,9 +16,11 @@ Memory scopes and the promotion triggers of seed 003, as wired here:
 (When Tasks arrive faster than the L1 -> L2 subscriber runs, `Session.add_task` promotes
 inline before an add would push an important, unpromoted Task out of L1.)
 
-Isolation (DESIGN.md invariant 6): each session reads only its own namespace, so a Task
-reaches another session's window only through `distribute_task`, `broadcast` or
-`distribute_filtered`. The agent-level memory is read by nobody's session window.
+Isolation (DESIGN.md invariant 6): each session reads exactly its own namespace, and no
+namespace of the layout lies below another (`loomctx.session._layout`), so a Task reaches
+another session's window only through `distribute_task`, `broadcast` or
+`distribute_filtered`. The agent-level memory is read by nobody's session window, and reads
+no session: the sessions' Tasks reach it only by persistence (L4) and aggregation (L3).
 
 Methods that publish on the bus are coroutines: `create_session`, `end_session`,
 `distribute_task`, `broadcast`, `distribute_filtered`, `aggregate_context`, `persist`,
@@ -229,7 +231,7 @@ class ContextController:
         self._require_open()
         where = {} if state is None else {"state": SessionState(state).value}
         records: list[Record] = self.store.batch(
-            [Scan(prefix=self.layout.sessions, kind=SESSION_KIND, where=where)]
+            [Scan(prefix=self.layout.sessions, kind=SESSION_KIND, where=where, exact=True)]
         )[0]
         records.sort(key=lambda r: (r.data["created_at"], r.data["session_id"]))
         return [r.data["session_id"] for r in records]

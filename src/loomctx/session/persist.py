@@ -53,7 +53,7 @@ class L4Persister:
         # Read the state first: a Task recorded after this read is past the mark either way.
         final = meta is not None and meta.data["state"] == "ended"
         records: list[Record] = self.store.batch(
-            [Scan(prefix=layout.memory(session_id), kind=TASK, after_seq=after)]
+            [Scan(prefix=layout.memory(session_id), kind=TASK, after_seq=after, exact=True)]
         )[0]
         if records:
             self.archive.add_tasks(
@@ -86,8 +86,18 @@ class L4Persister:
         """Ended sessions whose archiving has not completed, oldest first."""
         ended, marks = self.store.batch(
             [
-                Scan(prefix=self.layout.sessions, kind=SESSION_KIND, where={"state": "ended"}),
-                Scan(prefix=self.layout.sessions, kind=ARCHIVED_KIND, where={"final": True}),
+                Scan(
+                    prefix=self.layout.sessions,
+                    kind=SESSION_KIND,
+                    where={"state": "ended"},
+                    exact=True,
+                ),
+                Scan(
+                    prefix=self.layout.sessions,
+                    kind=ARCHIVED_KIND,
+                    where={"final": True},
+                    exact=True,
+                ),
             ]
         )
         done = {r.data["session_id"] for r in marks}

@@ -125,7 +125,7 @@ class Session:
         """What builds its windows; `add_source` adds to it."""
         self.orchestrator.add_source(UserInputSource())
         found: list[Record] = store.batch(
-            [Scan(prefix=layout.queue(session_id), kind=QUEUED_KIND)]
+            [Scan(prefix=layout.queue(session_id), kind=QUEUED_KIND, exact=True)]
         )[0]
         self._queue = [Task.from_dict(r.data["task"]) for r in found]
         l2 = {t.task_id for t in self.memory.get_l2_tasks()}

@@ -51,11 +51,18 @@ def row_mask(
     *,
     prefix: str,
     kind: str | None,
+    exact: bool = False,
 ) -> npt.NDArray[np.bool_] | bool:
-    """Which of the rows (given by their namespace and kind codes) lie under `prefix` and
-    have `kind`: True for all of them, False for none, else a boolean mask."""
+    """Which of the rows (given by their namespace and kind codes) lie under `prefix` (are
+    in exactly that namespace, if `exact`) and have `kind`: True for all of them, False for
+    none, else a boolean mask."""
     mask: npt.NDArray[np.bool_] | bool = True
-    if prefix:
+    if exact:
+        own = ns_codes.get(prefix)
+        if own is None:
+            return False
+        mask = ns == own
+    elif prefix:
         allowed = ns_codes.with_prefix(prefix)
         if not allowed.any():
             return False

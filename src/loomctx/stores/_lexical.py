@@ -192,17 +192,29 @@ class LexicalIndex:
     # --- search -------------------------------------------------------------------------------
 
     def search(
-        self, terms: Sequence[str], *, prefix: str, kind: str | None, limit: int
+        self,
+        terms: Sequence[str],
+        *,
+        prefix: str,
+        kind: str | None,
+        limit: int,
+        exact: bool = False,
     ) -> list[tuple[int, float]]:
         """Up to `limit` (record id, BM25 score) pairs, best first (ties: older record
         first), for records having any of `terms`, under `prefix` (an encoded namespace
-        prefix, "" for all) and of `kind` (any if None)."""
+        prefix, "" for all; exactly that namespace if `exact`) and of `kind` (any if None)."""
         term_ids = [self._vocab[t] for t in dict.fromkeys(terms) if t in self._vocab]
         n = self._n
         if not term_ids or limit <= 0 or self._live == 0:
             return []
         mask = row_mask(
-            self._ns_codes, self._ns[:n], self._kind_codes, self._kind[:n], prefix=prefix, kind=kind
+            self._ns_codes,
+            self._ns[:n],
+            self._kind_codes,
+            self._kind[:n],
+            prefix=prefix,
+            kind=kind,
+            exact=exact,
         )
         if mask is False:
             return []

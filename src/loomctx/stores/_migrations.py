@@ -18,6 +18,11 @@ The layout (migration 1):
 - ``meta``: key/value settings: the last seq given out, and a random `store_id` that tells
   this database's index side files from another's at the same path.
 
+Migration 2 adds ``namespaces``: per namespace, the seq of the last write or delete of a
+record in it and the seq of the last delete (`NamespaceVersion`), so that `Version` is one
+primary-key lookup and `Expect` can guard a batch. Deletes take a seq of their own from then
+on, so that a delete moves the version too.
+
 There is no full-text table: lexical search is an in-process BM25 index built from
 ``records`` (see `loomctx.stores._lexical` for why FTS5 was too slow).
 """
@@ -102,7 +107,27 @@ def _m001_initial(conn: sqlite3.Connection) -> None:
         conn.execute(sql)
 
 
-MIGRATIONS: Final[list[Callable[[sqlite3.Connection], None]]] = [_m001_initial]
+def _m002_namespace_versions(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE namespaces (
+            namespace TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL,
+            deleted_seq INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """
+    )
+    # What was deleted before this migration is unknown; it is as old as the oldest version.
+    conn.execute(
+        "INSERT INTO namespaces (namespace, seq, deleted_seq) "
+        "SELECT namespace, max(seq), 0 FROM records GROUP BY namespace"
+    )
+
+
+MIGRATIONS: Final[list[Callable[[sqlite3.Connection], None]]] = [
+    _m001_initial,
+    _m002_namespace_versions,
+]
 """Every migration, oldest first; the applied count is the database's `PRAGMA user_version`."""
 
 

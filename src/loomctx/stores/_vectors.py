@@ -152,16 +152,28 @@ class VectorIndex:
     # --- search -------------------------------------------------------------------------------
 
     def search(
-        self, query: npt.NDArray[np.float32], *, prefix: str, kind: str | None, limit: int
+        self,
+        query: npt.NDArray[np.float32],
+        *,
+        prefix: str,
+        kind: str | None,
+        limit: int,
+        exact: bool = False,
     ) -> list[tuple[int, float]]:
         """Up to `limit` (record id, cosine similarity) pairs, best first (ties by id), among
-        rows whose namespace starts with `prefix` (an encoded namespace prefix, "" for all)
-        and whose kind is `kind` (any if None)."""
+        rows whose namespace starts with `prefix` (an encoded namespace prefix, "" for all;
+        is that namespace, if `exact`) and whose kind is `kind` (any if None)."""
         n = self._n
         if n == 0 or limit <= 0:
             return []
         mask = row_mask(
-            self._ns_codes, self._ns[:n], self._kind_codes, self._kind[:n], prefix=prefix, kind=kind
+            self._ns_codes,
+            self._ns[:n],
+            self._kind_codes,
+            self._kind[:n],
+            prefix=prefix,
+            kind=kind,
+            exact=exact,
         )
         if mask is False:
             return []

@@ -5,10 +5,18 @@ values below; `BaseStore` builds the convenient methods on top of them (as langg
 do), so a backend is small and a conformance suite can check all of it.
 
 A `Record` lives in a `namespace` (a tuple such as ``(tenant, agent, session)``) under a `key`.
-Reads take a namespace *prefix* and never return records outside it: that is how tenants,
-agents and sessions are kept apart (DESIGN.md invariant 6). `text` is indexed for lexical
+Reads name a namespace and never return records outside it: that is how tenants, agents and
+sessions are kept apart (DESIGN.md invariant 6). With ``exact=True`` a read sees the records
+of that one namespace (an ``=`` filter); without it, the namespace is a *prefix* and the read
+also sees every namespace below it, part-wise (``('t', 'a')`` covers ``('t', 'a', 's')``,
+never ``('t', 'ab')``): a wider read, for callers that mean it. `text` is indexed for lexical
 search as soon as a write returns; vectors are attached later (embedding runs off the write
 path) with `PutVectors`, per embedding model, and searched with `VectorSearch`.
+
+Several processes may share a store. `Version` tells a reader cheaply whether anything in a
+namespace changed since it last looked (what a cache of it, such as `LoomMemory`'s tiers,
+checks before it answers), and `Expect` makes a batch of writes conditional on nothing having
+changed (optimistic concurrency: the loser gets a `ConflictError`, reads again and retries).
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BaseStore",
     "Delete",
+    "Expect",
     "Get",
     "Hit",
     "MemoryStore",
     "Namespace",
+    "NamespaceVersion",
     "Op",
     "Put",
     "PutVectors",
@@ -40,6 +50,7 @@ __all__ = [
     "StoreContext",
     "Unembedded",
     "VectorSearch",
+    "Version",
     "check_namespace",
 ]
 
@@ -126,8 +137,9 @@ class Delete:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scan:
-    """Result: records under `prefix` (of `kind`, if given) whose `data` has every item of
-    `where`, in write order (`newest_first` reverses it), after `after_seq`, at most `limit`."""
+    """Result: records under `prefix` (only in it, if `exact`; of `kind`, if given) whose
+    `data` has every item of `where`, in write order (`newest_first` reverses it), after
+    `after_seq`, at most `limit`."""
 
     prefix: Namespace
     kind: str | None = None
@@ -135,27 +147,32 @@ class Scan:
     limit: int | None = None
     newest_first: bool = False
     after_seq: int = 0
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Search:
-    """Lexical search under `prefix`: result `Hit`s, best first, at most `limit`."""
+    """Lexical search under `prefix` (only in it, if `exact`): result `Hit`s, best first, at
+    most `limit`."""
 
     prefix: Namespace
     query: str
     kind: str | None = None
     limit: int = 10
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VectorSearch:
-    """Nearest records by the vectors of embedding `model`: result `Hit`s, best first."""
+    """Nearest records by the vectors of embedding `model` under `prefix` (only in it, if
+    `exact`): result `Hit`s, best first."""
 
     prefix: Namespace
     vector: npt.NDArray[np.float32]
     model: str
     kind: str | None = None
     limit: int = 10
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,15 +188,50 @@ class PutVectors:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Unembedded:
-    """Result: up to `limit` records under `prefix` that have no vector of `model` yet,
-    oldest first (what a background embedder works through)."""
+    """Result: up to `limit` records under `prefix` (only in it, if `exact`) written after
+    `after_seq` that have no vector of `model` yet, oldest first (what a background
+    embedder works through; `after_seq` lets it step past records it gave up on)."""
 
     model: str
     prefix: Namespace = ()
     limit: int = 256
+    exact: bool = False
+    after_seq: int = 0
 
 
-Op: TypeAlias = Put | Get | Delete | Scan | Search | VectorSearch | PutVectors | Unembedded
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamespaceVersion:
+    """Where a namespace stands: `seq` is the `seq` of the last write or delete of a record
+    in it, `deleted_seq` that of the last delete (0: none yet). Both only grow. A reader
+    that knew `seq` has seen everything while it is unchanged; if only `seq` moved, a
+    `Scan` with ``after_seq`` shows every change since (records put); if `deleted_seq`
+    moved too, records were removed, which no scan shows: read everything again."""
+
+    seq: int = 0
+    deleted_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Version:
+    """Result: the `NamespaceVersion` of exactly `namespace` (vectors do not count: they
+    change no record). Cheap: one indexed lookup, for callers to check before reading."""
+
+    namespace: Namespace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expect:
+    """A guard: the batch fails with `ConflictError` (writing nothing) unless the version
+    `seq` of `namespace` is `seq` when this op runs. Put it before the writes of a batch
+    that were computed from what the caller read at `seq`. Result: None."""
+
+    namespace: Namespace
+    seq: int
+
+
+Op: TypeAlias = (
+    Put | Get | Delete | Scan | Search | VectorSearch | PutVectors | Unembedded | Version | Expect
+)
 
 
 @runtime_checkable
@@ -235,8 +287,14 @@ class BaseStore(ABC):
         result: bool = self.batch([Delete(namespace=namespace, key=key)])[0]
         return result
 
+    def version(self, namespace: Namespace) -> NamespaceVersion:
+        """The `NamespaceVersion` of `namespace`."""
+        result: NamespaceVersion = self.batch([Version(namespace=namespace)])[0]
+        return result
+
     def scan(self, prefix: Namespace, **options: Any) -> list[Record]:
-        """Records under `prefix`; `options` are the fields of `Scan`."""
+        """Records under `prefix`; `options` are the fields of `Scan` (``exact=True``: only
+        in `prefix` itself)."""
         result: list[Record] = self.batch([Scan(prefix=prefix, **options)])[0]
         return result
 

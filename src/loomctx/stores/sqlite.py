@@ -22,7 +22,8 @@ write, in the same `batch` (so a record is searchable as soon as `batch` returns
   16,384 rows, above that a sign-bit shortlist re-scored exactly (exact numpy measured
   10-21 ms at 100k x 384; the shortlist 1.7 ms).
 
-Both filter by namespace prefix and kind exactly, with a boolean mask over rows. For a file
+Both filter by namespace (exactly, or by prefix) and kind exactly, with a boolean mask
+over rows. For a file
 store they are saved beside the database (``<file>.index/``) on `close` and reused on the
 next open only if they match SQLite (same store, same analyzer version, same row count and
 high-water seq); otherwise they are rebuilt from SQLite. A crash loses nothing but the time
@@ -47,16 +48,18 @@ from typing import Any, Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError, StoreError
+from loomctx.errors import ConfigError, ConflictError, StoreError
 from loomctx.stores._lexical import LexicalIndex
 from loomctx.stores._migrations import migrate
 from loomctx.stores._vectors import VectorIndex
 from loomctx.stores.base import (
     BaseStore,
     Delete,
+    Expect,
     Get,
     Hit,
     Namespace,
+    NamespaceVersion,
     Op,
     Put,
     PutVectors,
@@ -66,6 +69,7 @@ from loomctx.stores.base import (
     StoreContext,
     Unembedded,
     VectorSearch,
+    Version,
     check_namespace,
 )
 from loomctx.text import terms
@@ -123,6 +127,9 @@ class _Batch:
     now: float
     touched_models: set[str] = field(default_factory=set)  # vector indexes changed or loaded
     touched_lexical: bool = False
+    # Namespace versions the batch moved (encoded namespace -> seq), written before commit.
+    changed: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
 
 
 class SQLiteStore(BaseStore):
@@ -224,6 +231,7 @@ class SQLiteStore(BaseStore):
                 ]
                 if state.seq != start_seq:
                     conn.execute("UPDATE meta SET value = ? WHERE key = 'seq'", (str(state.seq),))
+                self._save_versions(conn, state)
                 conn.execute("COMMIT")
             except BaseException as error:
                 if conn.in_transaction:
@@ -303,11 +311,19 @@ class SQLiteStore(BaseStore):
                 return self._put_vectors(conn, state, op)
             if isinstance(op, Unembedded):
                 return self._unembedded(conn, op)
+            if isinstance(op, Version):
+                return self._version(conn, state, op.namespace)
+            if isinstance(op, Expect):
+                return self._expect(conn, state, op)
             raise ConfigError(
                 f"unknown operation {op!r}; a batch takes the op classes of `loomctx.stores.base`"
             )
         except ConfigError as error:
             raise ConfigError(f"{where} failed: {error}") from error
+        except ConflictError as error:
+            raise ConflictError(f"{where} failed: {error}") from error
+        except UnicodeEncodeError as error:
+            raise ConfigError(f"{where} failed: {_unencodable('a string', error)}") from error
         except StoreError as error:
             raise StoreError(f"{where} failed: {error}") from error
         except sqlite3.Error as error:
@@ -332,8 +348,18 @@ class SQLiteStore(BaseStore):
                 f"booleans, None, lists and dicts with string keys): {error}"
             ) from error
         encoded = _encode(namespace)
+        # SQLite stores UTF-8: a lone surrogate (from bytes decoded with "surrogateescape")
+        # cannot be written. Say which field, rather than let a UnicodeEncodeError escape.
+        fields = {"namespace": encoded, "key": record.key, "kind": record.kind}
+        for name, value in {**fields, "text": record.text, "data": data_json}.items():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                what = f"the `{name}` of record {record.key!r}"
+                raise ConfigError(_unencodable(what, error)) from error
         state.seq += 1
         seq, now = state.seq, state.now
+        state.changed[encoded] = seq
         row = conn.execute(
             "SELECT id, kind, text, text_seq, created_at FROM records "
             "WHERE namespace = ? AND key = ?",
@@ -398,6 +424,9 @@ class SQLiteStore(BaseStore):
         if row is None:
             return False
         record_id, text = row
+        encoded = _encode(namespace)
+        state.seq += 1  # a delete changes the namespace: it takes a seq, for its version
+        state.changed[encoded] = state.deleted[encoded] = state.seq
         self._records.pop(record_id, None)
         if self._lexical is not None:
             self._lexical.remove(record_id, terms(text))
@@ -456,8 +485,44 @@ class SQLiteStore(BaseStore):
         ).fetchone()
         return None if row is None else _record(row)
 
+    def _version(
+        self, conn: sqlite3.Connection, state: _Batch, namespace: Namespace
+    ) -> NamespaceVersion:
+        encoded = _encode(check_namespace(namespace))
+        row = conn.execute(
+            "SELECT seq, deleted_seq FROM namespaces WHERE namespace = ?", (encoded,)
+        ).fetchone()
+        seq, deleted = (0, 0) if row is None else row
+        return NamespaceVersion(
+            seq=state.changed.get(encoded, seq), deleted_seq=state.deleted.get(encoded, deleted)
+        )
+
+    def _expect(self, conn: sqlite3.Connection, state: _Batch, op: Expect) -> None:
+        if isinstance(op.seq, bool) or not isinstance(op.seq, int):
+            raise ConfigError(
+                f"`Expect.seq` must be an int (a `NamespaceVersion.seq`), got {op.seq!r}"
+            )
+        current = self._version(conn, state, op.namespace).seq
+        if current != op.seq:
+            raise ConflictError(
+                f"namespace {op.namespace!r} is at version {current}, not {op.seq} as expected: "
+                f"another writer changed it; nothing of the batch was written (read it again "
+                f"and retry)"
+            )
+
+    @staticmethod
+    def _save_versions(conn: sqlite3.Connection, state: _Batch) -> None:
+        if not state.changed:
+            return
+        conn.executemany(
+            "INSERT INTO namespaces (namespace, seq, deleted_seq) VALUES (?, ?, ?) "
+            "ON CONFLICT (namespace) DO UPDATE SET seq = excluded.seq, "
+            "deleted_seq = max(deleted_seq, excluded.deleted_seq)",
+            [(ns, seq, state.deleted.get(ns, 0)) for ns, seq in state.changed.items()],
+        )
+
     def _scan(self, conn: sqlite3.Connection, op: Scan) -> list[Record]:
-        prefix = check_namespace(op.prefix, prefix=True)
+        prefix = check_namespace(op.prefix, prefix=not op.exact)
         clauses, params = _filters((), op.kind, column="")
         for name, value in op.where.items():
             if not isinstance(name, str) or not name or '"' in name or "\\" in name:
@@ -486,6 +551,8 @@ class SQLiteStore(BaseStore):
         # rows, so the recent records of a session cost the same however long it grows.
         own = f"SELECT {_COLUMNS} FROM records WHERE namespace = ?{filters}{tail}"
         rows = conn.execute(own, [low, *params]).fetchall()
+        if op.exact:
+            return [_record(row) for row in rows]
         # Namespaces below it: first look among the newest (or oldest) rows of the whole
         # store, which finds `limit` rows at once when they are dense; else sort the range.
         below = f"namespace > ? AND namespace < ?{filters}"
@@ -507,20 +574,20 @@ class SQLiteStore(BaseStore):
         return [_record(row) for row in merged[:limit]]
 
     def _search(self, conn: sqlite3.Connection, state: _Batch, op: Search) -> list[Hit]:
-        prefix = check_namespace(op.prefix, prefix=True)
+        prefix = check_namespace(op.prefix, prefix=not op.exact)
         limit = _check_limit(op.limit)
         query_terms = terms(op.query)
         if not query_terms or limit == 0:
             return []
         found = self._lexical_index(conn, state).search(
-            query_terms, prefix=_encode(prefix), kind=op.kind, limit=limit
+            query_terms, prefix=_encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
         return self._hits(conn, found)
 
     def _vector_search(
         self, conn: sqlite3.Connection, state: _Batch, op: VectorSearch
     ) -> list[Hit]:
-        prefix = check_namespace(op.prefix, prefix=True)
+        prefix = check_namespace(op.prefix, prefix=not op.exact)
         _check_str("model", op.model)
         limit = _check_limit(op.limit)
         query = _float32(op.vector, "vector")
@@ -535,7 +602,9 @@ class SQLiteStore(BaseStore):
                 f"stores {dim}-d vectors; embed the query with the same model"
             )
         index = self._vector_index(conn, state, op.model, dim)
-        found = index.search(query, prefix=_encode(prefix), kind=op.kind, limit=limit)
+        found = index.search(
+            query, prefix=_encode(prefix), kind=op.kind, limit=limit, exact=op.exact
+        )
         return self._hits(conn, found)
 
     def _hits(self, conn: sqlite3.Connection, found: list[tuple[int, float]]) -> list[Hit]:
@@ -575,10 +644,15 @@ class SQLiteStore(BaseStore):
         return hits
 
     def _unembedded(self, conn: sqlite3.Connection, op: Unembedded) -> list[Record]:
-        prefix = check_namespace(op.prefix, prefix=True)
+        prefix = check_namespace(op.prefix, prefix=not op.exact)
         _check_str("model", op.model)
-        clauses, params = _filters(prefix, None, column="r.")
+        if isinstance(op.after_seq, bool) or not isinstance(op.after_seq, int):
+            raise ConfigError(f"`after_seq` must be an int, got {op.after_seq!r}")
+        clauses, params = _filters(prefix, None, column="r.", exact=op.exact)
         clauses.append("r.text != ''")
+        if op.after_seq:
+            clauses.append("r.seq > ?")
+            params.append(op.after_seq)
         clauses.append(
             "NOT EXISTS (SELECT 1 FROM vectors AS v WHERE v.record_id = r.id AND v.model = ?)"
         )
@@ -732,11 +806,16 @@ def _record(row: Sequence[Any]) -> Record:
     )
 
 
-def _filters(prefix: Namespace, kind: str | None, *, column: str) -> tuple[list[str], list[Any]]:
+def _filters(
+    prefix: Namespace, kind: str | None, *, column: str, exact: bool = False
+) -> tuple[list[str], list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     bounds = _prefix_range(prefix)
-    if bounds is not None:
+    if exact:
+        clauses.append(f"{column}namespace = ?")
+        params.append(_encode(prefix))
+    elif bounds is not None:
         clauses.append(f"{column}namespace >= ? AND {column}namespace < ?")
         params += bounds
     if kind is not None:
@@ -754,6 +833,16 @@ def _float32(value: object, name: str) -> npt.NDArray[np.float32]:
     if not np.isfinite(array).all():
         raise ConfigError(f"`{name}` contains NaN or infinity; check the embedder's output")
     return array
+
+
+def _unencodable(what: str, error: UnicodeEncodeError) -> str:
+    bad = error.object[error.start : error.end]
+    return (
+        f"{what} cannot be stored: it holds {bad!r} at position {error.start}, which is not "
+        f"valid Unicode text (a lone surrogate, as decoding bytes with "
+        f"errors='surrogateescape' leaves); decode the bytes with errors='replace', or "
+        f"clean the string with `s.encode('utf-8', 'replace').decode('utf-8')`"
+    )
 
 
 def _check_str(name: str, value: object) -> None:

@@ -16,10 +16,12 @@ pytest then runs every ``test_*`` method below against it. The tests go through 
 `abatch` (the whole contract) plus the `BaseStore` shorthands, and they only use behaviour
 that `loomctx.stores.base` documents: record round trips, upsert semantics (a growing `seq`,
 `created_at` kept), all-or-nothing batches whose error names the failing op, write order,
-namespace prefixes that match part-wise (``('t', 'a')`` never sees ``('t', 'ab')``), kind and
+namespace prefixes that match part-wise (``('t', 'a')`` never sees ``('t', 'ab')``), exact
+namespace reads (``exact=True`` never sees ``('t', 'a', 's')`` from ``('t', 'a')``), kind and
 `where` filters, English and Chinese lexical search, vector search and its dimension errors,
 vectors dropped when text changes and never attached to a text they were not computed from,
-`Unembedded`, `abatch`, namespace validation and closing.
+`Unembedded`, namespace versions and the `Expect` guard, text that is not valid Unicode,
+`abatch`, namespace validation and closing.
 
 This module imports pytest: import it from test modules only.
 """
@@ -35,13 +37,15 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from loomctx.errors import ConfigError, StoreError
+from loomctx.errors import ConfigError, ConflictError, StoreError
 from loomctx.stores.base import (
     BaseStore,
     Delete,
+    Expect,
     Get,
     Hit,
     Namespace,
+    NamespaceVersion,
     Put,
     PutVectors,
     Record,
@@ -49,6 +53,7 @@ from loomctx.stores.base import (
     Search,
     Unembedded,
     VectorSearch,
+    Version,
 )
 
 __all__ = ["MemoryStoreConformance"]
@@ -288,6 +293,59 @@ class MemoryStoreConformance:
             pending = store.batch([Unembedded(model="other", prefix=prefix)])[0]
             assert set(keys(pending)) == expected, prefix
 
+    def test_exact_reads_see_their_namespace_only(self, store: BaseStore) -> None:
+        store.put_many(
+            [
+                rec(A, "a", "shared words here"),
+                rec(AB, "ab", "shared words here"),
+                rec(A_S, "as", "shared words here"),
+                rec(("t",), "t", "shared words here"),
+            ]
+        )
+        self._embed(
+            store,
+            None,
+            {
+                (A, "a"): unit(1, 0),
+                (AB, "ab"): unit(1, 0),
+                (A_S, "as"): unit(1, 0),
+                (("t",), "t"): unit(1, 0),
+            },
+        )
+        cases: list[tuple[Namespace, set[str]]] = [
+            (A, {"a"}),
+            (A_S, {"as"}),
+            (("t",), {"t"}),
+            (("t", "a", "s", "x"), set()),
+            (("u",), set()),
+        ]
+        for namespace, expected in cases:
+            found = store.batch(
+                [
+                    Scan(prefix=namespace, exact=True),
+                    Scan(prefix=namespace, exact=True, newest_first=True, limit=1),
+                    Search(prefix=namespace, query="shared words", exact=True),
+                    VectorSearch(prefix=namespace, vector=unit(1, 0), model="m", exact=True),
+                    Unembedded(model="other", prefix=namespace, exact=True),
+                ]
+            )
+            for result in found:
+                assert set(keys(result)) <= expected, namespace
+            assert set(keys(found[0])) == expected, namespace
+            assert set(keys(found[2])) == expected, namespace
+            assert set(keys(found[3])) == expected, namespace
+            assert set(keys(found[4])) == expected, namespace
+            assert len(found[1]) == len(expected)
+        assert keys(store.scan(A, exact=True, kind="absent")) == []
+        for read in (
+            Scan(prefix=(), exact=True),
+            Search(prefix=(), query="shared", exact=True),
+            VectorSearch(prefix=(), vector=unit(1, 0), model="m", exact=True),
+            Unembedded(model="m", prefix=(), exact=True),
+        ):
+            with pytest.raises(StoreError, match="namespace"):
+                store.batch([read])
+
     def test_namespaces_are_validated(self, store: BaseStore) -> None:
         bad_namespaces: list[Any] = [(), ("t", ""), ("t", "a/b"), ["t", "a"], "t/a", ("t", 1)]
         for bad in bad_namespaces:
@@ -504,6 +562,79 @@ class MemoryStoreConformance:
         assert keys(store.batch([Unembedded(model="other", prefix=A)])[0]) == ["1", "2", "3"]
         everywhere = store.batch([Unembedded(model="m")])[0]
         assert keys(everywhere) == ["1", "x", "3"]
+
+    def test_unembedded_after_seq_steps_past_older_records(self, store: BaseStore) -> None:
+        first, second, _ = store.put_many(
+            [rec(A, "1", "one"), rec(A, "2", "two"), rec(A, "3", "3")]
+        )
+        after = store.batch([Unembedded(model="m", prefix=A, after_seq=first.seq)])[0]
+        assert keys(after) == ["2", "3"]
+        rewritten = store.put(rec(A, "1", "one again"))
+        later = store.batch([Unembedded(model="m", prefix=A, after_seq=second.seq)])[0]
+        assert keys(later) == ["3", "1"]
+        assert store.batch([Unembedded(model="m", after_seq=rewritten.seq)])[0] == []
+
+    # --- versions and guarded writes --------------------------------------------------------
+
+    def test_a_namespace_version_moves_with_its_records_only(self, store: BaseStore) -> None:
+        assert store.version(A) == NamespaceVersion(seq=0, deleted_seq=0)
+        one, _ = store.put_many([rec(A, "1", "one"), rec(A, "2", "two")])
+        two = store.get(A, "2")
+        assert two is not None
+        assert store.version(A) == NamespaceVersion(seq=two.seq, deleted_seq=0)
+        before = store.version(A)
+        store.put_many([rec(AB, "x", "elsewhere"), rec(A_S, "y", "below"), rec(("t",), "z")])
+        self._embed(store, A, {"1": unit(1, 0)})  # vectors change no record
+        assert store.version(A) == before
+        assert store.delete(A, "missing") is False
+        assert store.version(A) == before
+        assert store.delete(A, "1") is True
+        deleted = store.version(A)
+        assert deleted.seq > before.seq
+        assert deleted.deleted_seq == deleted.seq
+        again = store.put(rec(A, "1", "back"))
+        assert store.version(A) == NamespaceVersion(seq=again.seq, deleted_seq=deleted.seq)
+        # A read in a batch sees the batch's earlier writes.
+        put, version = store.batch([Put(record=rec(A, "3")), Version(namespace=A)])
+        assert version.seq == put.seq
+        assert one.seq < again.seq
+        with pytest.raises(StoreError, match="namespace"):
+            store.batch([Version(namespace=())])
+
+    def test_expect_guards_a_batch(self, store: BaseStore) -> None:
+        store.put(rec(A, "1", "one"))
+        seen = store.version(A).seq
+        results = store.batch([Expect(namespace=A, seq=seen), Put(record=rec(A, "2", "two"))])
+        assert results[0] is None
+        # Another writer came first: the guarded batch writes nothing.
+        with pytest.raises(ConflictError, match="#0"):
+            store.batch([Expect(namespace=A, seq=seen), Put(record=rec(A, "3", "three"))])
+        assert store.get(A, "3") is None
+        assert store.search(A, "three") == []
+        with pytest.raises(ConflictError):
+            store.batch([Put(record=rec(A, "4")), Expect(namespace=A, seq=seen)])
+        assert store.get(A, "4") is None
+        # A write elsewhere does not move the guarded namespace.
+        store.put(rec(A_S, "below"))
+        now = store.version(A).seq
+        store.batch([Expect(namespace=A, seq=now), Put(record=rec(A, "5"))])
+        assert store.batch([Expect(namespace=AB, seq=0)]) == [None]
+        with pytest.raises(ConfigError):
+            store.batch([Expect(namespace=A, seq="1")])  # type: ignore[arg-type]
+
+    def test_text_that_is_not_unicode_is_refused_and_writes_nothing(self, store: BaseStore) -> None:
+        bad = "caf\udce9 au lait"  # bytes decoded with errors="surrogateescape"
+        for record in (
+            rec(A, "k", bad),
+            rec(A, "k", "fine", note=bad),
+            rec(A, bad, "fine"),
+            rec(A, "k", "fine", kind=bad),
+            rec(("t", bad), "k", "fine"),
+        ):
+            with pytest.raises(ConfigError, match=r"#1.*not valid Unicode"):
+                store.batch([Put(record=rec(A, "ok", "fine")), Put(record=record)])
+        assert store.scan(()) == []
+        assert store.version(A) == NamespaceVersion()
 
     # --- closing ------------------------------------------------------------------------------
 

@@ -1,0 +1,247 @@
+"""Several workers serve one conversation: `LoomMemory` objects on one namespace, in one
+process or in several, each see every turn, in the store's write order, and agree on the
+tiers (the store is the truth; each memory's tiers are a cache it keeps current)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from loomctx import ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx.stores.base import Put, Record
+
+NS = ("acme", "bot", "session", "s1")
+
+
+def turn(n: int, importance: float = 0.3) -> Task:
+    return Task(
+        task_id=f"turn{n}",
+        action="note",
+        parameters={"text": f"talkmark{n} said in turn {n}"},
+        status=TaskStatus.COMPLETED,
+        metadata={"importance": importance},
+    )
+
+
+def tiers(memory: LoomMemory) -> tuple[list[str], list[str], list[str]]:
+    return (
+        [t.task_id for t in memory.get_l1_tasks(limit=1000)],
+        [t.task_id for t in memory.get_l2_tasks()],
+        [s.task_id for s in memory.get_l3_summaries()],
+    )
+
+
+def test_two_memories_on_one_file_see_one_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS)
+        b = LoomMemory("b", store=two, namespace=NS)
+        for n in range(6):
+            (a if n % 2 == 0 else b).add_task(turn(n))
+        expected = [f"turn{n}" for n in range(6)]
+        assert tiers(a)[0] == tiers(b)[0] == expected
+        # Each knows the other's turns as neighbours too: orders are the write order.
+        orders = [r.data["order"] for r in one.scan(NS, exact=True, kind="task")]
+        assert orders == list(range(6))
+
+
+def test_a_stale_writer_catches_up_before_its_write_lands(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS, max_l1_size=3)
+        b = LoomMemory("b", store=two, namespace=NS, max_l1_size=3)
+        a.add_tasks([turn(0), turn(1), turn(2)])
+        # `b` has not read since: its add is worked out on stale tiers, refused by the
+        # store's guard, and worked out again on the current ones.
+        b.add_task(turn(3))
+        assert tiers(a)[0] == tiers(b)[0] == ["turn1", "turn2", "turn3"]
+        assert b._seen == two.version(NS)
+        fresh = LoomMemory("c", store=one, namespace=NS, max_l1_size=3)
+        assert tiers(fresh) == tiers(a) == tiers(b)
+        a.promote_tasks()
+        b.promote_tasks()  # nothing left to do once it caught up
+        assert tiers(a) == tiers(b) == tiers(LoomMemory("d", store=two, namespace=NS))
+        assert tiers(a)[2] == ["turn0"]
+
+
+def test_a_delete_by_another_writer_is_seen_through_a_full_restore(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS)
+        a.add_tasks([turn(0), turn(1), turn(2)])
+        assert two.delete(NS, "task:turn1")
+        a_l1 = tiers(a)[0]
+        two.put(Record(namespace=NS, key="note", kind="other"))  # a later write, too
+        assert a_l1 == ["turn0", "turn2"]
+        assert tiers(a)[0] == ["turn0", "turn2"]
+
+
+def test_a_namespace_that_keeps_changing_is_an_error_not_a_hang() -> None:
+    class Busy(SQLiteStore):
+        """Another writer gets in before every guarded batch of ours."""
+
+        def batch(self, ops, *, ctx=None):  # type: ignore[no-untyped-def]
+            if any(isinstance(op, Put) and op.record.kind == "task" for op in ops):
+                super().batch([Put(record=Record(namespace=NS, key="x", kind="other"))])
+            return super().batch(ops, ctx=ctx)
+
+    with Busy() as store:
+        memory = LoomMemory("a", store=store, namespace=NS)
+        with pytest.raises(ConflictError, match="changed under every one"):
+            memory.add_task(turn(0))
+        assert tiers(memory)[0] == []
+
+
+class TwoWorkers(RuleBasedStateMachine):
+    """Two memories on one namespace, each on its own connection, used in any order: both
+    always hold exactly what a memory restored from the store holds."""
+
+    def __init__(self, path: Path, namespace: tuple[str, ...]) -> None:
+        super().__init__()
+        self.stores = [SQLiteStore(path), SQLiteStore(path)]
+        self.namespace = namespace
+        sizes = {"max_l1_size": 3, "max_l2_size": 2, "max_l3_size": 3}
+        self.memories = [
+            LoomMemory(f"w{i}", store=s, namespace=namespace, **sizes)
+            for i, s in enumerate(self.stores)
+        ]
+        self.sizes = sizes
+        self.added: list[str] = []
+        self.last_was_add = False
+
+    def teardown(self) -> None:
+        for store in self.stores:
+            store.close()
+
+    @rule(worker=st.integers(0, 1), importance=st.sampled_from([0.2, 0.7, 0.9]))
+    def add(self, worker: int, importance: float) -> None:
+        n = len(self.added)
+        self.memories[worker].add_task(turn(n, importance))
+        self.added.append(f"turn{n}")
+        self.last_was_add = True
+
+    @rule(worker=st.integers(0, 1))
+    def promote(self, worker: int) -> None:
+        self.memories[worker].promote_tasks()
+        self.last_was_add = False
+
+    @rule(worker=st.integers(0, 1))
+    def re_add_the_first(self, worker: int) -> None:
+        if self.added:
+            self.memories[worker].add_task(turn(0, 0.95))
+            self.last_was_add = False
+
+    @invariant()
+    def both_hold_what_the_store_holds(self) -> None:
+        fresh = LoomMemory("fresh", store=self.stores[0], namespace=self.namespace, **self.sizes)
+        expected = tiers(fresh)
+        for memory in self.memories:
+            assert tiers(memory) == expected
+        # L1 is in the order the turns were written, whoever wrote them.
+        found = self.stores[1].scan(self.namespace, exact=True, kind="task")
+        records = {r.data["task_id"]: r for r in found}
+        orders = [int(records[task_id].data["order"]) for task_id in expected[0]]
+        assert orders == sorted(orders)
+        if self.last_was_add:
+            assert expected[0][-1] == self.added[-1]
+
+    @invariant()
+    def each_turn_has_its_own_place(self) -> None:
+        records = self.stores[1].scan(self.namespace, exact=True, kind="task")
+        orders = [int(r.data["order"]) for r in records if int(r.data["order"]) >= 0]
+        assert len(orders) == len(set(orders))
+
+
+def test_two_workers_in_any_order_agree_with_the_store(tmp_path: Path) -> None:
+    sessions = itertools.count()
+    run_state_machine_as_test(
+        lambda: TwoWorkers(tmp_path / "workers.db", ("t", "a", "session", f"s{next(sessions)}")),
+        settings=settings(max_examples=40, stateful_step_count=20, deadline=None),
+    )
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
+
+    store = SQLiteStore(sys.argv[1])
+    memory = LoomMemory(sys.argv[2], store=store, namespace=("acme", "bot", "session", "s1"),
+                        max_l1_size=8, max_l2_size=4)
+
+    def state():
+        return [[t.task_id for t in memory.get_l1_tasks(limit=100)],
+                [t.task_id for t in memory.get_l2_tasks()],
+                [s.task_id for s in memory.get_l3_summaries()]]
+
+    for line in sys.stdin:
+        n = int(line)
+        if n < 0:
+            break
+        seen = state()
+        memory.add_task(Task(task_id=f"turn{n}", action="note", status=TaskStatus.COMPLETED,
+                             parameters={"text": f"talkmark{n} said in turn {n}"},
+                             metadata={"importance": 0.9 if n % 4 == 0 else 0.3}))
+        if n % 3 == 0:
+            memory.promote_tasks()
+        print(json.dumps(seen), flush=True)
+    print(json.dumps(state()), flush=True)
+    store.close()
+    """
+)
+
+
+def ask(worker: subprocess.Popen[str], n: int) -> Any:
+    """Tell a worker to write turn `n` (-1: to stop); its answer: the tiers it saw first."""
+    assert worker.stdin is not None
+    assert worker.stdout is not None
+    worker.stdin.write(f"{n}\n")
+    worker.stdin.flush()
+    return json.loads(worker.stdout.readline())
+
+
+def test_two_processes_writing_in_turn_each_see_the_whole_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "workers.db"
+    SQLiteStore(path).close()  # created (and migrated) once, before the workers race to
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(path), name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("worker-a", "worker-b")
+    ]
+    try:
+        for n in range(24):
+            l1, _, _ = ask(workers[n % 2], n)
+            # Before writing turn n, this worker sees turns n-8 .. n-1: the other's as well.
+            assert l1 == [f"turn{i}" for i in range(max(0, n - 8), n)]
+        finals = []
+        for worker in workers:
+            finals.append(ask(worker, -1))
+            assert worker.wait(timeout=60) == 0
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            for pipe in (worker.stdin, worker.stdout):
+                if pipe is not None:
+                    pipe.close()
+    with SQLiteStore(path) as store:
+        restored = LoomMemory("reader", store=store, namespace=NS, max_l1_size=8, max_l2_size=4)
+        expected = [list(part) for part in tiers(restored)]
+    assert finals[0] == finals[1] == expected
+    assert expected[0] == [f"turn{i}" for i in range(16, 24)]
+    assert "turn0" in expected[1]  # promoted by one worker, seen by both

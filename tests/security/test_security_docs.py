@@ -1,0 +1,23 @@
+"""The code on docs/security.md runs and says what it shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+PAGE = Path(__file__).parents[2] / "docs" / "security.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_page_has_an_isolation_section_with_examples() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith("# Security\n")
+    assert "\n## Isolation\n" in text
+    assert len(BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_every_example_runs(code: str) -> None:
+    exec(compile(code, str(PAGE), "exec"), {"__name__": "docs_security"})
