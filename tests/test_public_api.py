@@ -50,6 +50,7 @@ EXPECTED = [
     "HistorySource",
     "HuggingFaceCounter",
     "InProcessEventBus",
+    "IngestLimitError",
     "IngestProgress",
     "IngestSummary",
     "InheritedSource",

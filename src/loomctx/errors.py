@@ -4,7 +4,8 @@ The tree::
 
     LoomError
     ├── ConfigError            a setting or argument is invalid (also a `ValueError`)
-    │   └── MessageFormatError a message or wire-format payload is malformed
+    │   ├── MessageFormatError a message or wire-format payload is malformed
+    │   └── IngestLimitError   a folder ingest would exceed one of its limits
     ├── TokenizerError         no tokenizer could be built for a model or encoding
     ├── BudgetExceededError    must-keep content does not fit the token budget
     ├── StoreError             a memory store failed to read or write
@@ -28,6 +29,7 @@ __all__ = [
     "BusClosedError",
     "ConfigError",
     "EmbeddingError",
+    "IngestLimitError",
     "LoomError",
     "MessageFormatError",
     "MissingExtraError",
@@ -57,6 +59,20 @@ def check_unit(value: object, what: str) -> float:
 
 class MessageFormatError(ConfigError):
     """A message, a history or a provider wire-format payload is malformed."""
+
+
+class IngestLimitError(ConfigError):
+    """A folder ingest found more than one of its limits allows, before writing anything.
+
+    `limit` names the setting (``"max_files"`` or ``"max_total_bytes"``), `allowed` is its
+    value and `found` what the ingest had found when it stopped (more may follow).
+    """
+
+    def __init__(self, message: str, *, limit: str, allowed: int, found: int) -> None:
+        self.limit = limit
+        self.allowed = allowed
+        self.found = found
+        super().__init__(message)
 
 
 class TokenizerError(LoomError):
