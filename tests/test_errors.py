@@ -21,6 +21,7 @@ from loomctx.errors import Oversize
         loomctx.ToolError,
         loomctx.MissingExtraError,
         loomctx.BusClosedError,
+        loomctx.BusLoopError,
     ],
 )
 def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:

@@ -22,6 +22,7 @@ EXPECTED = [
     "BudgetManager",
     "BuildContext",
     "BusClosedError",
+    "BusLoopError",
     "CallableCounter",
     "Completed",
     "ComponentPriority",

@@ -57,6 +57,7 @@ from loomctx.embeddings import (
 from loomctx.errors import (
     BudgetExceededError,
     BusClosedError,
+    BusLoopError,
     ConfigError,
     EmbeddingError,
     IngestLimitError,
@@ -134,6 +135,7 @@ __all__ = [
     "BudgetManager",
     "BuildContext",
     "BusClosedError",
+    "BusLoopError",
     "CallableCounter",
     "Completed",
     "ComponentPriority",

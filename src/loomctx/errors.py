@@ -13,6 +13,7 @@ The tree::
     ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
     ├── BusClosedError         an event bus is closed (also a `RuntimeError`)
+    ├── BusLoopError           an event bus is used from a second event loop (a `RuntimeError`)
     └── MissingExtraError      an optional dependency is not installed (also an `ImportError`)
 
 Messages say what was wrong and how to fix it; identifiers appear in backticks and values
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 __all__ = [
     "BudgetExceededError",
     "BusClosedError",
+    "BusLoopError",
     "ConfigError",
     "EmbeddingError",
     "IngestLimitError",
@@ -97,6 +99,11 @@ class ToolError(LoomError):
 
 class BusClosedError(LoomError, RuntimeError):
     """The event bus is closed (or closing): it accepts no new publishes or subscriptions."""
+
+
+class BusLoopError(LoomError, RuntimeError):
+    """An event bus was used from an event loop other than the one it runs on, while that one
+    is still open with workers on it; the message says how to fix it."""
 
 
 class MissingExtraError(LoomError, ImportError):
