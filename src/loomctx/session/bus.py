@@ -41,6 +41,10 @@ How `InProcessEventBus` works, and why:
   last `failures_kept`, as `HandlerFailure` tuples), logged on `loomctx.session.bus`, and published
   as a `"bus.handler_failed"` event to every *other* matching subscription. Failures of handlers
   on `bus.*` events are counted, kept and logged but not published, so failures cannot cascade.
+- **Handlers** are async functions (or any callable returning an awaitable). A plain function is
+  accepted too and called on the event loop, in order like any handler, with its failures
+  isolated the same way; it must not block (do slow work in an `async def` handler, with
+  `asyncio.to_thread`).
 - **One event loop at a time.** Workers, futures and waits belong to the loop they were made on.
   The bus binds to the loop it is first used from (`publish`, `close`, `unsubscribe`); used from
   another loop after that one has closed (a second `asyncio.run`, a test framework's loop per
@@ -60,6 +64,7 @@ How `InProcessEventBus` works, and why:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import re
@@ -94,8 +99,9 @@ _log = logging.getLogger(__name__)
 HANDLER_FAILED = "bus.handler_failed"
 """The topic on which the bus reports a handler failure to the other subscribers."""
 
-Handler = Callable[["Event"], Awaitable[None]]
-"""An event handler: an async callable taking the `Event`."""
+Handler = Callable[["Event"], Awaitable[None] | None]
+"""An event handler: an async callable taking the `Event` (a plain function is called on the
+event loop and must not block; see the module docstring)."""
 
 # A topic is dot-separated segments; `*` is reserved for patterns.
 _TOPIC = re.compile(r"[^\s.*]+(?:\.[^\s.*]+)*")
@@ -564,7 +570,9 @@ class InProcessSubscription:
 
     async def _deliver(self, event: Event) -> None:
         try:
-            await self._handler(event)
+            result = self._handler(event)
+            if inspect.isawaitable(result):  # an async handler; a plain function is done
+                await result
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -643,7 +651,8 @@ class InProcessEventBus:
 
         `name` must be unique among the live subscriptions (default: the handler's name and a
         number); `max_pending` overrides the bus's mailbox size for this subscription. The worker
-        starts with the first event, so subscribing needs no running event loop.
+        starts with the first event, so subscribing needs no running event loop. `handler` is
+        an async callable; a plain function is called on the event loop and must not block.
         """
         if self._state != "open":
             raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
@@ -653,7 +662,10 @@ class InProcessEventBus:
                 f"or '*'; got {pattern!r}."
             )
         if not callable(handler):
-            raise ConfigError(f"`handler` must be an async callable, got {handler!r}.")
+            raise ConfigError(
+                f"`handler` must be a callable taking the event (an `async def` function, or a "
+                f"plain function that does not block), got {handler!r}."
+            )
         capacity = self._max_pending if max_pending is None else max_pending
         _check_capacity(capacity, "max_pending")
         if name is None:
