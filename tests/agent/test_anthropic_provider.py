@@ -21,6 +21,8 @@ from loomctx.agent.llm import (
     complete,
 )
 from loomctx.agent.providers import AnthropicLLM
+from loomctx.agent.providers._assembly import parse_arguments as arguments_or_none
+from loomctx.agent.providers.anthropic import _input_json
 from loomctx.errors import ConfigError, MissingExtraError, ProviderError
 from loomctx.messages import Message, ToolCall
 from tests.agent._servers import (
@@ -318,6 +320,15 @@ async def test_tool_input_json_cannot_carry_is_an_invalid_call(
     assert [c.arguments for c in response.message.tool_calls] == [{}, {}, {}]
     assert [i for i, _ in response.invalid_tool_calls] == ["t_nan", "t_start", "t_deep"]
     assert response.invalid_tool_calls[:2] == (("t_nan", '{"n": NaN}'), ("t_start", '{"x": NaN}'))
+
+
+def test_tool_input_that_cannot_be_written_as_json_is_an_invalid_call() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert arguments_or_none(_input_json(deep)) is None
+    assert arguments_or_none(_input_json({"x": {1, 2}})) is None
+    assert _input_json({"x": NAN}) == '{"x": NaN}'  # written, so that parsing refuses it
 
 
 async def test_surrogates_in_text_are_replaced(wire: WireServer, make: Make) -> None:

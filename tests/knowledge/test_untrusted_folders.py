@@ -72,6 +72,8 @@ def test_a_pattern_cannot_lead_out_of_the_folder(repo: Path) -> None:
     kb = KnowledgeBase("docs")
     with pytest.raises(ConfigError, match=r"'\.\.' would lead out of the folder"):
         kb.add_folder(repo, pattern="../outside/*.md")
+    with pytest.raises(ConfigError, match="`pattern` must be a non-empty glob"):
+        kb.add_folder(repo, pattern="./")
     assert ids(kb) == []
 
 

@@ -45,6 +45,19 @@ def _cycle() -> dict[str, Any]:
     return loop
 
 
+class _BrokenMapping(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("cannot iterate")
+
+
+def _wide() -> list[Any]:
+    """A list that shares itself: 2**20 leaves, 21 levels deep."""
+    out: list[Any] = [1]
+    for _ in range(20):
+        out = [out, out]
+    return out
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no text")
@@ -58,6 +71,7 @@ BAD_PARAMETERS: dict[str, Any] = {
     "100k deep": _deep(100_000),
     "a cycle": _cycle(),
     "a huge int": {"n": 1 << 20_000},
+    "a mapping that fails": {"m": _BrokenMapping(a=1)},
     "None": None,
 }
 
@@ -93,6 +107,18 @@ def test_values_json_cannot_carry_are_replaced_where_they_are() -> None:
     assert task.to_dict()["parameters"] == {"n": "NaN", "k": 1, "s": "x\ufffd", "l": ["Infinity"]}
     (call,) = task_messages(task)[0].tool_calls
     assert call.arguments == {"n": "NaN", "k": 1, "s": "x\ufffd", "l": ["Infinity"]}
+
+
+def test_a_value_sharing_itself_is_cut_not_expanded_forever() -> None:
+    (call,) = task_messages(Task(action="f", parameters={"wide": _wide()}))[0].tool_calls
+    text = call.arguments_json()
+    assert text.count("1") <= 100_000 < 2**20
+    assert "[cut" in text
+
+
+def test_results_are_rendered_the_same_way() -> None:
+    task = Task(action="f", status=TaskStatus.COMPLETED, result={"n": math.nan, "s": "\udc80"})
+    assert task_text(task) == 'f({}) -> {"n": "NaN", "s": "\ufffd"}'
 
 
 def test_deep_arguments_are_cut_at_the_limit() -> None:
