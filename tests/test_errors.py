@@ -13,6 +13,7 @@ from loomctx.errors import Oversize
     [
         loomctx.ConfigError,
         loomctx.MessageFormatError,
+        loomctx.IngestLimitError,
         loomctx.TokenizerError,
         loomctx.BudgetExceededError,
         loomctx.StoreError,
@@ -21,6 +22,7 @@ from loomctx.errors import Oversize
         loomctx.ToolError,
         loomctx.MissingExtraError,
         loomctx.BusClosedError,
+        loomctx.BusLoopError,
     ],
 )
 def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:
@@ -31,6 +33,7 @@ def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Except
 def test_config_errors_are_value_errors_and_missing_extras_import_errors() -> None:
     assert issubclass(loomctx.ConfigError, ValueError)
     assert issubclass(loomctx.MessageFormatError, loomctx.ConfigError)
+    assert issubclass(loomctx.IngestLimitError, loomctx.ConfigError)
     assert issubclass(loomctx.MissingExtraError, ImportError)
 
 

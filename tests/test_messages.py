@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import re
 from typing import Any
 
@@ -20,9 +21,11 @@ from loomctx.messages import (
     flatten_units,
     from_anthropic,
     from_openai,
+    parse_arguments,
     split_units,
     to_anthropic,
     to_openai,
+    valid_text,
 )
 from tests.strategies import histories, messages, tool_calls
 
@@ -49,11 +52,93 @@ def test_arguments_json_is_compact_ordered_and_keeps_non_ascii() -> None:
     assert call.arguments_json() == '{"b":[1,null,true],"a":"é你😀"}'
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), {1, 2}])
-def test_arguments_json_rejects_what_json_cannot_carry(value: object) -> None:
-    call = ToolCall(id="call_9", name="f", arguments={"x": value})
+def test_arguments_json_rejects_what_json_cannot_carry() -> None:
+    call = ToolCall(id="call_9", name="f", arguments={"x": {1, 2}})
     with raises("the arguments of tool call `call_9` are not JSON-serializable"):
         call.arguments_json()
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """An object `depth` levels deep: {"a": {"a": ... {}}}."""
+    out: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        out = {"a": out}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "match"),
+    [
+        ({"x": float("nan")}, "argument `x` of tool call `c9` is nan, which is not JSON"),
+        ({"x": [1, {"y": float("-inf")}]}, "argument `x[1].y` of tool call `c9` is -inf"),
+        (
+            {"x": "ok\udc80"},
+            "argument `x` of tool call `c9` holds the surrogate code point '\\udc80' at position 2",
+        ),
+        ({"k\ud800": 1}, "a key of the arguments of tool call `c9` holds the surrogate"),
+        (_nested(65), "the arguments of tool call `c9` nest deeper than 64 levels (at `a.a."),
+        (_nested(100_000), "nest deeper than 64 levels"),
+    ],
+)
+def test_tool_calls_refuse_arguments_that_are_not_json(
+    arguments: dict[str, Any], match: str
+) -> None:
+    with raises(match):
+        ToolCall(id="c9", name="f", arguments=arguments)
+
+
+def test_arguments_may_nest_up_to_the_limit() -> None:
+    call = ToolCall(id="c", name="f", arguments=_nested(64))
+    assert call.arguments_json().count("{") == 64
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", {}),
+        ("  ", {}),
+        ('{"n": 1.5, "s": "\\ud83d\\ude00"}', {"n": 1.5, "s": "\U0001f600"}),
+    ],
+)
+def test_parse_arguments_reads_json_objects(raw: str, expected: dict[str, Any]) -> None:
+    assert parse_arguments(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ('{"n": NaN}', "tool call `c1` has `arguments` that are not a valid JSON string (NaN is"),
+        ('{"n": -Infinity}', "(-Infinity is not JSON"),
+        ('{"n": Infinity}', "(Infinity is not JSON"),
+        ("[1]", "tool call `c1` has arguments that are a JSON list, not an object: '[1]'"),
+        ('{"s": "\\ud800"}', "argument `s` of tool call `c1` holds the surrogate code point"),
+        (json.dumps(_nested(65)), "the arguments of tool call `c1` nest deeper than 64 levels"),
+        ("[" * 100_000 + "]" * 100_000, "has `arguments` that nest deeper than 64 levels"),
+    ],
+)
+def test_parse_arguments_refuses_what_providers_would_reject(raw: str, match: str) -> None:
+    with raises(match):
+        parse_arguments(raw, call_id="c1")
+
+
+def test_from_openai_refuses_non_finite_arguments() -> None:
+    wire = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"n": NaN}'}}
+        ],
+    }
+    with raises("OpenAI message 0: tool call `c1` has `arguments` that are not a valid JSON"):
+        from_openai([wire])
+
+
+def test_from_anthropic_refuses_non_finite_arguments() -> None:
+    wire = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "c1", "name": "f", "input": {"n": math.inf}}],
+    }
+    with raises("Anthropic message 0: argument `n` of tool call `c1` is inf"):
+        from_anthropic([wire])
 
 
 @pytest.mark.parametrize(
@@ -125,6 +210,34 @@ def test_messages_are_frozen() -> None:
 def test_message_validation(fields: dict[str, Any], match: str) -> None:
     with raises(match):
         Message(**fields)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (
+            lambda: Message.user("caf\udce9!"),
+            "the `content` of a `user` message holds the "
+            "surrogate code point '\\udce9' at position 3",
+        ),
+        (lambda: Message.user("hi", name="\ud800"), "the `name` of a `user` message holds"),
+        (lambda: Message.tool("ok", tool_call_id="c\udfff"), "the `tool_call_id` of a `tool`"),
+        (lambda: ToolCall(id="c\ud800", name="f"), "a tool call's `id` holds the surrogate"),
+        (lambda: ToolCall(id="c", name="f\ud800"), "the `name` of tool call `c` holds"),
+    ],
+)
+def test_surrogates_are_refused_where_text_enters(build: Any, match: str) -> None:
+    """A surrogate cannot be encoded as UTF-8: refused when the message is built, naming the
+    field and the position, instead of a raw `UnicodeEncodeError` in a provider or store."""
+    with raises(match):
+        build()
+
+
+def test_valid_text_repairs_surrogates() -> None:
+    assert valid_text("plain 文字 😀") == "plain 文字 😀"
+    assert valid_text("a\udc80b") == "a\ufffdb"  # a lone surrogate: the replacement char
+    assert valid_text("\ud83d\ude00 \ud83d") == "😀 \ufffd"  # a pair: its character
+    Message.tool(valid_text("out\udce9"), tool_call_id="c")  # now valid
 
 
 def test_message_format_error_is_a_config_and_value_error() -> None:

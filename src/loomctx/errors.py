@@ -4,7 +4,8 @@ The tree::
 
     LoomError
     ├── ConfigError            a setting or argument is invalid (also a `ValueError`)
-    │   └── MessageFormatError a message or wire-format payload is malformed
+    │   ├── MessageFormatError a message or wire-format payload is malformed
+    │   └── IngestLimitError   a folder ingest would exceed one of its limits
     ├── TokenizerError         no tokenizer could be built for a model or encoding
     ├── BudgetExceededError    must-keep content does not fit the token budget
     ├── StoreError             a memory store failed to read or write
@@ -13,6 +14,7 @@ The tree::
     ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
     ├── BusClosedError         an event bus is closed (also a `RuntimeError`)
+    ├── BusLoopError           an event bus is used from a second event loop (a `RuntimeError`)
     └── MissingExtraError      an optional dependency is not installed (also an `ImportError`)
 
 Messages say what was wrong and how to fix it; identifiers appear in backticks and values
@@ -27,9 +29,11 @@ from dataclasses import dataclass
 __all__ = [
     "BudgetExceededError",
     "BusClosedError",
+    "BusLoopError",
     "ConfigError",
     "ConflictError",
     "EmbeddingError",
+    "IngestLimitError",
     "LoomError",
     "MessageFormatError",
     "MissingExtraError",
@@ -61,6 +65,20 @@ class MessageFormatError(ConfigError):
     """A message, a history or a provider wire-format payload is malformed."""
 
 
+class IngestLimitError(ConfigError):
+    """A folder ingest found more than one of its limits allows, before writing anything.
+
+    `limit` names the setting (``"max_files"`` or ``"max_total_bytes"``), `allowed` is its
+    value and `found` what the ingest had found when it stopped (more may follow).
+    """
+
+    def __init__(self, message: str, *, limit: str, allowed: int, found: int) -> None:
+        self.limit = limit
+        self.allowed = allowed
+        self.found = found
+        super().__init__(message)
+
+
 class TokenizerError(LoomError):
     """No tokenizer could be built for the requested model, encoding or file."""
 
@@ -89,6 +107,11 @@ class ToolError(LoomError):
 
 class BusClosedError(LoomError, RuntimeError):
     """The event bus is closed (or closing): it accepts no new publishes or subscriptions."""
+
+
+class BusLoopError(LoomError, RuntimeError):
+    """An event bus was used from an event loop other than the one it runs on, while that one
+    is still open with workers on it; the message says how to fix it."""
 
 
 class MissingExtraError(LoomError, ImportError):

@@ -17,19 +17,36 @@ A tool call and its results only make sense together: a provider rejects a histo
 that has no result, or a result for an unknown call. `split_units` therefore cuts a history into
 `MessageUnit` values, the smallest pieces Loom may keep or drop, and checks that every call is
 answered exactly once, directly after the message that made it.
+
+**What a message may hold is checked where it is built**, so that a bad value fails at the
+boundary where it entered, naming the field, instead of later in a provider, a store or a
+tokenizer:
+
+- text (`content`, `name`, ids, and every string and key of tool-call arguments) must be
+  valid Unicode: a surrogate code point (U+D800..U+DFFF, what ``errors="surrogateescape"`` or
+  a JSON escape like ``"\\ud800"`` leaves in a `str`) cannot be encoded as UTF-8, so it is
+  refused with its field and position. `valid_text` repairs such text (pairs joined, lone
+  surrogates replaced by U+FFFD) for data that must be kept, such as a tool's output;
+- tool-call arguments must be JSON a provider accepts: no NaN or Infinity (Python's `json`
+  reads and writes them, JSON does not), and no nesting deeper than `MAX_ARGUMENT_DEPTH`
+  levels (deeper data makes recursive code, ours or a provider's, fail). `parse_arguments`
+  reads arguments from their JSON text under the same rules.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, NoReturn, get_args
 
 from loomctx.errors import ConfigError, MessageFormatError
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "Message",
     "MessageUnit",
     "Role",
@@ -37,18 +54,130 @@ __all__ = [
     "flatten_units",
     "from_anthropic",
     "from_openai",
+    "parse_arguments",
     "split_units",
     "to_anthropic",
     "to_anthropic_tools",
     "to_openai",
     "to_openai_tools",
     "tool_spec",
+    "valid_text",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
 """Who a message is from: `tool` marks the result of one tool call."""
 
 _ROLES: tuple[str, ...] = get_args(Role)
+
+MAX_ARGUMENT_DEPTH: Final = 64
+"""How deeply tool-call arguments may nest: the arguments object is level 1, each list or
+object inside it one level more. Real tool calls stay within a handful of levels; deeper data
+is refused where it enters, because recursive code (JSON encoders, renderers, providers) fails
+on data nested thousands of levels deep."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_at(text: str) -> int | None:
+    """The index of the first surrogate code point in `text` (never valid Unicode text, and
+    not encodable as UTF-8), or None when there is none."""
+    if text.isascii():  # O(1) in CPython: most text takes this path
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: a surrogate pair is joined into the character it encodes and a
+    lone surrogate becomes U+FFFD (the replacement character). For text that must be kept
+    although it is malformed, such as a tool's output or a model's reply."""
+    if surrogate_at(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise `MessageFormatError` naming `what` and the position when `text` holds a
+    surrogate code point."""
+    at = surrogate_at(text)
+    if at is not None:
+        raise MessageFormatError(
+            f"{what} holds the surrogate code point {text[at]!r} at position {at}, which is "
+            "not valid Unicode (it cannot be encoded as UTF-8); decode the source with "
+            "`errors='replace'`, or repair the text with `loomctx.messages.valid_text`"
+        )
+
+
+def _shown(path: str) -> str:
+    return path if len(path) <= 60 else f"{path[:57]}..."
+
+
+def _where(path: str, call: str) -> str:
+    return f"argument `{_shown(path)}` of {call}" if path else f"the arguments of {call}"
+
+
+def _check_argument(value: Any, path: str, depth: int, call: str) -> None:
+    """Refuse what JSON cannot carry, surrogates and deep nesting anywhere in `value`, the
+    arguments of `call` (a phrase such as "tool call `c1`") at `path`, `depth` levels down."""
+    if isinstance(value, str):
+        check_text(value, _where(path, call))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise MessageFormatError(
+                f"{_where(path, call)} is {value!r}, which is not JSON (providers reject NaN "
+                "and Infinity); use a finite number, a string or None"
+            )
+    elif isinstance(value, Mapping | list | tuple):
+        if depth > MAX_ARGUMENT_DEPTH:
+            # Checked before going further down, so that no depth can exhaust the stack.
+            raise MessageFormatError(
+                f"the arguments of {call} nest deeper than {MAX_ARGUMENT_DEPTH} levels "
+                f"(at `{_shown(path)}`); flatten them"
+            )
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str):
+                    check_text(key, f"a key of {_where(path, call)}")
+                _check_argument(item, f"{path}.{key}" if path else str(key), depth + 1, call)
+        else:
+            for i, item in enumerate(value):
+                _check_argument(item, f"{path}[{i}]", depth + 1, call)
+
+
+def _not_a_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON (write a number, a string or null)")
+
+
+def parse_arguments(raw: str, *, call_id: str | None = None) -> dict[str, Any]:
+    """Tool-call arguments parsed from their JSON text (blank text means ``{}``).
+
+    Raises `MessageFormatError` (naming the call `call_id`, if given) when the text is not
+    JSON, not a JSON object, holds NaN or Infinity (which Python's `json` would accept), or
+    nests deeper than `MAX_ARGUMENT_DEPTH` levels.
+    """
+    call = "the tool call" if call_id is None else f"tool call `{call_id}`"
+    who = f"{call} has"
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw, parse_constant=_not_a_constant)
+    except RecursionError:
+        raise MessageFormatError(
+            f"{who} `arguments` that nest deeper than {MAX_ARGUMENT_DEPTH} levels "
+            f"({raw[:40]!r}...); flatten them"
+        ) from None
+    except ValueError as exc:  # json.JSONDecodeError, or NaN / Infinity
+        raise MessageFormatError(
+            f"{who} `arguments` that are not a valid JSON string ({exc}): {raw[:200]!r}; "
+            "send a JSON object"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise MessageFormatError(
+            f"{who} arguments that are a JSON {type(parsed).__name__}, not an object: "
+            f"{raw[:200]!r}; tool arguments must be a JSON object"
+        )
+    _check_argument(parsed, "", 1, call)
+    return parsed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +205,9 @@ class ToolCall:
                 f"tool call `{self.id}` has `arguments` of type {type(self.arguments).__name__}; "
                 "pass the parsed JSON object as a dict (use `{}` for no arguments)"
             )
+        check_text(self.id, "a tool call's `id`")
+        check_text(self.name, f"the `name` of tool call `{self.id}`")
+        _check_argument(self.arguments, "", 1, f"tool call `{self.id}`")
 
     def arguments_json(self) -> str:
         """The arguments as compact JSON, keys in insertion order, non-ASCII text kept as is."""
@@ -120,6 +252,10 @@ class Message:
                 f"`content` of a `{self.role}` message must be a string, got "
                 f'{type(self.content).__name__}; use "" for a message without text'
             )
+        check_text(self.content, f"the `content` of a `{self.role}` message")
+        for what, value in (("name", self.name), ("tool_call_id", self.tool_call_id)):
+            if isinstance(value, str):
+                check_text(value, f"the `{what}` of a `{self.role}` message")
         if not isinstance(self.tool_calls, tuple):  # a list, say: store it immutably
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         for call in self.tool_calls:
@@ -251,21 +387,14 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 
 def _openai_arguments(call_id: str, raw: Any) -> Mapping[str, Any]:
-    if raw is None or raw == "":
+    if raw is None:
         return {}
-    try:
-        parsed = json.loads(raw)
-    except (TypeError, json.JSONDecodeError) as exc:
+    if not isinstance(raw, str):
         raise MessageFormatError(
-            f"tool call `{call_id}` has `arguments` that are not a valid JSON string ({exc}): "
-            f"{raw!r}; repair or drop this call (and its result) before converting"
-        ) from exc
-    if not isinstance(parsed, dict):
-        raise MessageFormatError(
-            f"tool call `{call_id}` has arguments that are a JSON {type(parsed).__name__}, "
-            f"not an object: {raw!r}; tool arguments must be a JSON object"
+            f"tool call `{call_id}` has `arguments` of type {type(raw).__name__}; OpenAI "
+            "sends them as a JSON string: serialize them with `json.dumps` before converting"
         )
-    return parsed
+    return parse_arguments(raw, call_id=call_id)
 
 
 def _openai_tool_call(raw: Any) -> ToolCall:

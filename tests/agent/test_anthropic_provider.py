@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,8 @@ from loomctx.agent.llm import (
     complete,
 )
 from loomctx.agent.providers import AnthropicLLM
+from loomctx.agent.providers._assembly import parse_arguments as arguments_or_none
+from loomctx.agent.providers.anthropic import _input_json
 from loomctx.errors import ConfigError, MissingExtraError, ProviderError
 from loomctx.messages import Message, ToolCall
 from tests.agent._servers import (
@@ -41,6 +44,7 @@ from tests.agent._servers import (
 
 anthropic = pytest.importorskip("anthropic", reason="needs the `anthropic` extra (in `.[dev]`)")
 
+NAN = math.nan
 HI = [Message.user("hi")]
 Make = Callable[..., AnthropicLLM]
 
@@ -290,6 +294,47 @@ async def test_a_tool_input_given_at_block_start_is_used(wire: WireServer, make:
     )
     response = await complete(make(), HI)
     assert response.message.tool_calls == (ToolCall(id="t1", name="f", arguments={"x": 1}),)
+
+
+async def test_tool_input_json_cannot_carry_is_an_invalid_call(
+    wire: WireServer, make: Make
+) -> None:
+    """NaN streamed as input, or given at block start (the SDK's parser accepts it), and
+    input nested 100k deep make invalid calls, not a failed stream or a poisoned history."""
+    start = {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "t_start", "name": "f", "input": {"x": NAN}},
+    }
+    wire.script(
+        anthropic_sse(
+            anthropic_message_start(),
+            anthropic_tool_block(0, "t_nan", "f", '{"n": ', "NaN}"),
+            anthropic_event(start),
+            anthropic_event({"type": "content_block_stop", "index": 1}),
+            anthropic_tool_block(2, "t_deep", "f", "[" * 100_000, "]" * 100_000),
+            anthropic_end("tool_use"),
+        )
+    )
+    response = await complete(make(), HI)
+    assert [c.arguments for c in response.message.tool_calls] == [{}, {}, {}]
+    assert [i for i, _ in response.invalid_tool_calls] == ["t_nan", "t_start", "t_deep"]
+    assert response.invalid_tool_calls[:2] == (("t_nan", '{"n": NaN}'), ("t_start", '{"x": NaN}'))
+
+
+def test_tool_input_that_cannot_be_written_as_json_is_an_invalid_call() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert arguments_or_none(_input_json(deep)) is None
+    assert arguments_or_none(_input_json({"x": {1, 2}})) is None
+    assert _input_json({"x": NAN}) == '{"x": NaN}'  # written, so that parsing refuses it
+
+
+async def test_surrogates_in_text_are_replaced(wire: WireServer, make: Make) -> None:
+    wire.script(anthropic_text("ok \udc80"))
+    response = await complete(make(), HI)
+    assert response.text == "ok \ufffd"
 
 
 async def test_thinking_blocks_are_skipped(wire: WireServer, make: Make) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loomctx import Agent, tool
 from loomctx.agent.llm import (
     LLM,
     Completed,
@@ -231,6 +232,80 @@ async def test_invalid_tool_call_json_is_reported_not_raised(wire: WireServer, m
         ToolCall(id="c3", name="time", arguments={}),  # no arguments at all is `{}`, and valid
     )
     assert response.invalid_tool_calls == (("c1", '{"city": '), ("c2", "[1, 2]"))
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+async def test_arguments_json_cannot_carry_are_invalid_calls_the_model_reads(
+    wire: WireServer, make: Make
+) -> None:
+    """NaN and Infinity (which Python's `json` reads), nesting 100k deep (which makes it
+    raise `RecursionError`) and escaped surrogates (not valid text) do not fail the stream
+    or reach the history: each such call is invalid, with `{}` and its raw text."""
+    raws = ['{"n": NaN}', '{"n": -Infinity}', DEEP, '{"s": "\\ud800"}']
+    wire.script(
+        openai_sse(
+            [
+                *(
+                    openai_chunk(openai_tool_delta(i, id=f"c{i}", name="f", arguments=raw))
+                    for i, raw in enumerate(raws)
+                ),
+                openai_chunk({}, finish_reason="tool_calls"),
+            ]
+        )
+    )
+    response = await complete(make(), HI)
+    assert response.message.tool_calls == tuple(
+        ToolCall(id=f"c{i}", name="f") for i in range(len(raws))
+    )
+    assert response.invalid_tool_calls == tuple((f"c{i}", raw) for i, raw in enumerate(raws))
+    to_openai([response.message])  # the history stays sendable
+
+
+async def test_nan_arguments_reach_the_model_as_an_error_and_history_survives(
+    wire: WireServer, make: Make
+) -> None:
+    """The issue's scenario end to end: a call with `{"n": NaN}` is answered with an error
+    the model reads, and the exchange stays in the history of the next run."""
+    calls: list[float] = []
+
+    @tool
+    def square(n: float) -> float:
+        """Square a number."""
+        calls.append(n)
+        return n * n
+
+    wire.script(
+        openai_sse(
+            [
+                openai_chunk(openai_tool_delta(0, id="c1", name="square", arguments='{"n": NaN}')),
+                openai_chunk({}, finish_reason="tool_calls"),
+            ]
+        ),
+        openai_text("Sorry, I sent NaN."),
+        openai_text("It was NaN."),
+    )
+    agent = Agent(llm=make(), tools=[square])
+    assert await agent.run("square NaN") == "Sorry, I sent NaN."
+    assert calls == []  # not run
+    answer = wire.requests[1].body["messages"][-1]
+    assert answer["role"] == "tool"
+    assert answer["tool_call_id"] == "c1"
+    assert "NaN" in answer["content"]
+    assert await agent.run("what did you send?") == "It was NaN."
+    history = wire.requests[2].body["messages"]
+    roles = [(m["role"], m.get("tool_calls", [{}])[0].get("id")) for m in history]
+    assert ("assistant", "c1") in roles  # the exchange is still in the window
+    assert any(m["role"] == "tool" and m["tool_call_id"] == "c1" for m in history)
+
+
+async def test_surrogates_in_the_reply_text_are_replaced(wire: WireServer, make: Make) -> None:
+    # A lone surrogate, an escaped pair (which JSON joins), and a pair split over two chunks.
+    wire.script(openai_text("caf\udce9 ", "\ud83d\ude00", "\ud83d", "\ude00"))
+    chunks = await collect(make().stream(HI))
+    assert texts(chunks) == ["caf\ufffd ", "😀", "\ufffd", "\ufffd"]
+    assert last(chunks).message.content == "caf\ufffd 😀\ufffd\ufffd"
 
 
 async def test_calls_without_an_id_get_a_unique_one(wire: WireServer, make: Make) -> None:

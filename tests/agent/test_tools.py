@@ -486,6 +486,27 @@ async def test_sync_function_returning_an_awaitable_is_awaited() -> None:
     assert (await t.invoke({})).content == "inner"
 
 
+async def test_output_with_surrogates_is_kept_and_made_valid() -> None:
+    """A file read with `errors="surrogateescape"` (or an exception message quoting one)
+    holds surrogates: the result is kept, with U+FFFD, and is a valid message."""
+
+    @tool
+    def read() -> str:
+        return b"caf\xe9 \xf0\x9f\x98\x80".decode("utf-8", "surrogateescape")
+
+    @tool
+    def fail() -> str:
+        raise ValueError("bad byte \udce9")
+
+    result = await read.invoke({}, call_id="c1")
+    assert result.content == "caf\ufffd 😀"
+    assert result.to_message() == Message.tool("caf\ufffd 😀", tool_call_id="c1", name="read")
+    failed = await fail.invoke({}, call_id="c2")
+    assert failed.is_error
+    assert failed.content.endswith("ValueError: bad byte \ufffd")
+    failed.to_message()
+
+
 async def test_timeout_becomes_an_error_result() -> None:
     @tool(timeout=0.05)
     async def hang() -> None:

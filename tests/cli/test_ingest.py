@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,50 @@ def test_ingest_a_folder_of_documents_then_again(
     hits = kb.search_sync("when do backups run")
     assert hits[0].document_id == "b.txt"
     store.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX links")
+def test_ingest_does_not_follow_links_out_of_the_folder_and_says_so(
+    runner: CliRunner, tmp_path: Path, lexical: None
+) -> None:
+    (tmp_path / "secret.md").write_text("The root password is hunter2.\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.md").write_text("Build the widget with make.\n")
+    (repo / "leak.md").symlink_to(tmp_path / "secret.md")
+    result = runner.invoke(app, ["ingest", "repo"])
+    assert result.exit_code == 0, result.output
+    assert "added             a.md\n" in result.stdout
+    assert (
+        f"skipped           leak.md (a symbolic link to a file outside the folder "
+        f"(`{tmp_path / 'secret.md'}`): not followed"
+    ) in result.stdout
+    as_json = json.loads(runner.invoke(app, ["ingest", "repo", "--json"]).stdout)
+    assert [s["path"] for s in as_json["skipped"]] == ["leak.md"]
+
+
+def test_ingest_limits_are_options_and_errors_name_them(
+    runner: CliRunner, tmp_path: Path, lexical: None
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"p{i}.md").write_text(f"Page {i} " * 50)
+    many = runner.invoke(app, ["ingest", "docs", "--max-files", "2"])
+    assert many.exit_code == 1
+    assert "has more than 2 files to ingest (the `max_files` limit)" in many.stderr
+    assert "(on the command line: `--max-files`)" in many.stderr
+    big = runner.invoke(app, ["ingest", "docs", "--max-total-size", "1k"])
+    assert big.exit_code == 1
+    assert "(on the command line: `--max-total-size`)" in big.stderr
+    skip = runner.invoke(app, ["ingest", "docs", "--max-file-size", "100", "--json"])
+    assert skip.exit_code == 0, skip.output
+    assert [s["path"] for s in json.loads(skip.stdout)["skipped"]] == ["p0.md", "p1.md", "p2.md"]
+    ok = runner.invoke(app, ["ingest", "docs", "--max-file-size", "1MiB", "--json"])
+    assert json.loads(ok.stdout)["added"] == ["p0.md", "p1.md", "p2.md"]
+    bad = runner.invoke(app, ["ingest", "docs", "--max-file-size", "lots"])
+    assert bad.exit_code == 2
+    assert "'lots' is not a size" in bad.output
 
 
 def test_ingest_one_document_file(runner: CliRunner, tmp_path: Path, lexical: None) -> None:

@@ -198,6 +198,45 @@ async def test_subscribe_arguments_are_checked() -> None:
         InProcessEventBus(failures_kept=0)
 
 
+async def test_a_plain_function_is_a_handler() -> None:
+    """Before, `subscribe` took a plain function and then failed on every event (awaiting
+    None); now it is called on the event loop, in order."""
+    topics_seen: list[str] = []
+    events: list[Event] = []
+    async with InProcessEventBus() as bus:
+        bus.subscribe("t.*", lambda event: topics_seen.append(event.topic))
+        sub = bus.subscribe("t.*", events.append)  # a bound method returning None
+        for i in range(3):
+            await bus.publish(f"t.{i}")
+    assert topics_seen == [e.topic for e in events] == ["t.0", "t.1", "t.2"]
+    assert sub.delivered == 3
+    assert bus.stats().failed == 0
+
+
+async def test_a_plain_function_that_raises_is_isolated_like_any_handler() -> None:
+    def broken(event: Event) -> None:
+        raise ValueError(f"cannot handle {event.topic}")
+
+    async with InProcessEventBus() as bus:
+        sub = bus.subscribe("x", broken, name="broken")
+        await bus.publish("x")
+    assert sub.failed == 1
+    assert str(bus.failures[0].error) == "cannot handle x"
+
+
+async def test_a_lambda_returning_a_coroutine_is_awaited() -> None:
+    got: list[str] = []
+
+    async def record(event: Event) -> None:
+        await asyncio.sleep(0)
+        got.append(event.topic)
+
+    async with InProcessEventBus() as bus:
+        bus.subscribe("x", lambda event: record(event))
+        await bus.publish("x")
+    assert got == ["x"]
+
+
 def test_subscribe_needs_no_running_loop() -> None:
     bus = InProcessEventBus()
     rec = Recorder()

@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union, overload
 
 from loomctx.errors import ConfigError, ToolError
-from loomctx.messages import Message, ToolCall
+from loomctx.messages import Message, ToolCall, valid_text
 
 if TYPE_CHECKING:
     from loomctx.agent.events import AgentEvent
@@ -104,6 +104,9 @@ class ToolResult:
 
     `is_error` is True when the call failed (invalid arguments, an exception, a timeout, an
     unknown tool); `content` then says why. `elapsed_ms` is the wall time of the call.
+    `content` is made valid Unicode (`valid_text`: a lone surrogate, such as a file read with
+    ``errors="surrogateescape"`` leaves, becomes U+FFFD): the tool has run, so its output is
+    kept rather than refused.
     """
 
     call_id: str
@@ -111,6 +114,10 @@ class ToolResult:
     content: str
     is_error: bool = False
     elapsed_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.content, str):
+            object.__setattr__(self, "content", valid_text(self.content))
 
     def to_message(self) -> Message:
         """The `tool` message answering the call (needs a non-empty `call_id`)."""

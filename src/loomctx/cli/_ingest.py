@@ -6,17 +6,25 @@ read as a conversation export (OpenAI or Anthropic messages, see `_conversations
 memory of session ``--session`` (default: the file's name), so ``loomctx chat --session`` picks
 it up. ``--as documents|conversation`` overrides the guess. Progress goes to stderr, the
 summary to stdout (``--json``: as one JSON object).
+
+A folder may be a repository nobody has checked: symbolic links out of it are not followed
+(each is listed under ``skipped`` with its target), files over ``--max-file-size`` are skipped,
+and more than ``--max-files`` files or ``--max-total-size`` in all stop the ingest before
+anything is written (`IngestLimitError`, exit code 1), naming the option to raise.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from contextlib import ExitStack
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from loomctx.cli._common import (
     ConfigOption,
@@ -36,7 +44,13 @@ from loomctx.cli._workspace import (
     open_store,
     pending_embeddings,
 )
-from loomctx.knowledge import IngestProgress
+from loomctx.errors import IngestLimitError
+from loomctx.knowledge import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_FILES,
+    DEFAULT_MAX_TOTAL_BYTES,
+    IngestProgress,
+)
 from loomctx.stores.sqlite import SQLiteStore
 
 __all__ = ["ingest"]
@@ -50,7 +64,37 @@ class Kind(StrEnum):
     conversation = "conversation"
 
 
-def _documents(db: SQLiteStore, path: Path, kb_name: str, embedder: Any) -> dict[str, Any]:
+_SIZE = re.compile(r"(\d+)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_OPTIONS = {
+    "max_files": "--max-files",
+    "max_file_bytes": "--max-file-size",
+    "max_total_bytes": "--max-total-size",
+}
+
+
+def _size(text: str) -> int:
+    """Bytes from ``"512"``, ``"10k"``, ``"10MB"``, ``"1GiB"``, ... (binary multiples)."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None or int(found[1]) < 1:
+        raise typer.BadParameter(
+            f"{text!r} is not a size; write bytes, or a number with k, M, G or T, such as 20M"
+        )
+    return int(found[1]) * _UNITS[found[2].lower()]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Limits:
+    """The bounds of a folder ingest, from the command line."""
+
+    max_files: int
+    max_file_bytes: int
+    max_total_bytes: int
+
+
+def _documents(
+    db: SQLiteStore, path: Path, kb_name: str, embedder: Any, limits: _Limits
+) -> dict[str, Any]:
     kb = open_knowledge(db, kb_name, embedder)
     if path.is_file():
         doc_id = kb.add_file(path)
@@ -61,7 +105,22 @@ def _documents(db: SQLiteStore, path: Path, kb_name: str, embedder: Any) -> dict
         def advance(p: IngestProgress) -> None:
             progress.update(task, completed=p.done, total=p.total)
 
-        summary = kb.add_folder(path, progress=advance)
+        try:
+            summary = kb.add_folder(
+                path,
+                progress=advance,
+                max_files=limits.max_files,
+                max_file_bytes=limits.max_file_bytes,
+                max_total_bytes=limits.max_total_bytes,
+            )
+        except IngestLimitError as exc:
+            option = _OPTIONS.get(exc.limit, exc.limit)
+            raise IngestLimitError(
+                f"{exc} (on the command line: `{option}`)",
+                limit=exc.limit,
+                allowed=exc.allowed,
+                found=exc.found,
+            ) from exc
     return {
         "knowledge_base": kb_name,
         "added": list(summary.added),
@@ -105,6 +164,24 @@ def ingest(
         str | None, typer.Option("--kb", help="The knowledge base documents go into.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    max_files: Annotated[
+        int,
+        typer.Option(
+            "--max-files", min=1, help="Stop (before writing) if a folder has more files to read."
+        ),
+    ] = DEFAULT_MAX_FILES,
+    max_file_size: Annotated[
+        str,
+        typer.Option(
+            "--max-file-size", help="Skip files larger than this (bytes, or 10k, 20M, 1G)."
+        ),
+    ] = f"{DEFAULT_MAX_FILE_BYTES // 2**20}M",
+    max_total_size: Annotated[
+        str,
+        typer.Option(
+            "--max-total-size", help="Stop (before writing) if a folder holds more than this."
+        ),
+    ] = f"{DEFAULT_MAX_TOTAL_BYTES // 2**20}M",
     store: StoreOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -116,6 +193,11 @@ def ingest(
         kind = Kind.conversation if conversation else Kind.documents
     if kind is Kind.conversation and not path.is_file():
         raise typer.BadParameter("a conversation is a .json or .jsonl file", param_hint="PATH")
+    limits = _Limits(
+        max_files=max_files,
+        max_file_bytes=_size(max_file_size),
+        max_total_bytes=_size(max_total_size),
+    )
     settings = settings_from(config, store=store, kb=kb, session=session)
     with ExitStack() as stack:
         db = open_store(settings.store)
@@ -124,12 +206,15 @@ def ingest(
         if kind is Kind.conversation:
             result = _conversation(db, path, settings.session or path.stem, embedder)
         else:
-            result = _documents(db, path, settings.kb, embedder)
+            result = _documents(db, path, settings.kb, embedder, limits)
     result = {"store": settings.store, "kind": kind.value, **result}
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     console = out_console()
     for key, value in result.items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-        console.print(f"[dim]{key:<18}[/]{shown}", soft_wrap=True, highlight=False)
+        if key == "skipped":  # one per line, with the reason: a link not followed, say
+            shown = f"\n{'':<18}".join(f"{s['path']} ({s['reason']})" for s in value)
+        else:
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        console.print(f"[dim]{key:<18}[/]{escape(str(shown))}", soft_wrap=True, highlight=False)

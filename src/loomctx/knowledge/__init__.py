@@ -7,10 +7,17 @@
   what a search returns.
 - `chunk_text`: the Markdown-aware chunker (headings, paragraphs, sentences, token limit,
   overlap), on its own.
+- `DEFAULT_MAX_FILES`, `DEFAULT_MAX_FILE_BYTES`, `DEFAULT_MAX_TOTAL_BYTES`: the bounds of a
+  folder ingest unless `add_folder` is given others.
 """
 
 from loomctx.knowledge._base import KnowledgeBase
 from loomctx.knowledge._chunking import Chunk, chunk_text
+from loomctx.knowledge._folder import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_FILES,
+    DEFAULT_MAX_TOTAL_BYTES,
+)
 from loomctx.knowledge._loaders import Loader, read_text
 from loomctx.knowledge._types import (
     IngestProgress,
@@ -23,6 +30,9 @@ from loomctx.knowledge._types import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_FILES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_TOTAL_BYTES",
     "Chunk",
     "IngestProgress",
     "IngestStatus",

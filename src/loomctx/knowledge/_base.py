@@ -34,8 +34,14 @@ from typing import Any, Final
 from loomctx.embeddings import Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, chunk_text
+from loomctx.knowledge._folder import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_FILES,
+    DEFAULT_MAX_TOTAL_BYTES,
+    find_files,
+)
 from loomctx.knowledge._fusion import fuse
-from loomctx.knowledge._loaders import Loader, load_file, loaders_with
+from loomctx.knowledge._loaders import Loader, check_unicode, load_file, loaders_with
 from loomctx.knowledge._types import (
     IngestProgress,
     IngestStatus,
@@ -155,6 +161,7 @@ class KnowledgeBase:
         """Store `text` as a document (default id: a hash of the text); returns its id."""
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"`text` must be a non-blank string, got {text!r:.60}")
+        check_unicode(text, "`text`")
         text = _normalise(text)
         doc_id = _hash(text)[:16] if document_id is None else _check_id(document_id)
         meta = _check_metadata(metadata)
@@ -191,23 +198,38 @@ class KnowledgeBase:
         pattern: str = "**/*",
         progress: Callable[[IngestProgress], object] | None = None,
         delete_missing: bool = True,
+        max_files: int = DEFAULT_MAX_FILES,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
     ) -> IngestSummary:
         """Store every file under `path` that matches `pattern` (hidden files and folders
         excepted), each under its path relative to the folder as its id.
 
-        Files without a loader, unreadable or not UTF-8 are skipped and listed in the
-        summary. `progress` receives an `IngestProgress` per file once it is stored. With
+        Files without a loader, unreadable, not UTF-8 or larger than `max_file_bytes`
+        (10 MiB), and symbolic links that lead out of the folder (never followed), are
+        skipped and listed in the summary with the reason. More than `max_files` (10,000)
+        files to read, or more than `max_total_bytes` (512 MiB) in all, raise
+        `IngestLimitError` before anything is written; see `loomctx.knowledge._folder`.
+        `progress` receives an `IngestProgress` per file once it is stored. With
         `delete_missing`, documents ingested from this folder before whose file no longer
         exists are deleted (a file that still exists but no longer matches is kept)."""
         folder = _check_path(path)
         if not folder.is_dir():
             raise ConfigError(f"`{folder}` is not a folder; check the path, or use `add_file`")
-        files = _matching(folder, pattern)
+        found_files = find_files(
+            folder,
+            pattern,
+            self.loaders,
+            max_files=max_files,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
+        )
+        files = found_files.files
         origin = str(folder.resolve())
         found: dict[IngestStatus, list[str]] = {
             "added": [], "updated": [], "unchanged": [], "skipped": []
         }  # fmt: skip
-        skipped: list[SkippedFile] = []
+        skipped: list[SkippedFile] = list(found_files.skipped)
         chunks = 0
         pending: list[_Plan] = []
         events: list[tuple[str, IngestStatus]] = []
@@ -229,8 +251,7 @@ class KnowledgeBase:
                         )
                 events.clear()
 
-            for file in files:
-                rel = file.relative_to(folder).as_posix()
+            for rel, file in files:
                 try:
                     text = _normalise(load_file(file, self.loaders))
                 except ConfigError as error:
@@ -263,7 +284,7 @@ class KnowledgeBase:
             added=tuple(found["added"]),
             updated=tuple(found["updated"]),
             unchanged=tuple(found["unchanged"]),
-            skipped=tuple(skipped),
+            skipped=tuple(sorted(skipped, key=lambda s: s.path)),
             deleted=tuple(deleted),
             chunks=chunks,
         )
@@ -514,6 +535,7 @@ def _hash(text: str) -> str:
 def _check_id(document_id: object) -> str:
     if not isinstance(document_id, str) or not document_id.strip():
         raise ConfigError(f"`document_id` must be a non-blank string, got {document_id!r}")
+    check_unicode(document_id, "`document_id`")
     return document_id
 
 
@@ -535,27 +557,12 @@ def _check_metadata(metadata: object) -> dict[str, Any]:
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise ConfigError(f"`metadata` must be a mapping with string keys, got {metadata!r}")
     try:
-        json.dumps(dict(metadata), allow_nan=False)
+        check_unicode(json.dumps(dict(metadata), allow_nan=False, ensure_ascii=False), "`metadata`")
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as error:
         raise ConfigError(
             f"`metadata` must hold JSON values only (str, numbers, bools, None, lists, dicts): "
             f"{error}"
         ) from error
     return dict(metadata)
-
-
-def _matching(folder: Path, pattern: object) -> list[Path]:
-    """The files under `folder` that match `pattern`, hidden ones excepted, sorted."""
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"`pattern` must be a non-empty glob such as '**/*.md', got {pattern!r}")
-    try:
-        matches = list(folder.glob(pattern))
-    except (ValueError, NotImplementedError) as error:
-        raise ConfigError(
-            f"`pattern` {pattern!r} is not a relative glob (such as '**/*.md'): {error}"
-        ) from error
-    return sorted(
-        p
-        for p in matches
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )

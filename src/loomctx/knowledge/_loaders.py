@@ -13,11 +13,25 @@ from pathlib import Path
 from typing import TypeAlias
 
 from loomctx.errors import ConfigError
+from loomctx.messages import surrogate_at
 
-__all__ = ["Loader", "load_file", "loaders_with", "read_text"]
+__all__ = ["Loader", "check_unicode", "load_file", "loaders_with", "read_text"]
 
 Loader: TypeAlias = Callable[[Path], str]
 """Turns a file into text; raises (any exception) when it cannot."""
+
+
+def check_unicode(text: str, what: str) -> None:
+    """`ConfigError` naming `what` and the position when `text` holds a surrogate code point:
+    not valid Unicode, it cannot be stored or sent as UTF-8. Knowledge is refused rather than
+    repaired: nothing has been stored yet, and the caller can decode its source properly."""
+    at = surrogate_at(text)
+    if at is not None:
+        raise ConfigError(
+            f"{what} holds the surrogate code point {text[at]!r} at position {at}, which is not "
+            "valid Unicode; decode the source with `errors='replace'` (or repair the text with "
+            "`loomctx.messages.valid_text`) before adding it"
+        )
 
 
 def read_text(path: Path) -> str:
@@ -84,4 +98,5 @@ def load_file(path: Path, loaders: Mapping[str, Loader]) -> str:
             f"the loader for {suffix!r} returned {type(text).__name__} for `{path}`; "
             f"a loader must return the file's text as a str"
         )
+    check_unicode(text, f"the text the loader for {suffix!r} returned for `{path}`")
     return text

@@ -85,8 +85,9 @@ class IngestProgress:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SkippedFile:
-    """A file a folder ingest left out, and why (no loader for it, unreadable, not UTF-8,
-    or its loader failed)."""
+    """A file a folder ingest left out, and why: no loader for it, unreadable, not UTF-8,
+    its loader failed, larger than `max_file_bytes`, a name that is not UTF-8, or a symbolic
+    link out of the folder (never followed; a folder link's `path` ends with ``/``)."""
 
     path: str
     reason: str

@@ -12,11 +12,22 @@ Tasks map to provider messages so recent memory can be shown to a model as real 
   result (or error) as the tool result, one atomic unit. The call id is
   `metadata["tool_call_id"]` when the task came from a model's tool call, else derived from
   the task id.
+
+A Task records something that happened, so it keeps what it is given; what leaves it is made
+valid instead of refused. `to_dict`, `task_messages`, `task_line` and `task_text` are total:
+whatever a task holds (parameters that are a string or hold NaN, objects JSON cannot carry,
+surrogates, nesting thousands of levels deep, or a stored task written before these rules),
+they give valid JSON, valid Unicode and valid messages, and never raise. Strings are repaired
+with `valid_text` (a lone surrogate becomes U+FFFD), NaN and Infinity become the strings
+``"NaN"``, ``"Infinity"``, ``"-Infinity"``, other objects their text, and nesting deeper than
+`MAX_ARGUMENT_DEPTH` is cut. One malformed task therefore cannot take down a source that
+renders many.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +36,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from loomctx.errors import ConfigError
-from loomctx.messages import Message, ToolCall, split_units
+from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
 
 __all__ = [
     "ASSISTANT_MESSAGE",
@@ -35,6 +46,7 @@ __all__ = [
     "TaskStatus",
     "TaskSummary",
     "importance_of",
+    "task_arguments",
     "task_line",
     "task_messages",
     "task_text",
@@ -115,6 +127,11 @@ class Task:
                 raise ConfigError(
                     f"task {self.task_id!r}: unknown status {self.status!r}; use one of {allowed}"
                 ) from None
+        if not isinstance(self.metadata, Mapping):
+            raise ConfigError(
+                f"task {self.task_id!r}: `metadata` must be a mapping, got "
+                f"{type(self.metadata).__name__}"
+            )
         imp = self.metadata.get("importance")
         if imp is not None and (
             isinstance(imp, bool) or not isinstance(imp, int | float) or not 0 <= imp <= 1
@@ -130,13 +147,14 @@ class Task:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (datetimes as ISO strings; results that are not JSON as text)."""
+        """JSON-ready fields (datetimes as ISO strings), made valid as the module docstring
+        says: a value JSON cannot carry is replaced where it is, not the whole field."""
         return {
             "task_id": self.task_id,
             "source_agent": self.source_agent,
             "target_agent": self.target_agent,
             "action": self.action,
-            "parameters": _jsonable(self.parameters),
+            "parameters": _arguments(self.parameters),
             "status": self.status.value,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
@@ -148,19 +166,90 @@ class Task:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Task:
-        """The inverse of `to_dict`."""
+        """The inverse of `to_dict`. Parameters or metadata that are not a mapping (earlier
+        versions stored them as one string when they held NaN) are kept under ``"value"``."""
         fields = dict(data)
+        for name in ("parameters", "metadata"):
+            if not isinstance(fields.get(name, {}), Mapping):
+                fields[name] = {"value": fields[name]}
         fields["status"] = TaskStatus(fields["status"])
         fields["created_at"] = datetime.fromisoformat(fields["created_at"])
         fields["updated_at"] = datetime.fromisoformat(fields["updated_at"])
         return cls(**fields)
 
 
-def _jsonable(value: Any) -> Any:
+_CUT: Final = "[cut: nested too deep or too large]"
+_MAX_NODES: Final = 100_000  # values, in all, rendered of one field: bounds a shared-subtree DAG
+# `str` and `json.dumps` refuse ints of more than 4,300 digits (about 14,000 bits).
+_MAX_INT_BITS: Final = 10_000
+
+
+def _text_of(value: object) -> str:
+    """`str(value)` as valid Unicode; the type's name if `str` fails."""
     try:
-        return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError):
-        return str(value)
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return valid_text(text)
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as JSON data that stores and providers accept (see the module docstring);
+    never raises."""
+    left = _MAX_NODES
+    active: set[int] = set()  # containers being walked: a value that contains itself is cut
+
+    def walk(item: Any, depth: int) -> Any:
+        nonlocal left
+        left -= 1
+        if left < 0:
+            return _CUT
+        if item is None or isinstance(item, bool):
+            return item
+        if isinstance(item, int):
+            bits = item.bit_length()
+            return int(item) if bits <= _MAX_INT_BITS else f"<an integer of {bits} bits>"
+        if isinstance(item, float):
+            if math.isfinite(item):
+                return float(item)
+            return "NaN" if math.isnan(item) else "Infinity" if item > 0 else "-Infinity"
+        if isinstance(item, str):
+            return valid_text(item)
+        if isinstance(item, Mapping | list | tuple):
+            if depth > MAX_ARGUMENT_DEPTH or id(item) in active:
+                return _CUT
+            active.add(id(item))
+            try:
+                if isinstance(item, Mapping):
+                    return {_text_of(k): walk(v, depth + 1) for k, v in item.items()}
+                return [walk(v, depth + 1) for v in item]
+            except Exception:  # a mapping whose iteration fails
+                return _text_of(item)
+            finally:
+                active.discard(id(item))
+        return _text_of(item)
+
+    return walk(value, 1)
+
+
+def _arguments(parameters: object) -> dict[str, Any]:
+    """A task's parameters as a JSON object: a mapping made valid, anything else (a string,
+    say) kept under ``"value"``."""
+    if isinstance(parameters, Mapping):
+        out: dict[str, Any] = _jsonable(parameters)
+        if isinstance(out, dict):
+            return out
+    return {"value": _jsonable(parameters)}
+
+
+def _content(task: Task, key: str) -> str:
+    """The text of parameter `key` of a message task ("" when absent), whatever the
+    parameters are: parameters that are not a mapping are taken as the content."""
+    params = task.parameters
+    if not isinstance(params, Mapping):
+        return _text_of(params) if key == "content" else ""
+    value = params.get(key)
+    return "" if value is None else _text_of(value)
 
 
 def importance_of(task: Task) -> float:
@@ -221,49 +310,60 @@ class TaskSummary:
 
 def _result_text(task: Task) -> str:
     if task.status is TaskStatus.FAILED:
-        return f"error: {task.error or 'failed'}"
+        return f"error: {_text_of(task.error or 'failed')}"
     if task.result is None:
         return ""
     if isinstance(task.result, str):
-        return task.result
+        return valid_text(task.result)
     return json.dumps(_jsonable(task.result), ensure_ascii=False)
+
+
+def task_arguments(task: Task) -> dict[str, Any]:
+    """A task's parameters as a JSON object that stores and providers accept, whatever the
+    task holds (see the module docstring): the arguments `task_messages` gives its call.
+    Never raises."""
+    return _arguments(task.parameters)
 
 
 def task_text(task: Task) -> str:
     """The searchable text of a task: what was said (``"speaker: content"`` when the message
     names its speaker: questions about a person then find what that person said), or
-    ``action(arguments) -> result``."""
+    ``action(arguments) -> result``. Never raises (see the module docstring)."""
     if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
-        content = str(task.parameters.get("content", ""))
-        speaker = task.parameters.get("speaker")
+        content = _content(task, "content")
+        speaker = _content(task, "speaker")
         return f"{speaker}: {content}" if speaker else content
-    args = json.dumps(_jsonable(task.parameters), ensure_ascii=False, sort_keys=True)
+    args = json.dumps(task_arguments(task), ensure_ascii=False, sort_keys=True)
     result = _result_text(task)
-    return f"{task.action}({args}) -> {result}" if result else f"{task.action}({args})"
+    action = valid_text(task.action)
+    return f"{action}({args}) -> {result}" if result else f"{action}({args})"
 
 
 def task_line(task: Task) -> str:
-    """One readable line for a task in a prompt: who said what, or what a tool did."""
+    """One readable line for a task in a prompt: who said what, or what a tool did. Never
+    raises (see the module docstring)."""
     if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
-        who = task.parameters.get("speaker") or ("user" if task.action == USER_MESSAGE else
-                                                 "assistant")  # fmt: skip
-        return f"{who}: {task.parameters.get('content', '')}"
+        who = _content(task, "speaker") or ("user" if task.action == USER_MESSAGE else
+                                            "assistant")  # fmt: skip
+        return f"{who}: {_content(task, 'content')}"
     return task_text(task)
 
 
 def task_messages(task: Task) -> tuple[Message, ...]:
     """The messages a task stands for: one user or assistant message, or a tool unit (an
-    assistant message with the call and the tool result)."""
+    assistant message with the call and the tool result). Never raises (see the module
+    docstring): a source that renders many tasks cannot be taken down by one."""
     if task.action == USER_MESSAGE:
-        return (Message.user(str(task.parameters.get("content", ""))),)
+        return (Message.user(_content(task, "content")),)
     if task.action == ASSISTANT_MESSAGE:
-        return (Message.assistant(str(task.parameters.get("content", ""))),)
-    call_id = str(task.metadata.get("tool_call_id") or f"task_{task.task_id}")
-    call = ToolCall(id=call_id, name=task.action, arguments=_jsonable(dict(task.parameters)))
+        return (Message.assistant(_content(task, "content")),)
+    call_id = _text_of(task.metadata.get("tool_call_id") or "") or _text_of(f"task_{task.task_id}")
+    name = valid_text(task.action)
+    call = ToolCall(id=call_id, name=name, arguments=task_arguments(task))
     failed = task.status is TaskStatus.FAILED
     return (
         Message.assistant(tool_calls=[call]),
-        Message.tool(_result_text(task), tool_call_id=call_id, name=task.action, is_error=failed),
+        Message.tool(_result_text(task), tool_call_id=call_id, name=name, is_error=failed),
     )
 
 

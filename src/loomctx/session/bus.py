@@ -41,6 +41,18 @@ How `InProcessEventBus` works, and why:
   last `failures_kept`, as `HandlerFailure` tuples), logged on `loomctx.session.bus`, and published
   as a `"bus.handler_failed"` event to every *other* matching subscription. Failures of handlers
   on `bus.*` events are counted, kept and logged but not published, so failures cannot cascade.
+- **Handlers** are async functions (or any callable returning an awaitable). A plain function is
+  accepted too and called on the event loop, in order like any handler, with its failures
+  isolated the same way; it must not block (do slow work in an `async def` handler, with
+  `asyncio.to_thread`).
+- **One event loop at a time.** Workers, futures and waits belong to the loop they were made on.
+  The bus binds to the loop it is first used from (`publish`, `close`, `unsubscribe`); used from
+  another loop after that one has closed (a second `asyncio.run`, a test framework's loop per
+  test), it moves there: what the old loop's teardown left queued is delivered by new workers,
+  and what was lost with the old loop (an event a handler was running when the loop closed, a
+  publisher that was waiting there) is counted as dropped. Used from another loop while the
+  first is still open with workers on it (two threads, say), it raises `BusLoopError` at once
+  instead of hanging: the bus is not thread-safe, and those workers cannot be moved.
 - **Shutdown**: `close(drain=True)` refuses new publishes from outside (`BusClosedError`) and
   delivers everything accepted, including what handlers publish while draining (the consequences
   of accepted events); `close(drain=False)` drops what is queued (counted in `dropped`) and lets
@@ -52,6 +64,7 @@ How `InProcessEventBus` works, and why:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import re
@@ -64,11 +77,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, NamedTuple, Protocol, Self, runtime_checkable
 
-from loomctx.errors import BusClosedError, ConfigError, MessageFormatError
+from loomctx.errors import BusClosedError, BusLoopError, ConfigError, MessageFormatError
 
 __all__ = [
     "HANDLER_FAILED",
     "BusClosedError",
+    "BusLoopError",
     "BusStats",
     "Event",
     "EventBus",
@@ -85,8 +99,9 @@ _log = logging.getLogger(__name__)
 HANDLER_FAILED = "bus.handler_failed"
 """The topic on which the bus reports a handler failure to the other subscribers."""
 
-Handler = Callable[["Event"], Awaitable[None]]
-"""An event handler: an async callable taking the `Event`."""
+Handler = Callable[["Event"], Awaitable[None] | None]
+"""An event handler: an async callable taking the `Event` (a plain function is called on the
+event loop and must not block; see the module docstring)."""
 
 # A topic is dot-separated segments; `*` is reserved for patterns.
 _TOPIC = re.compile(r"[^\s.*]+(?:\.[^\s.*]+)*")
@@ -371,6 +386,7 @@ class InProcessSubscription:
         self._waiting: deque[_Pending] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._handling = False  # the worker is running the handler on an event
         self._stopping = False
         # Mailboxes this worker's handler is waiting to publish into: the wait-for graph.
         self._blocked_on: Counter[InProcessSubscription] = Counter()
@@ -428,6 +444,7 @@ class InProcessSubscription:
         Called from this subscription's own handler, it returns at once and the worker stops
         after the queue is handled (or dropped).
         """
+        self._bus._bind()
         self._bus._retire(self)
         if not drain:
             self._drop_all()
@@ -451,9 +468,7 @@ class InProcessSubscription:
         """Queue `event`: None if admitted, else its place in line (with a future if `wait`)."""
         self._bus._started(1)
         if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(
-                self._run(), name=f"loom-bus-worker:{self._name}"
-            )
+            self._start()
         if self._has_room():
             self._items.append(event)
             self._wake()
@@ -462,6 +477,36 @@ class InProcessSubscription:
         pending = _Pending(event, future)
         self._waiting.append(pending)
         return pending
+
+    def _start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(
+            self._run(), name=f"loom-bus-worker:{self._name}"
+        )
+
+    def _rehome(self) -> None:
+        """Forget what belonged to the event loop the bus ran on before, now closed, and start
+        a worker on the running loop for what is still queued."""
+        worker = self._worker
+        if worker is not None and not worker.done():
+            # Its loop closed without cancelling it (`asyncio.run` would have): it never runs
+            # again. Keep it referenced, so that collecting it cannot run its `finally` blocks
+            # against the state the new worker uses.
+            self._bus._abandoned.append(worker)
+            if self._handling:  # the event it was running is lost with the loop
+                self._dropped += 1
+                self._bus._finished(1)
+        self._worker = None
+        self._getter = None
+        self._handling = False
+        self._blocked_on.clear()
+        # A publisher waiting for room was a task of the old loop: it is gone, as if cancelled.
+        orphans = [pending for pending in self._waiting if pending.future is not None]
+        for pending in orphans:
+            self._waiting.remove(pending)
+        self._dropped += len(orphans)
+        self._bus._finished(len(orphans))
+        if self._items or self._waiting:
+            self._start()
 
     def _admit(self) -> None:
         while self._waiting and len(self._items) < self._capacity:
@@ -516,14 +561,18 @@ class InProcessSubscription:
     async def _run(self) -> None:
         _ORIGIN.set(self)
         while (event := await self._next()) is not None:
+            self._handling = True
             try:
                 await self._deliver(event)
             finally:
+                self._handling = False
                 self._bus._finished(1)
 
     async def _deliver(self, event: Event) -> None:
         try:
-            await self._handler(event)
+            result = self._handler(event)
+            if inspect.isawaitable(result):  # an async handler; a plain function is done
+                await result
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -564,6 +613,8 @@ class InProcessEventBus:
         self._retired: dict[str, InProcessSubscription] = {}
         self._routes: dict[str, tuple[InProcessSubscription, ...]] = {}
         self._state: Literal["open", "closing", "closed"] = "open"
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the bus runs on
+        self._abandoned: list[asyncio.Task[None]] = []  # workers of closed loops, see _rehome
         self._closed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -600,7 +651,8 @@ class InProcessEventBus:
 
         `name` must be unique among the live subscriptions (default: the handler's name and a
         number); `max_pending` overrides the bus's mailbox size for this subscription. The worker
-        starts with the first event, so subscribing needs no running event loop.
+        starts with the first event, so subscribing needs no running event loop. `handler` is
+        an async callable; a plain function is called on the event loop and must not block.
         """
         if self._state != "open":
             raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
@@ -610,7 +662,10 @@ class InProcessEventBus:
                 f"or '*'; got {pattern!r}."
             )
         if not callable(handler):
-            raise ConfigError(f"`handler` must be an async callable, got {handler!r}.")
+            raise ConfigError(
+                f"`handler` must be a callable taking the event (an `async def` function, or a "
+                f"plain function that does not block), got {handler!r}."
+            )
         capacity = self._max_pending if max_pending is None else max_pending
         _check_capacity(capacity, "max_pending")
         if name is None:
@@ -642,11 +697,13 @@ class InProcessEventBus:
         `event_id` (default: a fresh uuid4 hex) is delivered as given, so a publisher that
         retries with the same id lets handlers dedupe. Raises `ConfigError` for a bad topic or
         a payload that is not JSON, `BusClosedError` once the bus is closing (except for
-        publishes from handlers while it drains).
+        publishes from handlers while it drains), `BusLoopError` from a second event loop
+        while the first is open (see the module docstring).
         """
         origin = self._origin()
         if self._state == "closed" or (self._state == "closing" and origin is None):
             raise BusClosedError(f"the bus is closed; cannot publish on {topic!r}.")
+        self._bind()
         event = Event(
             id=_new_id() if event_id is None else event_id,
             topic=topic,
@@ -672,6 +729,7 @@ class InProcessEventBus:
                 "`close()` was awaited from a handler of the same bus, which would wait for "
                 "itself; close the bus from outside its handlers."
             )
+        self._bind()
         if self._state != "open":
             await self._closed.wait()
             return
@@ -720,6 +778,37 @@ class InProcessEventBus:
         )
 
     # -- internals -------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        """Run on the calling event loop: bind to it, or move to it from a closed one (see the
+        module docstring); `BusLoopError` while the loop the bus runs on is still open."""
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if old is loop:
+            return
+        subs = [*self._subs.values(), *self._retired.values()]
+        if old is not None and not old.is_closed():
+            busy = [sub.name for sub in subs if sub._worker is not None and not sub._worker.done()]
+            if busy:
+                raise BusLoopError(
+                    f"this event bus runs on another event loop, which is still open, with the "
+                    f"workers of {len(busy)} subscription(s) ({busy[0]!r}, ...) on it; an asyncio "
+                    "bus serves one loop at a time and is not thread-safe: close the bus there "
+                    "(`await bus.close()`) or close that loop first, or give each loop (each "
+                    "thread) a bus of its own"
+                )
+        self._loop = loop
+        if old is None:
+            return
+        # asyncio.Event binds to the loop that first waits on it: make new ones, same state.
+        closed, idle = asyncio.Event(), asyncio.Event()
+        if self._closed.is_set():
+            closed.set()
+        if self._idle.is_set():
+            idle.set()
+        self._closed, self._idle = closed, idle
+        for sub in subs:
+            sub._rehome()
 
     def _origin(self) -> InProcessSubscription | None:
         sub = _ORIGIN.get()

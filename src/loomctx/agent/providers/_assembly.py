@@ -1,17 +1,24 @@
 """Assembling a streamed reply: tool-call fragments by index, arguments parsed at the end,
-and the closing `Completed` chunk."""
+and the closing `Completed` chunk.
+
+What a model sends is kept, made valid, or turned into something the model can correct: text
+with surrogate code points (a JSON escape such as ``"\\ud800"`` decodes to one) is repaired
+with `valid_text`; a call whose arguments `loomctx.messages.parse_arguments` refuses (not a
+JSON object, NaN or Infinity, nesting too deep, surrogates) becomes an invalid tool call,
+which the agent loop answers with an error result instead of running it.
+"""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from loomctx.agent.llm import Completed, LLMChunk, ToolCallDelta, Usage
-from loomctx.errors import ProviderError
-from loomctx.messages import Message, ToolCall
+from loomctx.agent.llm import Completed, LLMChunk, TextDelta, ToolCallDelta, Usage
+from loomctx.errors import MessageFormatError, ProviderError
+from loomctx.messages import Message, ToolCall, valid_text
+from loomctx.messages import parse_arguments as parse_json_arguments
 
 
 @dataclass(slots=True)
@@ -67,23 +74,29 @@ class ToolCallAssembler:
                     "function name; the server does not follow the streaming protocol"
                 )
             raw = "".join(partial.fragments)
+            call_id, name = valid_text(partial.id), valid_text(partial.name)
             arguments = parse_arguments(raw)
             if arguments is None:
-                invalid.append((partial.id, raw))
+                invalid.append((call_id, valid_text(raw)))
                 arguments = {}
-            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments))
+            calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         return calls, invalid
 
 
 def parse_arguments(raw: str) -> dict[str, Any] | None:
-    """Parsed tool-call arguments, or None when `raw` is not a JSON object ("" means `{}`)."""
-    if not raw.strip():
-        return {}
+    """Parsed tool-call arguments, or None when `loomctx.messages.parse_arguments` refuses
+    `raw` (not a JSON object, NaN or Infinity, too deep, surrogates); "" means `{}`."""
     try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
+        return parse_json_arguments(raw)
+    except MessageFormatError:
         return None
-    return parsed if isinstance(parsed, dict) else None
+
+
+def text_delta(texts: list[str], text: str) -> TextDelta:
+    """Keep a piece of the reply's text in `texts` and make its delta, both valid Unicode."""
+    text = valid_text(text)
+    texts.append(text)
+    return TextDelta(text=text)
 
 
 def completed(

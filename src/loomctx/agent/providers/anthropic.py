@@ -9,8 +9,13 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import urlsplit
 
-from loomctx.agent.llm import LLMChunk, LLMOptions, TextDelta, Usage
-from loomctx.agent.providers._assembly import ToolCallAssembler, Truncated, completed
+from loomctx.agent.llm import LLMChunk, LLMOptions, Usage
+from loomctx.agent.providers._assembly import (
+    ToolCallAssembler,
+    Truncated,
+    completed,
+    text_delta,
+)
 from loomctx.agent.providers._base import SDKProvider, check_settings, import_sdk
 from loomctx.errors import ConfigError
 from loomctx.messages import Message, to_anthropic, to_anthropic_tools
@@ -176,6 +181,16 @@ def _count(usage: object, field: str, default: int = 0) -> int:
     return value if isinstance(value, int) else default
 
 
+def _input_json(value: object) -> str:
+    """A `tool_use` block's input as the JSON text its arguments are parsed from. What JSON
+    cannot carry (NaN, which the SDK's parser accepts) is written as is, so that parsing
+    refuses it and the model is told; input too deep to write gives text that is not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return "<tool input that cannot be written as JSON>"
+
+
 class _AnthropicAssembler:
     """Message stream events -> `LLMChunk`s.
 
@@ -206,19 +221,17 @@ class _AnthropicAssembler:
         elif event.type == "content_block_start":
             block = event.content_block
             if block.type == "text" and block.text:
-                self._texts.append(block.text)
-                return [TextDelta(text=block.text)]
+                return [text_delta(self._texts, block.text)]
             if block.type == "tool_use":
                 index = self._tool_index[event.index] = len(self._tool_index)
                 # The input normally streams as `input_json_delta`s; a start that already
                 # carries it is sent on as the call's first fragment.
-                first = json.dumps(block.input) if block.input else ""
+                first = _input_json(block.input) if block.input else ""
                 return [self._tools.add(index, id=block.id, name=block.name, fragment=first)]
         elif event.type == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta" and delta.text:
-                self._texts.append(delta.text)
-                return [TextDelta(text=delta.text)]
+                return [text_delta(self._texts, delta.text)]
             if delta.type == "input_json_delta" and event.index in self._tool_index:
                 index = self._tool_index[event.index]
                 return [self._tools.add(index, id=None, name=None, fragment=delta.partial_json)]

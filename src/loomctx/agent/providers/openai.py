@@ -8,8 +8,13 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import urlsplit
 
-from loomctx.agent.llm import LLMChunk, LLMOptions, TextDelta, Usage
-from loomctx.agent.providers._assembly import ToolCallAssembler, Truncated, completed
+from loomctx.agent.llm import LLMChunk, LLMOptions, Usage
+from loomctx.agent.providers._assembly import (
+    ToolCallAssembler,
+    Truncated,
+    completed,
+    text_delta,
+)
 from loomctx.agent.providers._base import SDKProvider, check_settings, import_sdk
 from loomctx.errors import ConfigError
 from loomctx.messages import Message, to_openai, to_openai_tools
@@ -173,8 +178,7 @@ class _OpenAIAssembler:
             # A refusal is the model's reply too: without it the message would be empty.
             for text in (delta.content, delta.refusal):
                 if text:
-                    self._texts.append(text)
-                    out.append(TextDelta(text=text))
+                    out.append(text_delta(self._texts, text))
             for call in delta.tool_calls or ():
                 function = call.function
                 out.append(
