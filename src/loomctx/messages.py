@@ -46,6 +46,7 @@ from typing import Any, Final, Literal, NoReturn, get_args
 from loomctx.errors import ConfigError, MessageFormatError
 
 __all__ = [
+    "CACHE_CONTROL",
     "MAX_ARGUMENT_DEPTH",
     "Message",
     "MessageUnit",
@@ -54,6 +55,7 @@ __all__ = [
     "flatten_units",
     "from_anthropic",
     "from_openai",
+    "mark_anthropic_cache",
     "parse_arguments",
     "split_units",
     "to_anthropic",
@@ -498,6 +500,42 @@ def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str
         else:
             out.append({"role": role, "content": blocks})
     return "\n\n".join(system) or None, out
+
+
+CACHE_CONTROL: Final = {"type": "ephemeral"}
+
+
+def mark_anthropic_cache(
+    messages: Sequence[Message], ends: Iterable[int], *, tools: Sequence[Any] = ()
+) -> tuple[Any, list[dict[str, Any]], list[Any]]:
+    """`to_anthropic(messages)` with prompt-cache breakpoints: `(system, messages, tools)`.
+
+    The system prompt (or, without one, the last tool) and the last block of each prefix
+    ``messages[:end]`` for `end` in `ends` get ``cache_control``, at most four breakpoints in
+    all (Anthropic's limit), the longest prefixes kept. `tools` are Anthropic tools. A
+    system prompt with a breakpoint becomes a list of one text block.
+    """
+    text, converted = to_anthropic(messages)
+    system: Any = text
+    marked_tools = list(tools)
+    budget = 4
+    if text is not None:
+        system = [{"type": "text", "text": text, "cache_control": CACHE_CONTROL}]
+        budget -= 1
+    elif marked_tools:
+        marked_tools[-1] = {**marked_tools[-1], "cache_control": CACHE_CONTROL}
+        budget -= 1
+    wanted = sorted({e for e in ends if 0 < e <= len(messages)})
+    for end in wanted[len(wanted) - budget :] if budget > 0 else []:
+        _, head = to_anthropic(messages[:end])
+        if not head:
+            continue
+        # Converting a prefix gives a prefix of the conversion: its last block is in place.
+        message = converted[len(head) - 1]
+        blocks = message["content"] = list(message["content"])
+        index = len(head[-1]["content"]) - 1
+        blocks[index] = {**blocks[index], "cache_control": CACHE_CONTROL}
+    return system, converted, marked_tools
 
 
 # Extended-thinking blocks hold the model's private reasoning, signed so that only Anthropic can

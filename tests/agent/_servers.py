@@ -203,7 +203,9 @@ def openai_chunk(
     }
 
 
-def openai_usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict[str, Any]:
+def openai_usage_chunk(
+    prompt: int, completion: int, *, cached: int = 0, written: int = 0
+) -> dict[str, Any]:
     """The final chunk `stream_options={"include_usage": True}` asks for: no choices, usage."""
     return {
         "id": "chatcmpl-1",
@@ -215,7 +217,7 @@ def openai_usage_chunk(prompt: int, completion: int, *, cached: int = 0) -> dict
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
+            "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
         },
     }
 
@@ -248,13 +250,14 @@ def openai_text(
     finish_reason: str = "stop",
     usage: tuple[int, int] | None = (11, 3),
     cached: int = 0,
+    written: int = 0,
 ) -> SSEReply:
     """A streamed text reply: a role chunk, one chunk per piece, the finish, the usage."""
     chunks: list[dict[str, Any]] = [openai_chunk({"role": "assistant", "content": ""})]
     chunks += [openai_chunk({"content": p}) for p in pieces]
     chunks.append(openai_chunk({}, finish_reason=finish_reason))
     if usage is not None:
-        chunks.append(openai_usage_chunk(*usage, cached=cached))
+        chunks.append(openai_usage_chunk(*usage, cached=cached, written=written))
     return openai_sse(chunks)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 import pytest
@@ -14,11 +15,14 @@ from loomctx import (
     LoomMemory,
     Message,
     ProviderError,
+    Task,
+    TaskStatus,
     ToolCall,
     tool,
 )
 from loomctx.agent.llm import Completed
 from loomctx.agent.retriever import BaseContextRetriever, Document, MemoryRetriever
+from loomctx.context.render import CONTEXT_PREAMBLE
 from loomctx.testing import ScriptedLLM
 
 
@@ -214,3 +218,40 @@ async def test_plain_functions_become_tools() -> None:
     llm = ScriptedLLM([[ToolCall(id="c1", name="shout", arguments={"text": "hi"})], "HI"])
     assert await Agent(llm=llm, tools=[shout]).run("shout hi") == "HI"
     assert llm.calls[1].messages[-1].content == "HI"
+
+
+async def test_each_call_repeats_the_previous_prompt_up_to_its_dynamic_tail() -> None:
+    """Across runs and within one: one system message, the request never in it, and each call's
+    prompt begins with the previous one's, but for the dynamic tail (issue 20)."""
+    memory = LoomMemory("cache-agent")
+    for i in range(6):
+        memory.add_task(
+            Task(action="user_message", parameters={"content": f"The parcel {i} left Porto."},
+                 status=TaskStatus.COMPLETED)
+        )  # fmt: skip
+    call = ToolCall(id="c1", name="lookup", arguments={"q": "parcel"})
+    llm = ScriptedLLM(["Noted.", [call], "It is in Lisbon.", "Fine."])
+
+    def lookup(q: str) -> str:
+        """Look a parcel up."""
+        return f"{q}: in Lisbon"
+
+    agent = Agent(llm, "You track parcels.", tools=[lookup], memory=memory)
+    for prompt in ("Where is parcel 3?", "And parcel 4?", "Thanks."):
+        await agent.run(prompt)
+    llm.assert_complete()
+    calls = llm.calls
+    for earlier, later in itertools.pairwise(calls):
+        assert [m.role for m in later.messages].count("system") == 1
+        assert "Where is parcel" not in later.messages[0].content
+        tail = next(
+            (i for i, m in enumerate(earlier.messages) if m.content.startswith(CONTEXT_PREAMBLE)),
+            len(earlier.messages),
+        )
+        assert later.messages[:tail] == earlier.messages[:tail]
+        assert later.tools == earlier.tools
+    # Every call names the session as its cache key and marks where the stable part ends.
+    for c in calls:
+        assert c.options is not None
+        assert c.options.cache_key == "/".join(memory.namespace)
+        assert c.options.cache_breakpoints

@@ -102,7 +102,7 @@ async def test_streams_text_with_usage_including_the_cache(wire: WireServer, mak
 
     assert texts(chunks) == ["Hel", "lo"]
     assert kinds(chunks)[-2:] == ["usage", "completed"]
-    usage = Usage(input_tokens=130, output_tokens=5, cached_input_tokens=100)
+    usage = Usage(input_tokens=130, output_tokens=5, cached_input_tokens=100, cache_write_tokens=20)
     done = last(chunks)
     assert (chunks[-2], done.usage) == (usage, usage)
     assert done.message == Message.assistant("Hello")
@@ -146,7 +146,9 @@ async def test_cumulative_counts_in_message_delta_win(wire: WireServer, make: Ma
     )
     chunks = await collect(make().stream(HI))
     assert texts(chunks) == ["Already ", "here."]
-    assert last(chunks).usage == Usage(input_tokens=100, output_tokens=9, cached_input_tokens=50)
+    assert last(chunks).usage == Usage(
+        input_tokens=100, output_tokens=9, cached_input_tokens=50, cache_write_tokens=10
+    )
 
 
 async def test_system_tools_and_options_reach_the_wire(wire: WireServer, make: Make) -> None:
@@ -555,3 +557,36 @@ def test_an_unreadable_credential_profile_is_a_config_error(
     monkeypatch.setenv("ANTHROPIC_PROFILE", "missing")
     with pytest.raises(ConfigError, match=r"could not set up its client: .*missing"):
         AnthropicLLM("claude-test")
+
+
+async def test_cache_breakpoints_mark_the_system_prompt_and_the_places_given(
+    wire: WireServer, make: Make
+) -> None:
+    wire.script(
+        anthropic_sse(
+            anthropic_message_start(input_tokens=10),
+            anthropic_text_block(0, "ok"),
+            anthropic_end("end_turn", output_tokens=1),
+        )
+    )
+    messages = [
+        Message.system("Be brief."),
+        Message.user("first"),
+        Message.assistant("one"),
+        Message.user("reference data"),
+        Message.user("second"),
+    ]
+    options = LLMOptions(cache_breakpoints=(3,))
+    await collect(make().stream(messages, options=options))
+    body = wire.requests[0].body
+    ephemeral = {"type": "ephemeral"}
+    assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": ephemeral}]
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "one", "cache_control": ephemeral}],
+    }
+    # The two user messages after it merge into one, unmarked: the dynamic part.
+    assert body["messages"][2]["content"] == [
+        {"type": "text", "text": "reference data"},
+        {"type": "text", "text": "second"},
+    ]

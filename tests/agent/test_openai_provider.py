@@ -603,3 +603,15 @@ def test_a_client_the_sdk_cannot_build_is_a_config_error(monkeypatch: pytest.Mon
 
 def test_repr_names_the_model() -> None:
     assert repr(OpenAIChatLLM("gpt-test", api_key="k")) == "OpenAIChatLLM('gpt-test')"
+
+
+async def test_the_cache_key_reaches_the_wire_and_cache_writes_are_counted(
+    wire: WireServer, make: Make
+) -> None:
+    wire.script(openai_text("ok", usage=(2000, 3), cached=1500, written=480))
+    chunks = await collect(make().stream(HI, options=LLMOptions(cache_key="acme/bot/s1")))
+    assert chunks[-2] == Usage(
+        input_tokens=2000, output_tokens=3, cached_input_tokens=1500, cache_write_tokens=480
+    )
+    (request,) = wire.requests
+    assert request.body["prompt_cache_key"] == "acme/bot/s1"

@@ -61,7 +61,7 @@ from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, t
 from loomctx.context.assembler import ComponentPriority, ContextAssembler
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
 from loomctx.context.compactor import CachePolicy
-from loomctx.context.orchestrator import ContextOrchestrator, LayoutState
+from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
 from loomctx.context.sources import (
     InheritedSource,
     L1RecentSource,
@@ -385,7 +385,7 @@ class Agent:
                 )
                 completed: Completed | None = None
                 chunks = self.llm.stream(
-                    window.messages, tools=window.tools, options=self.llm_options
+                    window.messages, tools=window.tools, options=self._options(window)
                 )
                 try:
                     async for chunk in chunks:
@@ -482,6 +482,17 @@ class Agent:
                 stopped="error",
             )
             raise
+
+    def _options(self, window: ContextWindow) -> LLMOptions:
+        """The call's options: the agent's, with its session as the prompt-cache key and the
+        window's stable parts as cache breakpoints (unless the caller set them)."""
+        options = self.llm_options or LLMOptions()
+        return replace(
+            options,
+            cache_key=options.cache_key or "/".join(self.memory.namespace),
+            cache_breakpoints=options.cache_breakpoints
+            or (window.layout.breakpoints() if window.layout is not None else ()),
+        )
 
     def _start_tools(
         self,

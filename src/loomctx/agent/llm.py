@@ -101,6 +101,11 @@ class LLMOptions:
     - `timeout`: seconds for the request (connecting, and waiting for each piece of the stream).
     - `extra`: provider-specific fields, merged into the request body as given (they win over
       the fields above), e.g. ``{"top_p": 0.9}`` or ``{"thinking": {...}}``.
+    - `cache_key`: a stable id of the conversation (a session id, never a secret), sent as
+      OpenAI's ``prompt_cache_key`` so its calls reach the same prompt cache.
+    - `cache_breakpoints`: message counts after which the prompt repeats the conversation's
+      next call (the end of the history, say); the Anthropic provider marks them, and the
+      system prompt, with ``cache_control`` (at most four in all). `Agent` sets both.
     """
 
     model: str | None = None
@@ -110,6 +115,8 @@ class LLMOptions:
     tool_choice: Literal["auto", "none", "required"] | str | None = None
     timeout: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    cache_key: str | None = None
+    cache_breakpoints: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -118,6 +125,18 @@ class LLMOptions:
                 f"write `stop=({self.stop!r},)`"
             )
         object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "cache_breakpoints", tuple(self.cache_breakpoints))
+        if any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in self.cache_breakpoints
+        ):
+            raise ConfigError(
+                f"`cache_breakpoints` must be message counts (ints >= 0), got "
+                f"{self.cache_breakpoints!r}"
+            )
+        if self.cache_key is not None and (
+            not isinstance(self.cache_key, str) or not self.cache_key
+        ):
+            raise ConfigError(f"`cache_key` must be a non-empty string, got {self.cache_key!r}")
         # A private copy, read-only, so that the caller's later edits cannot reach a request.
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -215,19 +234,23 @@ class Usage:
     """Tokens billed for one call.
 
     `input_tokens` counts every prompt token, including those read from the provider's prompt
-    cache; `cached_input_tokens` says how many of them were (billed cheaper). Anthropic reports
-    cached and uncached input separately; its providers add them up to keep this meaning.
+    cache; `cached_input_tokens` says how many of them were (billed cheaper), and
+    `cache_write_tokens` how many were written to the cache by this call (Anthropic bills them
+    at 1.25x; OpenAI's newer models report them too). Anthropic reports cached, written and
+    uncached input separately; its provider adds them up to keep this meaning.
     """
 
     kind: Literal["usage"] = "usage"
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __post_init__(self) -> None:
         _check_count("input_tokens", self.input_tokens)
         _check_count("output_tokens", self.output_tokens)
         _check_count("cached_input_tokens", self.cached_input_tokens)
+        _check_count("cache_write_tokens", self.cache_write_tokens)
 
     def __add__(self, other: Usage) -> Usage:
         """The total of two calls' usage (for a run's accounting)."""
@@ -235,6 +258,7 @@ class Usage:
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource
 from loomctx.context.budget import BudgetManager
@@ -44,6 +44,7 @@ from loomctx.context.report import BlockReport, ContextReport, SourceReport
 from loomctx.errors import ConfigError
 from loomctx.messages import (
     Message,
+    mark_anthropic_cache,
     to_anthropic,
     to_anthropic_tools,
     to_openai,
@@ -55,7 +56,6 @@ __all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState"]
 
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
-_CACHE_CONTROL: Final = {"type": "ephemeral"}
 
 
 class LayoutState:
@@ -120,39 +120,19 @@ class ContextWindow:
         compacted history, of the history, and of everything before the dynamic tail: the
         next call of the session reads all of that from Anthropic's cache.
         """
-        text, messages = to_anthropic(self.messages)
-        out: dict[str, Any] = {"messages": messages}
         tools = to_anthropic_tools(self.tools) if self.tools else []
-        system: Any = text
         if cache and self.layout is not None:
-            if text is not None:
-                system = [{"type": "text", "text": text, "cache_control": _CACHE_CONTROL}]
-            elif tools:
-                tools[-1] = {**tools[-1], "cache_control": _CACHE_CONTROL}
-            for end in sorted(
-                {self.layout.summary_end, self.layout.history_end, self.layout.tail_start}
-            ):
-                _mark_cache_end(messages, list(self.messages[:end]), end > self.layout.prefix_end)
+            system, messages, tools = mark_anthropic_cache(
+                self.messages, self.layout.breakpoints(), tools=tools
+            )
+        else:
+            system, messages = to_anthropic(self.messages)
+        out: dict[str, Any] = {"messages": messages}
         if system is not None:
             out["system"] = system
         if tools:
             out["tools"] = tools
         return out
-
-
-def _mark_cache_end(converted: list[dict[str, Any]], head: list[Message], wanted: bool) -> None:
-    """Put a cache breakpoint on the last block that `head` (a prefix of the window's
-    messages) becomes in `converted` (the whole window, converted): converting a prefix gives
-    a prefix of the conversion, its last message possibly with fewer blocks."""
-    if not wanted:
-        return
-    _, part = to_anthropic(head)
-    if not part:
-        return
-    message = converted[len(part) - 1]
-    index = len(part[-1]["content"]) - 1
-    blocks = message["content"] = list(message["content"])
-    blocks[index] = {**blocks[index], "cache_control": _CACHE_CONTROL}
 
 
 class ContextOrchestrator:

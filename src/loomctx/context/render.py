@@ -164,6 +164,13 @@ class Layout:
     history_end: int
     tail_start: int
 
+    def breakpoints(self) -> tuple[int, ...]:
+        """Where a provider's prompt cache should end its entries (message counts, after the
+        system message): the end of the frozen summary, of the history, and of everything
+        before the dynamic tail."""
+        ends = {self.summary_end, self.history_end, self.tail_start}
+        return tuple(sorted(e for e in ends if e > self.prefix_end))
+
 
 def _ordered(blocks: Sequence[ContextBlock], rank: Mapping[str, int]) -> list[ContextBlock]:
     return sorted(blocks, key=lambda b: (rank.get(b.source, len(rank)), b.sequence))

@@ -18,7 +18,7 @@ from loomctx.agent.providers._assembly import (
 )
 from loomctx.agent.providers._base import SDKProvider, check_settings, import_sdk
 from loomctx.errors import ConfigError
-from loomctx.messages import Message, to_anthropic, to_anthropic_tools
+from loomctx.messages import Message, mark_anthropic_cache, to_anthropic, to_anthropic_tools
 
 if TYPE_CHECKING:
     import anthropic
@@ -58,7 +58,9 @@ class AnthropicLLM(SDKProvider):
     - `max_retries`, `timeout`, `**default_options`: as for `OpenAIChatLLM`.
 
     `Usage.input_tokens` adds up Anthropic's uncached, cache-write and cache-read input
-    tokens; `cached_input_tokens` is the cache reads. Stop reasons are mapped to Loom's
+    tokens; `cached_input_tokens` is the cache reads, `cache_write_tokens` the writes. With
+    `LLMOptions.cache_breakpoints` (the agent sets them from its window's layout), the system
+    prompt and those places are marked with ``cache_control``. Stop reasons are mapped to Loom's
     finish reasons by `STOP_REASONS`. Close the provider with ``await llm.aclose()`` (or
     ``async with``) when done.
     """
@@ -130,7 +132,14 @@ class AnthropicLLM(SDKProvider):
         options: LLMOptions,
         model: str,
     ) -> dict[str, Any]:
-        system, wire = to_anthropic(messages)
+        anthropic_tools = to_anthropic_tools(tools) if tools else []
+        system: Any
+        if options.cache_breakpoints:
+            system, wire, anthropic_tools = mark_anthropic_cache(
+                messages, options.cache_breakpoints, tools=anthropic_tools
+            )
+        else:
+            system, wire = to_anthropic(messages)
         request: dict[str, Any] = {
             "model": model,
             "messages": wire,
@@ -139,8 +148,8 @@ class AnthropicLLM(SDKProvider):
         }
         if system is not None:
             request["system"] = system
-        if tools:
-            request["tools"] = to_anthropic_tools(tools)
+        if anthropic_tools:
+            request["tools"] = anthropic_tools
         if options.tool_choice is not None:
             request["tool_choice"] = {
                 "auto": {"type": "auto"},
@@ -258,6 +267,7 @@ class _AnthropicAssembler:
                 input_tokens=self._input + self._cache_read + self._cache_write,
                 output_tokens=self._output,
                 cached_input_tokens=self._cache_read,
+                cache_write_tokens=self._cache_write,
             )
             if self._has_usage
             else None

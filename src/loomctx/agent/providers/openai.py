@@ -141,6 +141,8 @@ class OpenAIChatLLM(SDKProvider):
             request["stop"] = list(options.stop)
         if options.timeout is not None:
             request["timeout"] = options.timeout
+        if options.cache_key is not None:
+            request["prompt_cache_key"] = options.cache_key
         if options.extra:
             request["extra_body"] = dict(options.extra)
         return request
@@ -170,6 +172,9 @@ class _OpenAIAssembler:
                 input_tokens=event.usage.prompt_tokens,
                 output_tokens=event.usage.completion_tokens,
                 cached_input_tokens=(details.cached_tokens or 0) if details else 0,
+                cache_write_tokens=(getattr(details, "cache_write_tokens", None) or 0)
+                if details
+                else 0,
             )
         for choice in event.choices:
             if choice.index != 0:
