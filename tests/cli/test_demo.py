@@ -28,6 +28,11 @@ def _check(output: str) -> None:
         assert "input 2,000" in turn
         assert "sending the whole history instead" in turn
     assert "cost per turn" in output
+    table = output.split("cost per turn", 1)[1]
+    assert "cached" in table
+    assert table.count("billed") >= 2  # Loom's and the whole history's, at cache prices
+    # From the third turn on, the window repeats the last one's history: a cache reads it.
+    assert "repeats the last window" in turns[-1]
     assert max(len(line) for line in output.splitlines()) <= 100
 
 

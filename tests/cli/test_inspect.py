@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from loomctx.agent.events import ContextAssembled
 from loomctx.cli import app
-from loomctx.cli._render import composition_bar, left_out, report_view
+from loomctx.cli._render import composition_bar, left_out, report_view, totals_line
 from loomctx.cli._reports import load_reports, report_from_event, report_from_payload
 from loomctx.cli._workspace import latest_report, next_report_turn, open_store, save_report
 from loomctx.context.orchestrator import ContextOrchestrator
@@ -68,6 +68,14 @@ def test_the_view_fits_100_columns_and_explains_what_was_left_out(report: Contex
     assert "compacted into `history:summary`" in text
     assert f"sent {report.token_count:,} tokens" in text
     assert "4,321" in text
+
+
+def test_the_totals_say_how_much_repeats_the_last_window(report: ContextReport) -> None:
+    # `report` is a session's second window: it repeats the first one's prefix.
+    assert report.reused_prefix_tokens > 0
+    line = totals_line(report).plain
+    assert f"repeats the last window {report.reused_prefix_tokens:,}" in line
+    assert "repeats" not in totals_line(replace(report, reused_prefix_tokens=0)).plain
 
 
 def test_the_bar_is_exactly_as_wide_as_asked(report: ContextReport) -> None:

@@ -39,6 +39,7 @@ from loomctx.cli._workspace import (
     open_store,
     pending_embeddings,
 )
+from loomctx.evaluation.cost import PRICES
 from loomctx.knowledge import IngestProgress, KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message, from_openai
@@ -98,16 +99,31 @@ def _ingest(
     console.print(f"  knowledge: {files} documents, {summary.chunks} chunks written", style="dim")
 
 
-def _summary(console: Console, rows: list[tuple[int, int, int]]) -> None:
+def _billed(cached: int, total: int) -> int:
+    """Input tokens billed at Anthropic's cache prices: reads 0.1x, the rest written 1.25x."""
+    read, write = PRICES["anthropic"]
+    return round(read * cached + write * (total - cached))
+
+
+def _summary(console: Console, rows: list[tuple[int, int, int, int, int]]) -> None:
     table = Table(title="cost per turn", title_justify="left", header_style="bold")
-    for name in ("turn", "sent by Loom", "whole history", "ratio"):
+    for name in ("turn", "sent by Loom", "cached", "billed", "whole history", "billed"):
         table.add_column(name, justify="right")
-    for turn, sent, full in rows:
-        table.add_row(str(turn), f"{sent:,}", f"{full:,}", f"{full / sent:.1f}x")
+    for turn, sent, cached, full, full_cached in rows:
+        table.add_row(
+            str(turn),
+            f"{sent:,}",
+            f"{cached:,}",
+            f"{_billed(cached, sent):,}",
+            f"{full:,}",
+            f"{_billed(full_cached, full):,}",
+        )
     console.print(table)
     console.print(
         "Loom's window stays within its budget however long the conversation grows; the whole "
-        "history grows with every turn. Keep this store with `--store demo.db`, then try "
+        "history grows with every turn. Billed: input tokens at Anthropic's prompt-cache prices "
+        "(what repeats the last prompt read at 0.1x, the rest at 1.25x); over a long conversation "
+        "`loomctx bench cost` measures both. Keep this store with `--store demo.db`, then try "
         "`loomctx chat --store demo.db --session demo` and `/context`.",
         style="dim",
     )
@@ -117,7 +133,8 @@ async def _turns(
     console: Console, agent: Agent, history: list[Message], events: IO[str] | None
 ) -> None:
     counter = agent.counter
-    rows: list[tuple[int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int]] = []
+    previous_full = 0
     for turn, question in enumerate(QUESTIONS, 1):
         console.print(Rule(f"turn {turn}", style="dim"))
         console.print(Text.assemble(("you   ", "bold cyan"), question))
@@ -127,7 +144,9 @@ async def _turns(
         full = counter.count_messages([Message.system(INSTRUCTIONS), *history])
         history.append(Message.assistant(answer.text))
         console.print(report_view(answer.report, width=console.width, full_history=full))
-        rows.append((turn, answer.report.token_count, full))
+        report = answer.report
+        rows.append((turn, report.token_count, report.reused_prefix_tokens, full, previous_full))
+        previous_full = full  # the next request repeats this one, the reply after it is new
     console.print(Rule(style="dim"))
     _summary(console, rows)
 

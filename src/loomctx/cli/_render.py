@@ -49,7 +49,8 @@ def _colours(report: ContextReport) -> dict[str, str]:
 
 
 def totals_line(report: ContextReport) -> Text:
-    """One line: the window, the reply's reserve, the input budget and what the input used."""
+    """One line: the window, the reply's reserve, the input budget, what the input used, and
+    how much of it repeats the session's last window (what a prompt cache reads)."""
     return Text.assemble(
         ("window ", "dim"),
         _n(report.window),
@@ -62,6 +63,11 @@ def totals_line(report: ContextReport) -> Text:
         f" ({report.utilization:.0%})",
         ("  framing ", "dim"),
         _n(report.overhead_tokens),
+        *(
+            (("  repeats the last window ", "dim"), _n(report.reused_prefix_tokens))
+            if report.reused_prefix_tokens
+            else ()
+        ),
     )
 
 
