@@ -156,9 +156,14 @@ def cost(
     reserve: Annotated[
         int, typer.Option("--reserve", min=1, help="Tokens kept for the reply.")
     ] = 1000,
+    l1_size: Annotated[
+        int, typer.Option("--l1", min=1, help="The agent memory's L1 size, in tasks.")
+    ] = 50,
 ) -> None:
     """Billed tokens per call under prompt caching: whole history, sliding window, Loom."""
-    result = evaluate_cost(path, window=window, reserve=reserve, limit=limit, progress=_progress)
+    result = evaluate_cost(
+        path, window=window, reserve=reserve, limit=limit, l1_size=l1_size, progress=_progress
+    )
     rows = [
         (
             name,

@@ -160,10 +160,15 @@ class _Replayer:
 
 
 async def _loom(
-    exchanges: Sequence[Exchange], window: int, reserve: int, counter: TokenCounter, folder: Path
+    exchanges: Sequence[Exchange],
+    window: int,
+    reserve: int,
+    counter: TokenCounter,
+    folder: Path,
+    l1_size: int,
 ) -> list[CallCost]:
     store = SQLiteStore(folder / "cost.db")
-    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=50)
+    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=l1_size)
     model = _Replayer()
     agent = Agent(
         model,
@@ -217,12 +222,14 @@ def evaluate_cost(
     window: int = 8000,
     reserve: int = 1000,
     limit: int | None = None,
+    l1_size: int = 50,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
     (LoCoMo: the first `limit` conversations, all by default; LongMemEval: the first `limit`
     questions, one by default) at a `window`-token context window with `reserve` kept for
-    the reply. Returns ``{"strategies": {name: {...}}, "config": {...}}``; the numbers of
+    the reply. `l1_size` is the agent memory's L1 (its default, 50 tasks, bounds the history a
+    window holds). Returns ``{"strategies": {name: {...}}, "config": {...}}``; the numbers of
     every call of every conversation are pooled."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
@@ -238,13 +245,16 @@ def evaluate_cost(
             pooled["sliding window"] += _baseline(exchanges, available, counter, slide=True)
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            pooled["loom"] += asyncio.run(_loom(exchanges, window, reserve, counter, folder))
+            pooled["loom"] += asyncio.run(
+                _loom(exchanges, window, reserve, counter, folder, l1_size)
+            )
     return {
         "strategies": {name: _summarize(calls) for name, calls in pooled.items() if calls},
         "config": {
             "path": str(path),
             "window": window,
             "reserve": reserve,
+            "l1_size": l1_size,
             "conversations": len(conversations),
             "counter": counter.name,
         },
