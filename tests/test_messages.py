@@ -860,3 +860,19 @@ def test_dropping_any_result_breaks_the_history(
     k = data.draw(st.sampled_from(results))
     with raises(f"tool call `{history[k].tool_call_id}`"):
         split_units(history[:k] + history[k + 1 :])
+
+
+def test_cache_marks_are_at_most_four_and_keep_the_longest_prefixes() -> None:
+    from loomctx.messages import CACHE_CONTROL, mark_anthropic_cache
+
+    messages = [Message.system("Rules.")] + [
+        Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(8)
+    ]
+    system, converted, tools = mark_anthropic_cache(messages, range(1, 10))
+    assert system == [{"type": "text", "text": "Rules.", "cache_control": CACHE_CONTROL}]
+    marked = [i for i, m in enumerate(converted) if "cache_control" in m["content"][-1]]
+    assert marked == [5, 6, 7]  # three left after the system prompt: the longest prefixes
+    assert tools == []
+    # Without a system prompt, the last tool carries the first breakpoint.
+    _, _, tools = mark_anthropic_cache(messages[1:], [2], tools=[{"name": "t"}, {"name": "u"}])
+    assert tools == [{"name": "t"}, {"name": "u", "cache_control": CACHE_CONTROL}]

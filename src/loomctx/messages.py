@@ -526,7 +526,7 @@ def mark_anthropic_cache(
         marked_tools[-1] = {**marked_tools[-1], "cache_control": CACHE_CONTROL}
         budget -= 1
     wanted = sorted({e for e in ends if 0 < e <= len(messages)})
-    for end in wanted[len(wanted) - budget :] if budget > 0 else []:
+    for end in wanted[max(0, len(wanted) - budget) :]:
         _, head = to_anthropic(messages[:end])
         if not head:
             continue

@@ -52,10 +52,32 @@ from loomctx.messages import (
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
-__all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState"]
+__all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState", "repeated_prefix_tokens"]
 
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
+
+
+def repeated_prefix_tokens(
+    counter: TokenCounter,
+    previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]],
+) -> int:
+    """Tokens of a prompt (`messages` and `tools`) that repeat, in place, the `previous`
+    prompt of the conversation: the tools, then the longest run of leading messages equal to
+    the previous ones. What a provider's exact-prefix cache can read (0 for a first prompt,
+    or when the tools changed, since they come first)."""
+    if previous is None or not previous[0] or list(previous[1]) != list(tools):
+        return 0
+    k = 0
+    for old, new in zip(previous[0], messages, strict=False):
+        if old is not new and old != new:
+            break
+        k += 1
+    if k == 0:
+        return counter.count_messages([], tools=tools) if tools else 0
+    return counter.count_messages(messages[:k], tools=tools)
 
 
 class LayoutState:
@@ -256,7 +278,9 @@ class ContextOrchestrator:
             room -= token_count - self.available
         else:  # pragma: no cover - sums and exact counts differ by a few tokens at most
             raise ConfigError("could not fit the window after repeated selection; please report")
-        reused = self._reused(session, messages, tools)
+        reused = repeated_prefix_tokens(
+            self.token_counter, (session.messages, session.tools), messages, tools
+        )
         session.marks = compaction.marks
         session.messages, session.tools = tuple(messages), tuple(tools)
         report = self._report(collected, shares, compaction, token_count, demands, reused)
@@ -268,22 +292,6 @@ class ContextOrchestrator:
             report=report,
             layout=layout,
         )
-
-    def _reused(
-        self, previous: _Session, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> int:
-        """Tokens of the window that repeat, in place, the session's previous window: the
-        tools, then the longest run of leading messages equal to the previous ones."""
-        if not previous.messages or list(previous.tools) != list(tools):
-            return 0
-        k = 0
-        for old, new in zip(previous.messages, messages, strict=False):
-            if old is not new and old != new:
-                break
-            k += 1
-        if k == 0:
-            return self.token_counter.count_messages([], tools=tools) if tools else 0
-        return self.token_counter.count_messages(messages[:k], tools=tools)
 
     def _cost(self, block: ContextBlock) -> int:
         """`block_cost`, remembered for message tuples a source hands over again and again

@@ -31,6 +31,7 @@ from typing import Any
 
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.errors import ConfigError
 from loomctx.evaluation.retrieval import load_locomo, load_longmemeval
 from loomctx.memory.core import LoomMemory
@@ -94,22 +95,6 @@ def _pair(turns: Sequence[tuple[str, str]], *, user: str) -> list[Exchange]:
     return out
 
 
-def _cached(
-    counter: TokenCounter,
-    previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None,
-    messages: Sequence[Message],
-    tools: Sequence[Mapping[str, Any]],
-) -> int:
-    if previous is None or list(previous[1]) != list(tools):
-        return 0
-    k = 0
-    for old, new in zip(previous[0], messages, strict=False):
-        if old != new:
-            break
-        k += 1
-    return counter.count_messages(messages[:k], tools=tools) if k else 0
-
-
 def _baseline(
     exchanges: Sequence[Exchange], available: int, counter: TokenCounter, *, slide: bool
 ) -> list[CallCost]:
@@ -129,7 +114,7 @@ def _baseline(
         calls.append(
             CallCost(
                 prompt_tokens=tokens,
-                cached_tokens=_cached(counter, previous, messages, ()),
+                cached_tokens=repeated_prefix_tokens(counter, previous, messages, ()),
                 over_budget=tokens > available,
             )
         )
@@ -193,7 +178,7 @@ async def _loom(
         calls.append(
             CallCost(
                 prompt_tokens=tokens,
-                cached_tokens=_cached(counter, previous, messages, tools),
+                cached_tokens=repeated_prefix_tokens(counter, previous, messages, tools),
                 over_budget=tokens > available,
             )
         )
