@@ -228,6 +228,10 @@ def test_without_compaction_a_window_minus_its_tail_begins_the_next(
         return
     if first.tools != second.tools:  # a tool schema no longer fits: the prefix starts anew
         return
+    kept = [b for b in second.report.blocks if b.source == "history" and b.status == "kept"]
+    if len(kept) < len(history):  # the history no longer fits whole: it starts anew
+        event("history cut")
+        return
     tail = first.layout.tail_start
     head = first.messages[:tail] + first.messages[tail + 1 :]
     assert second.messages[: len(head)] == head

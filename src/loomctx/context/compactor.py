@@ -28,7 +28,7 @@ Selection, in order:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
@@ -246,8 +246,19 @@ class ContextCompactor:
         for source, units in histories.items():
             units.sort(key=lambda c: c.block.sequence)
             room = max(0, min(shares.get(source, 0), left))
+            # What the other sources' own shares leave: a summary standing in for units that
+            # cannot open the history may use it, and cut no one within their allocation.
+            spare = left - sum(
+                min(grants.get(name, 0), want) for name, want in wants.items() if name != source
+            )
             kept, summary, note = await self._history(
-                source, units, (marks or {}).get(source), room, left, policy, counter, cost_of
+                source,
+                units,
+                (marks or {}).get(source),
+                (room, left, max(room, spare)),
+                policy,
+                counter,
+                cost_of,
             )
             if kept:
                 new_marks[source] = HistoryMark(start=kept[0].block.id, summary=summary)
@@ -265,7 +276,12 @@ class ContextCompactor:
             covered = int(summary.metadata.get("covers_from", first)) if summary else first
             for c in units[:first]:
                 if summary is not None and c.block.sequence >= covered:
-                    reasons[c.order] = ("summarized", f"compacted into `{summary.id}`")
+                    why = f"compacted into `{summary.id}`"
+                    if summary.metadata.get("opens_history"):
+                        why = (
+                            f"summarized into `{summary.id}`: a history kept opens with a user turn"
+                        )
+                    reasons[c.order] = ("summarized", why)
                 else:
                     reasons[c.order] = (
                         "dropped",
@@ -330,14 +346,16 @@ class ContextCompactor:
         source: str,
         units: list[Candidate],
         mark: HistoryMark | None,
-        room: int,
-        hard_room: int,
+        rooms: tuple[int, int, int],
         policy: CachePolicy,
         counter: TokenCounter,
         cost_of: Callable[[ContextBlock], int],
     ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
         """The units of one history source to keep (oldest first), its frozen summary, and
-        a note when history was compacted or a compaction deferred."""
+        a note when history was compacted or a compaction deferred. `rooms` are its room (its
+        share), what is left of the budget (a deferred compaction may use it), and what the
+        other sources' shares leave."""
+        room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
         capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
         summary = mark.summary if mark is not None else None
@@ -350,6 +368,15 @@ class ContextCompactor:
         kept = units[start:]
         while kept and not _starts_with_user(kept[0]):
             kept = kept[1:]
+        if units[start:] and not kept and summary is None:
+            # Only units that cannot open a history (tool exchanges, say): say what they were
+            # rather than show nothing of them.
+            room = min(self.summary_max_tokens, spare)
+            summary = await self._summary(source, units[start:], room, counter, cost_of)
+            if summary is not None:
+                meta = {**summary.metadata, "opens_history": True}
+                summary = replace(summary, metadata=meta)
+            return [], summary, None
         size = sum(c.cost for c in kept) + (cost_of(summary) if summary is not None else 0)
         if not why and size <= room:
             return kept, summary, None
