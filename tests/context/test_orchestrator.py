@@ -303,3 +303,29 @@ def test_constructor_validation() -> None:
         orchestrator(object())
     with pytest.raises(ConfigError):
         orchestrator(window=0)
+
+
+@pytest.mark.parametrize("window", range(150, 185, 5))
+async def test_must_keep_content_that_fits_is_built_though_framing_for_the_rest_does_not(
+    window: int,
+) -> None:
+    """Framing is charged only for what is rendered: pinned content of ~140 tokens fits a
+    150-token window even when a document's fence (and its preamble) would not also fit."""
+    instructions = "Answer in one sentence. " * 12
+    query = "Where is parcel 1042 and when does it arrive? " * 4
+    orch = ContextOrchestrator(
+        token_counter=COUNTER,
+        sources=[
+            PromptSource(instructions),
+            DocsSource(["Parcels ship within two days of the order."]),
+            UserInputSource(),
+        ],
+        model_context_window=window,
+        max_output_tokens=0,
+    )
+    pinned = COUNTER.count_messages([Message.system(instructions), Message.user(query)])
+    assert pinned <= orch.available
+    built = await orch.build(query=query)
+    assert built.token_count <= orch.available
+    assert built.messages[0].content == instructions
+    assert built.messages[-1] == Message.user(query)
