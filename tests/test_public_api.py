@@ -158,3 +158,10 @@ def test_every_public_name_exists_and_is_documented() -> None:
 def test_nothing_public_is_left_unexported() -> None:
     public = {n for n in vars(loomctx) if not n.startswith("_") and n[0].isupper()}
     assert public <= set(loomctx.__all__)
+
+
+def test_the_package_ships_its_types() -> None:
+    """`py.typed` (PEP 561): users' type checkers read Loom's annotations."""
+    from importlib.resources import files
+
+    assert files("loomctx").joinpath("py.typed").is_file()
