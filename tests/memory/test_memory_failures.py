@@ -4,11 +4,13 @@ the write fail (a full disk, a read-only database, a closed store, text it canno
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from loomctx import ConfigError, LoomMemory, MemoryTier, SQLiteStore, StoreError, Task, TaskStatus
+from loomctx.stores.base import Put, Record, Scan
 
 
 def task(n: int, importance: float = 0.3, text: str = "") -> Task:
@@ -105,21 +107,22 @@ def test_a_failed_promotion_leaves_the_tiers_as_they_were(
     assert "t1" in tiers(memory)[2] or "t1" in tiers(memory)[1]
 
 
-def test_text_that_cannot_be_encoded_is_refused_and_not_kept(store: SQLiteStore) -> None:
+def test_text_that_cannot_be_encoded_is_made_valid_before_it_is_stored(
+    store: SQLiteStore,
+) -> None:
+    """A Task records what already happened, so its text is kept, made valid (a lone surrogate
+    becomes U+FFFD, see `loomctx.messages.valid_text`); the store refuses what a caller writes
+    to it directly with such text, and nothing of a refused batch is kept."""
     memory = LoomMemory("s", store=store, max_l1_size=2)
     memory.add_tasks([task(1), task(2)])
-    bad = task(3, text="failmark3 caf\udce9")  # bytes decoded with errors="surrogateescape"
+    memory.add_task(task(3, text="failmark3 caf\udce9"))  # decoded with surrogateescape
+    reopened = LoomMemory("again", store=store, namespace=memory.namespace)
+    stored = next(t for t in reopened.get_l1_tasks(limit=10) if t.task_id == "t3")
+    assert "caf\ufffd" in str(stored.parameters)
+    raw = Record(namespace=("raw",), key="k", kind="note", text="caf\udce9")
     with pytest.raises(ConfigError, match="not valid Unicode"):
-        memory.add_task(bad)
-    assert tiers(memory) == (["t1", "t2"], [], [])
-    with pytest.raises(ConfigError, match="not valid Unicode"):
-        memory.add_tasks([task(4), bad])  # one bad task: none of the batch is recorded
-    assert tiers(memory) == (["t1", "t2"], [], [])
-    with pytest.raises(ConfigError, match="not valid Unicode"):
-        memory.add_task(bad, tier=MemoryTier.L3)
-    assert tiers(memory) == (["t1", "t2"], [], [])
-    memory.add_task(task(5))
-    assert tiers(memory)[0] == ["t2", "t5"]
+        store.batch([Put(record=raw), Put(record=replace(raw, key="k2", text="fine"))])
+    assert store.batch([Scan(prefix=("raw",))]) == [[]]
 
 
 def test_a_closed_store_fails_the_add_and_keeps_nothing(store: SQLiteStore) -> None:
