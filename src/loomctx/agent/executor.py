@@ -77,7 +77,7 @@ from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
-from loomctx.messages import Message, ToolCall
+from loomctx.messages import Message, ToolCall, check_text
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["Agent", "TurnSource"]
@@ -187,6 +187,14 @@ class Agent:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{setting}` must be an int >= 1, got {value!r}")
+        # Checked here, not when the first window is built: by then the run has recorded
+        # the user's turn, and the error would name a `system` message, not the argument.
+        for setting, text in (
+            ("system_instructions", system_instructions),
+            ("stage", stage),
+            ("task_context", task_context),
+        ):
+            _check_text(text, f"the `{setting}` of agent `{name}`")
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions
@@ -259,8 +267,10 @@ class Agent:
 
         `parent`, the `ToolContext` a tool received, makes this a sub-agent run for that tool
         call (see `loomctx.agent.subagent`): its events then also go into the parent's stream.
-        Raises `ConfigError` before the run starts if `parent` is not a call of an agent run,
-        if the run would be deeper than `max_depth`, or if the parent has this agent's memory.
+        Raises `ConfigError` before the run starts (nothing recorded, no event) if `prompt`
+        is not a string of valid Unicode (`MessageFormatError` for a surrogate), if `parent`
+        is not a call of an agent run, if the run would be deeper than `max_depth`, or if the
+        parent has this agent's memory.
         """
         lineage = (
             None
@@ -327,6 +337,8 @@ class Agent:
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
         """The run itself (`stream` adds the forwarding to a parent)."""
+        # Before anything is recorded: a refused prompt must leave memory as it was.
+        _check_text(prompt, f"the `prompt` of agent `{self.name}`")
         ids = {"run_id": run.id, "agent": self.name}
         retrieved = RetrievedContextSource()
         turn_source = TurnSource()
@@ -591,6 +603,14 @@ class Agent:
             if memory is not None:
                 memory.add_tasks(tasks)
                 memory.promote_tasks()
+
+
+def _check_text(value: object, what: str) -> None:
+    """Refuse `value`, the text argument `what`, unless it is a string of valid Unicode
+    (`ConfigError`; `MessageFormatError` for a surrogate, with its position)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, got {type(value).__name__} {value!r:.60}")
+    check_text(value, what)
 
 
 async def _close(chunks: AsyncIterator[LLMChunk]) -> None:
