@@ -1,5 +1,6 @@
-"""What an agent run is given is checked before anything is recorded or sent: text that is
-not valid Unicode, in the prompt and in the agent's settings."""
+"""What an agent run is given is checked before anything is recorded or sent: a blank prompt
+(a window with no user turn would end on the previous reply, which Anthropic reads as a
+prefill) and text that is not valid Unicode, in the prompt and in the agent's settings."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ from loomctx import (
     Agent,
     AgentEvent,
     ConfigError,
+    ContextOrchestrator,
+    HistorySource,
     LoomMemory,
+    Message,
     MessageFormatError,
+    PromptSource,
+    ToolCall,
+    UserInputSource,
 )
+from loomctx.agent.executor import TurnSource
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
 
@@ -34,6 +42,66 @@ async def drained(agent: Agent, prompt: str) -> list[AgentEvent]:
     finally:
         assert events == [], "a refused prompt starts no run: not even `run_started`"
     return events
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", "\n\t "])
+async def test_a_blank_prompt_is_refused_before_anything_is_recorded(
+    memory: LoomMemory, prompt: str
+) -> None:
+    """Before, the run recorded the blank turn and called the model with a window that ended
+    on the previous reply: Anthropic takes that as a prefill and continues the reply."""
+    llm = ScriptedLLM(["Port 8443."])
+    agent = Agent(llm=llm, memory=memory)
+    assert await agent.run("Which port does staging use?") == "Port 8443."
+    with pytest.raises(ConfigError) as err:
+        await drained(agent, prompt)
+    message = str(err.value)
+    assert "the `prompt` of agent `agent` is blank" in message
+    assert repr(prompt) in message
+    assert "pass the user's request" in message
+    with pytest.raises(ConfigError, match="is blank"):
+        await agent.run(prompt)
+    assert len(llm.calls) == 1  # the model was not called again
+    assert [t.parameters["content"] for t in memory.get_l1_tasks()] == [
+        "Which port does staging use?",
+        "Port 8443.",
+    ]
+    llm.assert_complete()
+
+
+async def test_every_window_sent_to_the_model_ends_on_the_user_turn_or_tool_results(
+    memory: LoomMemory,
+) -> None:
+    """The run's first window ends on its user turn, the next ones on the tool results."""
+    llm = ScriptedLLM(
+        [[ToolCall(id="c1", name="lookup", arguments={"host": "staging"})], "Port 8443."]
+    )
+
+    def lookup(host: str) -> str:
+        """Look a host up."""
+        return f"{host}: 8443"
+
+    agent = Agent(llm=llm, tools=[lookup], memory=memory)
+    await agent.run("Which port does staging use?")
+    first, second = (call.messages for call in llm.calls)
+    assert first[-1] == Message.user("Which port does staging use?")
+    assert second[-1].role == "tool"
+    assert all(call.messages[-1].role != "assistant" for call in llm.calls)
+
+
+async def test_a_sub_agent_given_a_blank_task_is_an_error_result_not_a_crash() -> None:
+    child_llm = ScriptedLLM([])
+    child = Agent(llm=child_llm, name="researcher")
+    parent_llm = ScriptedLLM(
+        [[ToolCall(id="p1", name="researcher", arguments={"task": "  "})], "I will ask again."]
+    )
+    parent = Agent(llm=parent_llm, name="lead", tools=[child.as_tool()])
+    assert await parent.run("Find the port") == "I will ask again."
+    answer = parent_llm.calls[1].messages[-1]
+    assert answer.is_error
+    assert "the `prompt` of agent `researcher` is blank" in answer.content
+    assert child_llm.calls == []
+    assert child.memory.get_l1_tasks() == []
 
 
 async def test_a_prompt_that_is_not_valid_unicode_is_refused_before_anything_is_recorded(
@@ -76,3 +144,19 @@ def test_settings_that_are_not_valid_unicode_are_refused_at_construction(setting
 def test_settings_that_are_not_strings_are_refused_at_construction(setting: str) -> None:
     with pytest.raises(ConfigError, match=rf"the `{setting}` of agent `agent` must be a string"):
         Agent(llm=ScriptedLLM([]), **{setting: None})
+
+
+async def test_a_build_without_a_user_turn_ends_on_the_in_flight_exchange() -> None:
+    """`build(query="")` stays valid for a build mid-run: the exchange in flight, the model's
+    calls and their results, ends the window (the user's turn is earlier in it)."""
+    call = ToolCall(id="c1", name="lookup", arguments={"host": "staging"})
+    turn = TurnSource()
+    turn.units.append(
+        (Message.assistant(tool_calls=[call]), Message.tool("8443", tool_call_id="c1"))
+    )
+    window = await ContextOrchestrator(
+        sources=[PromptSource("Be brief."), HistorySource([Message.user("Which port?")]), turn,
+                 UserInputSource()],
+    ).build(query="")  # fmt: skip
+    assert [m.role for m in window.messages] == ["system", "user", "assistant", "tool"]
+    assert window.messages[-1] == Message.tool("8443", tool_call_id="c1")

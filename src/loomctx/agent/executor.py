@@ -268,9 +268,11 @@ class Agent:
         `parent`, the `ToolContext` a tool received, makes this a sub-agent run for that tool
         call (see `loomctx.agent.subagent`): its events then also go into the parent's stream.
         Raises `ConfigError` before the run starts (nothing recorded, no event) if `prompt`
-        is not a string of valid Unicode (`MessageFormatError` for a surrogate), if `parent`
-        is not a call of an agent run, if the run would be deeper than `max_depth`, or if the
-        parent has this agent's memory.
+        is blank: a run answers a user turn, and a window without one would end on the
+        previous reply, which a model reads as text of its own to continue. Likewise if
+        `prompt` is not a string of valid Unicode (`MessageFormatError` for a surrogate), if
+        `parent` is not a call of an agent run, if the run would be deeper than `max_depth`,
+        or if the parent has this agent's memory.
         """
         lineage = (
             None
@@ -339,6 +341,13 @@ class Agent:
         """The run itself (`stream` adds the forwarding to a parent)."""
         # Before anything is recorded: a refused prompt must leave memory as it was.
         _check_text(prompt, f"the `prompt` of agent `{self.name}`")
+        if not prompt.strip():
+            # No user turn: the window would end on the previous reply, which a model reads
+            # as its own text to continue (an Anthropic prefill), not as a request.
+            raise ConfigError(
+                f"the `prompt` of agent `{self.name}` is blank ({prompt!r}); a run answers a "
+                "user turn, so pass the user's request, or skip the run when there is none"
+            )
         ids = {"run_id": run.id, "agent": self.name}
         retrieved = RetrievedContextSource()
         turn_source = TurnSource()
