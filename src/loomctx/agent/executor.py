@@ -72,12 +72,18 @@ from loomctx.context.sources import (
     UserInputSource,
 )
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
-from loomctx.messages import Message, ToolCall, check_text
+from loomctx.messages import (
+    MAX_ARGUMENT_DEPTH,
+    Message,
+    ToolCall,
+    check_text,
+    parse_arguments,
+)
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["Agent", "TurnSource"]
@@ -552,8 +558,7 @@ class Agent:
             ToolResult(
                 call_id=c.id,
                 name=c.name,
-                content=f"tool `{c.name}` was not run: its arguments are not a JSON object "
-                f"({invalid[c.id][:200]!r}); call it again with valid JSON arguments",
+                content=_not_run(c, invalid[c.id]),
                 is_error=True,
                 elapsed_ms=0.0,
             )
@@ -620,6 +625,26 @@ def _check_text(value: object, what: str) -> None:
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a string, got {type(value).__name__} {value!r:.60}")
     check_text(value, what)
+
+
+def _not_run(call: ToolCall, raw: str) -> str:
+    """What the model reads for `call`, whose arguments `raw` were refused: the reason, in
+    the words of `parse_arguments` (the providers' assembly refuses arguments with it, but
+    keeps only their text), and how to call again."""
+    try:
+        parse_arguments(raw, call_id=call.id)
+    except MessageFormatError as exc:
+        why = str(exc)
+    else:  # refused by a model adapter of its own, which did not say why
+        why = (
+            f"its arguments {raw[:200]!r} are not valid JSON arguments (not a JSON object, NaN "
+            f"or Infinity, nested deeper than {MAX_ARGUMENT_DEPTH} levels, or invalid text)"
+        )
+    return (
+        f"tool `{call.name}` was not run: {why}. Call it again with valid JSON arguments: "
+        f"one JSON object of valid text, without NaN or Infinity, nested at most "
+        f"{MAX_ARGUMENT_DEPTH} levels"
+    )
 
 
 async def _close(chunks: AsyncIterator[LLMChunk]) -> None:
