@@ -213,8 +213,17 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
 
 def test_the_summary_of_parameters_that_are_a_string_keeps_the_string() -> None:
     memory = LoomMemory("agent", max_l1_size=1)
-    memory.add_task(Task(action="lookup", parameters="{'host': 'staging'}"))  # type: ignore[arg-type]
+    memory.add_task(
+        Task(
+            action="lookup",
+            parameters="{'host': 'staging'}",  # type: ignore[arg-type]
+            status=TaskStatus.FAILED,
+            error="no such host",
+            metadata={"importance": 0.1},
+        )
+    )
     memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "next"}))
     memory.promote_tasks()
     (summary,) = memory.get_l3_summaries()
     assert "staging" in summary.param_summary
+    assert summary.result_summary == "error: no such host"
