@@ -126,7 +126,49 @@ async def test_invalid_tool_arguments_are_answered_with_an_error() -> None:
     assert await agent.run("add") == "ok"
     answer = llm.calls[1].messages[-1]
     assert answer.is_error
-    assert "not a JSON object" in answer.content
+    assert "tool `add` was not run" in answer.content
+    assert "not a valid JSON string" in answer.content
+    assert "'{not json'" in answer.content
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"a": NaN}', "NaN is not JSON"),
+        ('{"a": -Infinity}', "-Infinity is not JSON"),
+        ("[1, 2]", "arguments that are a JSON list, not an object: '[1, 2]'"),
+        ('{"a":' * 100 + "1" + "}" * 100, "nest deeper than 64 levels (at `a.a.a"),
+        ("[" * 100_000 + "]" * 100_000, "nest deeper than 64 levels ('[[[["),
+        ('{"a": "\\ud800"}', "argument `a` of tool call `c1` holds the surrogate code point"),
+        # An adapter of its own may refuse arguments the parser accepts: no reason to give.
+        (
+            '{"a": 1}',
+            "its arguments '{\"a\": 1}' are not valid JSON arguments (not a JSON object, NaN or "
+            "Infinity, nested deeper than 64 levels, or invalid text)",
+        ),
+    ],
+)
+async def test_an_invalid_tool_call_is_answered_with_the_reason_it_was_refused(
+    raw: str, reason: str
+) -> None:
+    """Before, every refused call read "its arguments are not a JSON object", which sent the
+    model looking for the wrong mistake when it had sent NaN or nested too deep."""
+    bad = Completed(
+        message=Message.assistant(tool_calls=[ToolCall(id="c1", name="add", arguments={})]),
+        finish_reason="tool_calls",
+        invalid_tool_calls=(("c1", raw),),
+    )
+    llm = ScriptedLLM([bad, "ok"])
+    assert await Agent(llm=llm, tools=[add]).run("add") == "ok"
+    answer = llm.calls[1].messages[-1]
+    assert answer.is_error
+    assert answer.content.startswith("tool `add` was not run: ")
+    assert reason in answer.content
+    assert answer.content.endswith(
+        "Call it again with valid JSON arguments: one JSON object of valid text, without NaN or "
+        "Infinity, nested at most 64 levels"
+    )
+    assert "its arguments are not a JSON object" not in answer.content
 
 
 async def test_every_call_gets_instructions_and_retrieved_documents_seed_000() -> None:

@@ -75,6 +75,42 @@ def test_block_and_budget_validation() -> None:
     assert ContextBlock(source="s", section="context").id == "s"
 
 
+@pytest.mark.parametrize("section", ["memory", "User", "system", ""])
+def test_a_block_outside_the_layout_is_refused_where_it_is_made(section: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        ContextBlock(source="notes", section=section, content="x")  # type: ignore[arg-type]
+    message = str(err.value)
+    assert "source `notes`" in message
+    assert f"section {section!r}" in message
+    assert "`instructions`, `skills`, `tools`, `context`, `history`, `user`, `turn`" in message
+
+
+class OffLayout:
+    """A third-party source that files its text under a section the layout does not have."""
+
+    name = "notes"
+    priority = 0.5
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        return [ContextBlock(source=self.name, section="memory", content="The port is 8443.")]  # type: ignore[arg-type]
+
+
+async def test_a_source_offering_an_unknown_section_is_reported_failed_not_kept() -> None:
+    """Before, the block was counted and reported as kept, but no section rendered it."""
+    window = await ContextOrchestrator(
+        token_counter=TiktokenCounter(), sources=[OffLayout(), UserInputSource()]
+    ).build(query="Which port?")
+    (notes,) = (s for s in window.report.sources if s.name == "notes")
+    assert notes.status == "error"
+    assert notes.blocks_kept == 0
+    assert "section 'memory'" in (notes.error or "")
+    assert "use one of `instructions`" in (notes.error or "")
+    assert all(b.source != "notes" for b in window.report.blocks)
+    assert window.report.summary()["failed_sources"] == ["notes"]
+
+
 def test_source_with_priority_out_of_range_is_rejected() -> None:
     bad = Returns([], name="bad")
     bad.priority = 2.0

@@ -175,3 +175,55 @@ async def test_a_bad_stored_task_does_not_take_the_recent_history_down(tmp_path:
     assert messages[0].content == "Which port does staging use?"
     assert messages[-1].content == "port 8443"
     json.dumps(to_openai(messages), allow_nan=False)
+
+
+@pytest.mark.parametrize("value", BAD_PARAMETERS.values(), ids=BAD_PARAMETERS.keys())
+def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, value: Any) -> None:
+    """The issue's scenario: L1 holds one task; the next pushes a task with malformed
+    parameters (and result) out, into L3. Before, `_summarize` called `parameters.items()`
+    and `json.dumps` on the raw values: `promote_tasks` raised (`AttributeError`,
+    `RecursionError`, the store refusing a surrogate) and raised again on every later call,
+    as the task stayed pending. Now its summary is valid text, stored and restored."""
+    path = tmp_path / "memory.db"
+    bad = Task(
+        action="lookup",
+        parameters=value,
+        status=TaskStatus.COMPLETED,
+        result=value,
+        metadata={"importance": 0.1, "tags": ["dns\udc80"]},  # not important: summarized
+    )
+    with SQLiteStore(path) as store:
+        memory = LoomMemory("agent", store=store, max_l1_size=1)
+        memory.add_task(bad)
+        memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "and staging?"}))
+        memory.promote_tasks()
+        memory.promote_tasks()  # nothing is left pending to fail again
+        (summary,) = memory.get_l3_summaries()
+        memory.close()
+    assert summary.task_id == bad.task_id
+    assert summary.action == "lookup"
+    assert summary.tags == ("dns\ufffd",)
+    _valid(summary.text)
+    with SQLiteStore(path) as store:
+        reopened = LoomMemory("agent", store=store, max_l1_size=1)
+        assert reopened.get_l3_summaries() == [summary]
+        reopened.promote_tasks()
+        reopened.close()
+
+
+def test_the_summary_of_parameters_that_are_a_string_keeps_the_string() -> None:
+    memory = LoomMemory("agent", max_l1_size=1)
+    memory.add_task(
+        Task(
+            action="lookup",
+            parameters="{'host': 'staging'}",  # type: ignore[arg-type]
+            status=TaskStatus.FAILED,
+            error="no such host",
+            metadata={"importance": 0.1},
+        )
+    )
+    memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "next"}))
+    memory.promote_tasks()
+    (summary,) = memory.get_l3_summaries()
+    assert "staging" in summary.param_summary
+    assert summary.result_summary == "error: no such host"

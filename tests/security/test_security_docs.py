@@ -18,6 +18,15 @@ def test_the_page_has_an_isolation_section_with_examples() -> None:
     assert len(BLOCKS) >= 3
 
 
+def test_the_page_says_what_becomes_of_untrusted_text_with_examples() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    assert "\n## Untrusted text\n" in text
+    section = text.split("\n## Untrusted text\n", 1)[1].split("\n## ", 1)[0]
+    assert "\n### What Loom guarantees\n" in section
+    assert "\n### What Loom leaves to the application\n" in section
+    assert section.count("```python\n") >= 3
+
+
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_every_example_runs(code: str) -> None:
     exec(compile(code, str(PAGE), "exec"), {"__name__": "docs_security"})

@@ -72,12 +72,18 @@ from loomctx.context.sources import (
     UserInputSource,
 )
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
-from loomctx.messages import Message, ToolCall
+from loomctx.messages import (
+    MAX_ARGUMENT_DEPTH,
+    Message,
+    ToolCall,
+    check_text,
+    parse_arguments,
+)
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["Agent", "TurnSource"]
@@ -187,6 +193,14 @@ class Agent:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{setting}` must be an int >= 1, got {value!r}")
+        # Checked here, not when the first window is built: by then the run has recorded
+        # the user's turn, and the error would name a `system` message, not the argument.
+        for setting, text in (
+            ("system_instructions", system_instructions),
+            ("stage", stage),
+            ("task_context", task_context),
+        ):
+            _check_text(text, f"the `{setting}` of agent `{name}`")
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions
@@ -259,8 +273,12 @@ class Agent:
 
         `parent`, the `ToolContext` a tool received, makes this a sub-agent run for that tool
         call (see `loomctx.agent.subagent`): its events then also go into the parent's stream.
-        Raises `ConfigError` before the run starts if `parent` is not a call of an agent run,
-        if the run would be deeper than `max_depth`, or if the parent has this agent's memory.
+        Raises `ConfigError` before the run starts (nothing recorded, no event) if `prompt`
+        is blank: a run answers a user turn, and a window without one would end on the
+        previous reply, which a model reads as text of its own to continue. Likewise if
+        `prompt` is not a string of valid Unicode (`MessageFormatError` for a surrogate), if
+        `parent` is not a call of an agent run, if the run would be deeper than `max_depth`,
+        or if the parent has this agent's memory.
         """
         lineage = (
             None
@@ -327,6 +345,15 @@ class Agent:
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
         """The run itself (`stream` adds the forwarding to a parent)."""
+        # Before anything is recorded: a refused prompt must leave memory as it was.
+        _check_text(prompt, f"the `prompt` of agent `{self.name}`")
+        if not prompt.strip():
+            # No user turn: the window would end on the previous reply, which a model reads
+            # as its own text to continue (an Anthropic prefill), not as a request.
+            raise ConfigError(
+                f"the `prompt` of agent `{self.name}` is blank ({prompt!r}); a run answers a "
+                "user turn, so pass the user's request, or skip the run when there is none"
+            )
         ids = {"run_id": run.id, "agent": self.name}
         retrieved = RetrievedContextSource()
         turn_source = TurnSource()
@@ -542,8 +569,7 @@ class Agent:
             ToolResult(
                 call_id=c.id,
                 name=c.name,
-                content=f"tool `{c.name}` was not run: its arguments are not a JSON object "
-                f"({invalid[c.id][:200]!r}); call it again with valid JSON arguments",
+                content=_not_run(c, invalid[c.id]),
                 is_error=True,
                 elapsed_ms=0.0,
             )
@@ -602,6 +628,34 @@ class Agent:
             if memory is not None:
                 memory.add_tasks(tasks)
                 memory.promote_tasks()
+
+
+def _check_text(value: object, what: str) -> None:
+    """Refuse `value`, the text argument `what`, unless it is a string of valid Unicode
+    (`ConfigError`; `MessageFormatError` for a surrogate, with its position)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, got {type(value).__name__} {value!r:.60}")
+    check_text(value, what)
+
+
+def _not_run(call: ToolCall, raw: str) -> str:
+    """What the model reads for `call`, whose arguments `raw` were refused: the reason, in
+    the words of `parse_arguments` (the providers' assembly refuses arguments with it, but
+    keeps only their text), and how to call again."""
+    try:
+        parse_arguments(raw, call_id=call.id)
+    except MessageFormatError as exc:
+        why = str(exc)
+    else:  # refused by a model adapter of its own, which did not say why
+        why = (
+            f"its arguments {raw[:200]!r} are not valid JSON arguments (not a JSON object, NaN "
+            f"or Infinity, nested deeper than {MAX_ARGUMENT_DEPTH} levels, or invalid text)"
+        )
+    return (
+        f"tool `{call.name}` was not run: {why}. Call it again with valid JSON arguments: "
+        f"one JSON object of valid text, without NaN or Infinity, nested at most "
+        f"{MAX_ARGUMENT_DEPTH} levels"
+    )
 
 
 async def _close(chunks: AsyncIterator[LLMChunk]) -> None:

@@ -53,6 +53,8 @@ Phase = Literal["early", "middle", "late"]
 class ContextBlock:
     """One unit of context a source offers: text, or whole messages, with its value and size.
 
+    - `section`: where it goes in the layout, one of `SECTIONS` (anything else raises
+      `ConfigError`: no part of the layout would render it).
     - `content`: the text (for `instructions`, `skills`, `context` blocks).
     - `messages`: for `history`, `user` and `turn` blocks, the messages of one atomic unit
       (a plain message, or an assistant message with tool calls plus all their results).
@@ -79,6 +81,14 @@ class ContextBlock:
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        if self.section not in SECTIONS:
+            # The layout renders only these sections: a block outside them would be counted
+            # and reported as kept, yet never reach the window.
+            valid = ", ".join(f"`{s}`" for s in SECTIONS)
+            raise ConfigError(
+                f"source `{self.source}` made a block with section {self.section!r}, which the "
+                f"layout does not have; use one of {valid}"
+            )
         if not 0.0 <= self.priority <= 1.0:
             raise ConfigError(
                 f"block priority must be within 0..1, got {self.priority!r} from source "

@@ -51,13 +51,17 @@ from loomctx.errors import ConfigError, ConflictError, check_unit
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
+    ASSISTANT_MESSAGE,
+    USER_MESSAGE,
     MemoryTier,
     Task,
     TaskSummary,
     importance_of,
+    task_arguments,
     task_text,
 )
 from loomctx.memory.timeref import time_spans
+from loomctx.messages import valid_text
 from loomctx.stores.base import (
     Expect,
     Get,
@@ -573,26 +577,42 @@ class LoomMemory:
         return records
 
     def _summarize(self, task: Task, importance: float) -> TaskSummary:
-        """Extractive: the action, the key parameters and the result, bounded in tokens."""
+        """Extractive: the action, the key parameters and the result, bounded in tokens.
+
+        Total, like `task_text`: whatever the task holds (parameters that are a string, nest
+        100k levels deep or hold surrogates; a result JSON cannot carry), the summary is
+        valid text. It must be: a summary that raises, or that the store refuses, leaves its
+        task pending, and every later promotion fails on it again.
+        """
+        message = task.action in (USER_MESSAGE, ASSISTANT_MESSAGE)
         params = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False, default=str)}"
-            for k, v in task.parameters.items()
+            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in task_arguments(task).items()
         )
-        result = task_text(task) if task.action in ("user_message", "assistant_message") else (
-            f"error: {task.error}" if task.error else str(task.result or "")
-        )  # fmt: skip
+        data = task.to_dict()  # result and metadata made valid JSON data, whatever they hold
+        if message:
+            result = task_text(task)
+        elif task.error:
+            result = f"error: {task.error}"
+        elif data["result"] is None:
+            result = ""
+        elif isinstance(data["result"], str):
+            result = data["result"]
+        else:
+            result = json.dumps(data["result"], ensure_ascii=False)
         half = max(8, self.summary_tokens // 2)
-        tags = task.metadata.get("tags") or ()
+        tags = data["metadata"].get("tags") if isinstance(data["metadata"], dict) else None
         return TaskSummary(
             task_id=task.task_id,
-            action=task.action,
+            action=valid_text(task.action),
             param_summary=""
-            if task.action in ("user_message", "assistant_message")
-            else self._summarizer.summarize_now([params], max_tokens=half, counter=self.counter),
+            if message
+            else self._summarizer.summarize_now(
+                [valid_text(params)], max_tokens=half, counter=self.counter
+            ),
             result_summary=self._summarizer.summarize_now(
-                [result], max_tokens=half, counter=self.counter
+                [valid_text(result)], max_tokens=half, counter=self.counter
             ).removeprefix("- "),
-            tags=tuple(str(t) for t in tags) if isinstance(tags, list | tuple) else (),
+            tags=tuple(map(str, tags)) if isinstance(tags, list) else (),
             importance=importance,
             created_at=task.created_at,
         )

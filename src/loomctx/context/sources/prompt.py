@@ -58,8 +58,16 @@ class UserInputSource:
     """The current user turn, taken from the build's `query`: one pinned `user` block.
 
     Its `token_count` is what the user message is billed inside a conversation (framing, role
-    and text, without the reply priming, which the window pays once). A blank query offers no
-    block.
+    and text, without the reply priming, which the window pays once).
+
+    A blank query offers no block. That is right mid-run, where the in-flight exchange (the
+    model's tool calls and their results) ends the window, and for a window built only to be
+    inspected. Otherwise the window then ends on whatever history ends on, often the last
+    reply, and must not be sent to a model as is: Anthropic reads a final assistant message
+    as a prefill, text of the model's own to continue, not as a request to answer. So
+    `Agent.run` and `Agent.stream` refuse a blank prompt; code that sends windows it builds
+    itself should pass the user's request as `query`, or check that the last message of
+    `window.messages` is not an `assistant` one.
     """
 
     __slots__ = ("name", "priority")
