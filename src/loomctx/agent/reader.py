@@ -113,15 +113,23 @@ def _read(
         )
     if limit < 1:
         raise ToolError(f"`limit` must be at least 1 character, got {limit}")
-    part = counter.truncate(text[offset : offset + limit], max_tokens)
+
+    def head(end: int) -> str:
+        return f"[{handle}: characters {offset:,} to {end:,} of {size:,}]\n"
+
+    def tail(end: int) -> str:
+        return (
+            f"\n[... {size - end:,} more characters; go on with "
+            f'{name}(handle="{handle}", offset={end})]'
+        )
+
+    # The frame at its widest (the offset in `tail` at most one token per digit): the text
+    # gets the rest of `max_tokens`.
+    frame = counter.count(head(size)) + counter.count(tail(0)) + len(str(size))
+    chunk = text[offset : offset + limit]
+    part = counter.truncate(chunk, max(1, max_tokens - frame)) or chunk[:1]  # always move on
     end = offset + len(part)
-    head = f"[{handle}: characters {offset:,} to {end:,} of {size:,}]\n"
-    if end >= size:
-        return head + part
-    return (
-        f"{head}{part}\n[... {size - end:,} more characters; go on with "
-        f'{name}(handle="{handle}", offset={end})]'
-    )
+    return head(end) + part + (tail(end) if end < size else "")
 
 
 def _search(text: str, handle: str, term: str, counter: TokenCounter, max_tokens: int) -> str:
@@ -131,34 +139,35 @@ def _search(text: str, handle: str, term: str, counter: TokenCounter, max_tokens
             "`search` is empty; give a word or phrase to look for, or leave `search` out "
             "to read at `offset`"
         )
-    found: list[str] = []
-    matches = lines = start = used = 0
-    for line in text.split("\n"):
-        lines += 1
+    entries: list[str] = []
+    start = 0
+    lines = text.split("\n")
+    for line in lines:
         at = line.lower().find(needle)
         if at >= 0:
-            matches += 1
             shown, where = line, start
             if len(line) > 2 * _AROUND + len(needle):  # a long line: the part around the match
                 lo = max(0, at - _AROUND)
                 shown, where = f"...{line[lo : at + len(needle) + _AROUND]}...", start + lo
-            entry = f"{where}: {shown}"
-            cost = counter.count(entry) + 1
-            if used + cost <= max_tokens:
-                found.append(entry)
-                used += cost
+            entries.append(f"{where}: {shown}")
         start += len(line) + 1
-    return _matches(handle, term, found, matches, lines)
-
-
-def _matches(handle: str, term: str, found: list[str], matches: int, lines: int) -> str:
-    if not matches:
-        return f"[{handle}: none of its {lines:,} lines contains {term!r}]"
-    head = f"[{handle}: {matches:,} of its {lines:,} lines contain {term!r}; offset: line]"
-    rest = matches - len(found)
-    tail = (
-        f"\n[... {rest:,} more; search for something more specific, or read at an offset]"
-        if rest
-        else ""
+    shown_term = term if len(term) <= 80 else term[:77] + "..."
+    if not entries:
+        return f"[{handle}: none of its {len(lines):,} lines contains {shown_term!r}]"
+    head = (
+        f"[{handle}: {len(entries):,} of its {len(lines):,} lines contain {shown_term!r}; "
+        "offset: line]"
     )
-    return head + "\n" + "\n".join(found) + tail
+
+    def more(rest: int) -> str:
+        return f"\n[... {rest:,} more; search for something more specific, or read at an offset]"
+
+    room = max_tokens - counter.count(head) - counter.count(more(len(entries)))
+    found: list[str] = []
+    for entry in entries:
+        room -= counter.count(entry) + 1
+        if room < 0:
+            break
+        found.append(entry)
+    rest = len(entries) - len(found)
+    return "\n".join([head, *found]) + (more(rest) if rest else "")
