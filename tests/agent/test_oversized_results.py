@@ -17,6 +17,7 @@ from loomctx import (
     Message,
     TiktokenCounter,
     ToolCall,
+    tasks_from_messages,
     tool,
 )
 from loomctx.agent.events import ContextAssembled, ToolResultEvent
@@ -162,6 +163,34 @@ async def test_a_stored_80_kb_result_does_not_push_older_turns_out_of_later_wind
     await again.run("And now?")
     assert "Which warehouse was late most often?" in [m.content for m in fresh.calls[0].messages]
     assert last_tool(fresh.calls[0].messages).content == stored.content
+
+
+async def test_a_result_stored_whole_elsewhere_is_an_excerpt_in_history_and_the_report() -> None:
+    # Recorded by a run with a larger window, or imported: L1 holds it whole.
+    memory = LoomMemory("agent")
+    history = [
+        Message.user("Which warehouse was late most often?"),
+        Message.assistant("Warehouse 4."),
+        Message.user("Fetch the orders log."),
+        Message.assistant(tool_calls=call("fetch_logs", service="orders")),
+        Message.tool(BIG, tool_call_id="c1", name="fetch_logs"),
+        Message.assistant("Fetched 1,500 lines."),
+    ]
+    memory.add_tasks(tasks_from_messages(history))
+    llm = ScriptedLLM(["1,500 requests."])
+    agent = Agent(llm=llm, tools=[fetch_logs], memory=memory)
+    events = [e async for e in agent.stream("How many requests were there?")]
+    window = llm.calls[0].messages
+    assert [m.content for m in window[:3]] == [
+        "Which warehouse was late most often?",
+        "Warehouse 4.",
+        "Fetch the orders log.",
+    ]
+    handle = MARKER.search(last_tool(window).content).group(1)  # type: ignore[union-attr]
+    (built,) = [e for e in events if isinstance(e, ContextAssembled)]
+    (block,) = [b for b in built.report["blocks"] if b["status"] == "truncated"]
+    assert block["source"] == "L1_recent"
+    assert f"`{handle}` shown as an excerpt" in block["reason"]
 
 
 async def test_read_result_searches_and_answers_unknown_handles_with_an_error() -> None:
