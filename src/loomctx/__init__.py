@@ -14,6 +14,7 @@ from loomctx.agent.llm import (
     complete,
 )
 from loomctx.agent.providers import AnthropicLLM, OpenAIChatLLM, llm_from_env
+from loomctx.agent.reader import result_reader
 from loomctx.agent.retriever import (
     BaseContextRetriever,
     ContextRetriever,
@@ -250,6 +251,7 @@ __all__ = [
     "from_openai",
     "llm_from_env",
     "load_skills",
+    "result_reader",
     "run_tool_calls",
     "split_units",
     "tasks_from_messages",

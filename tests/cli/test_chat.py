@@ -168,7 +168,12 @@ def test_tools_from_a_file_with_a_real_provider_over_the_wire(
     assert "loom> Staging listens on port 8443." in out
     assert "turn" in out
     sent = server.requests[0].body
-    assert [t["function"]["name"] for t in sent["tools"]] == ["lookup_port", "explode"]
+    # The agent's reader of results shown only in part comes with any tools, last.
+    assert [t["function"]["name"] for t in sent["tools"]] == [
+        "lookup_port",
+        "explode",
+        "read_result",
+    ]
     assert server.remaining == 0
 
 

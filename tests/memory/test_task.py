@@ -15,6 +15,7 @@ from loomctx.memory.task import (
     TaskStatus,
     TaskSummary,
     importance_of,
+    task_body,
     task_line,
     task_messages,
     task_text,
@@ -107,6 +108,21 @@ def test_tasks_render_as_messages_and_text() -> None:
     assert task_messages(failed)[1].is_error
     assert task_text(failed).endswith("-> error: no such table")
     assert task_messages(failed)[0].tool_calls[0].id == f"task_{failed.task_id}"
+
+
+def test_a_task_s_body_is_what_its_last_message_shows_and_can_be_replaced() -> None:
+    user = Task(action=USER_MESSAGE, parameters={"content": "a long paste"})
+    tool = Task(action="sql", status=TaskStatus.COMPLETED, result={"rows": 2})
+    failed = Task(action="sql", status=TaskStatus.FAILED, error="no such table")
+    assert task_body(user) == "a long paste"
+    assert task_body(tool) == '{"rows": 2}'
+    assert task_body(failed) == "no such table"  # the error itself: what a handle reads
+    for task in (user, tool, failed):
+        assert task_messages(task, body=None) == task_messages(task)
+        shown = task_messages(task, body="[cut]")[-1]
+        assert shown.content == ("error: [cut]" if task is failed else "[cut]")
+        assert shown.role == task_messages(task)[-1].role
+    assert task_messages(user, body="bad \udce9")[0].content == "bad \ufffd"
 
 
 def test_messages_to_tasks_and_back() -> None:

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from loomctx.agent.events import (
     AgentEvent,
@@ -55,12 +55,22 @@ from loomctx.agent.events import (
     TurnCompleted,
 )
 from loomctx.agent.llm import LLM, Completed, LLMChunk, LLMOptions, Usage
+from loomctx.agent.reader import READ_RESULT, result_reader
 from loomctx.agent.retriever import ContextRetriever, RetrievedContextSource
 from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
 from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loomctx.context.assembler import ComponentPriority, ContextAssembler
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
+from loomctx.context.budget import BudgetManager
 from loomctx.context.compactor import CachePolicy
+from loomctx.context.excerpt import (
+    DEFAULT_EXCERPT_SHARE,
+    MIN_EXCERPT_TOKENS,
+    Excerpt,
+    fit_unit,
+    handle_for,
+    note_excerpts,
+)
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
 from loomctx.context.sources import (
     InheritedSource,
@@ -71,6 +81,7 @@ from loomctx.context.sources import (
     ToolSource,
     UserInputSource,
 )
+from loomctx.context.sources._common import billed
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
@@ -89,6 +100,7 @@ from loomctx.tokens import TiktokenCounter, TokenCounter
 __all__ = ["Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
+_Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 
 DEFAULT_MAX_DYNAMIC = 0.25
 """The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
@@ -99,30 +111,98 @@ provider's cache reads at a tenth of the price) the rest."""
 class TurnSource:
     """The exchange of the current run after the user's turn: each assistant message with its
     tool calls and their results, one unit per turn. The newest unit is pinned (the model must
-    see the results of the calls it just made); older ones are kept by value."""
+    see the results of the calls it just made); older ones are kept by value.
 
-    def __init__(self, *, name: str = "turn", priority: float = 1.0) -> None:
+    A turn's tool results take at most `max_result_tokens` together (default:
+    `DEFAULT_EXCERPT_SHARE` of the input budget): beyond it, the longest of those that have a
+    handle (`add`) are shown as a head and a tail around a marker naming the handle (see
+    `loomctx.context.excerpt`), and the unit's block says so in ``metadata["excerpts"]``. So
+    the pinned unit fits however large one result is; the whole result is what the handle
+    reads (the agent records it in memory, and `read_tool` names the tool that reads it).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "turn",
+        priority: float = 1.0,
+        max_result_tokens: int | None = None,
+        read_tool: str | None = None,
+    ) -> None:
         self.name = name
         self.priority = priority
+        self.max_result_tokens = max_result_tokens
+        self.read_tool = read_tool
         self.units: list[tuple[Message, ...]] = []
+        self._handles: dict[int, Mapping[str, str]] = {}
+        # Each unit as last shown, by index: (the unit, the allowance, what was shown).
+        self._shown: dict[int, tuple[tuple[Message, ...], int, _Shown]] = {}
+
+    def add(self, unit: Sequence[Message], *, handles: Mapping[str, str] | None = None) -> None:
+        """Append a turn's unit; `handles` maps a tool call's id to the handle under which
+        its whole result is stored (results without one are never cut)."""
+        self.units.append(tuple(unit))
+        self._handles[len(self.units) - 1] = dict(handles or {})
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:
         """One block per unit, newest first."""
+        limit = self.max_result_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
+        cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         last = len(self.units) - 1
-        return [
-            ContextBlock(
-                source=self.name,
-                section="turn",
-                messages=unit,
-                token_count=ctx.counter.count_messages(unit) - 3,
-                priority=1.0 if i == last else 0.95,
-                pinned=i == last,
-                sequence=i,
+        blocks: list[ContextBlock] = []
+        for i, unit in reversed(list(enumerate(self.units))):
+            messages, excerpts = self._unit(i, unit, cap, ctx.counter)
+            blocks.append(
+                ContextBlock(
+                    source=self.name,
+                    section="turn",
+                    messages=messages,
+                    token_count=billed(ctx.counter, messages),
+                    priority=1.0 if i == last else 0.95,
+                    pinned=i == last,
+                    sequence=i,
+                    metadata={"excerpts": tuple(e.to_dict() for e in excerpts)} if excerpts else {},
+                )
             )
-            for i, unit in reversed(list(enumerate(self.units)))
-        ]
+        return blocks
+
+    def _unit(
+        self, index: int, unit: tuple[Message, ...], cap: int, counter: TokenCounter
+    ) -> _Shown:
+        """The unit within `cap` tokens, its long results cut (the same cut on every build)."""
+        seen = self._shown.get(index)
+        if seen is not None and seen[0] is unit and seen[1] == cap:
+            return seen[2]
+        handles = self._handles.get(index, {})
+        cuttable = {
+            m.tool_call_id: h
+            for m in unit
+            if m.role == "tool" and (h := handles.get(m.tool_call_id or "")) is not None
+        }
+
+        def frame(texts: Mapping[str, str]) -> tuple[Message, ...]:
+            return tuple(
+                replace(m, content=texts[cuttable[m.tool_call_id]])
+                if m.role == "tool" and m.tool_call_id in cuttable
+                else m
+                for m in unit
+            )
+
+        texts = {cuttable[m.tool_call_id]: m.content for m in unit if m.tool_call_id in cuttable}
+        shown = fit_unit(texts, frame, cap, counter=counter, read_tool=self.read_tool)
+        self._shown[index] = (unit, cap, shown)
+        return shown
+
+
+class _Orchestrator(ContextOrchestrator):
+    """The agent's orchestrator: its reports also say which results are shown as excerpts."""
+
+    async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+        """`ContextOrchestrator.build`, with `note_excerpts` applied to the report."""
+        window = await super().build(query, ctx=ctx)
+        return replace(window, report=note_excerpts(window.report, window.blocks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +244,14 @@ class Agent:
     of the window the dynamic tail may take (default: `CachePolicy(max_dynamic=0.25)`); the
     agent remembers where its history starts across runs, so each call repeats the previous
     one's prompt up to the dynamic tail, and a provider's prompt cache reads it.
+
+    One large result cannot crowd out the window: a turn's tool results take at most
+    `max_result_tokens` together (default: a quarter of the input budget, `window - output
+    reserve`), and so does each task of history. Beyond it the longest are shown as a head
+    and a tail around a marker naming a handle (``r-<task id>``); the whole text is the Task
+    recorded in memory, and an agent with tools also has `read_result`, which reads a slice
+    of it by handle (an offset, or the lines that contain a term) from this agent's memory
+    only. The report of each window marks such blocks ``truncated`` and says why.
     """
 
     def __init__(
@@ -189,6 +277,7 @@ class Agent:
         shared_pool: LoomMemory | None = None,
         max_depth: int = 5,
         cache_policy: CachePolicy | None = None,
+        max_result_tokens: int | None = None,
     ) -> None:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -201,6 +290,15 @@ class Agent:
             ("task_context", task_context),
         ):
             _check_text(text, f"the `{setting}` of agent `{name}`")
+        if max_result_tokens is not None and (
+            isinstance(max_result_tokens, bool)
+            or not isinstance(max_result_tokens, int)
+            or max_result_tokens < MIN_EXCERPT_TOKENS
+        ):
+            raise ConfigError(
+                f"`max_result_tokens` must be an int >= {MIN_EXCERPT_TOKENS}, or None for "
+                f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget; got {max_result_tokens!r}"
+            )
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions
@@ -208,6 +306,7 @@ class Agent:
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"two tools share a name in {names!r}; tool names must be unique")
+        _check_reader_name(names)
         self.context_retriever = context_retriever
         self.counter = token_counter or TiktokenCounter()
         self.memory = memory or LoomMemory(name, counter=self.counter)
@@ -233,6 +332,8 @@ class Agent:
         self.knowledge_bases = list(knowledge_bases)
         self.source_timeout = source_timeout
         self.cache_policy = cache_policy or CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)
+        self.max_result_tokens = max_result_tokens
+        self._reader: tuple[tuple[LoomMemory, int], Tool] | None = None
         # History marks and the previous window, across runs: history stays append-only.
         self._layout = LayoutState()
 
@@ -292,6 +393,35 @@ class Agent:
                     emit(event)
                 yield event
 
+    def _result_limit(self) -> int:
+        """The most tokens one turn's tool results (or one item of history) take in the
+        window before the longest are shown as excerpts."""
+        if self.max_result_tokens is not None:
+            return self.max_result_tokens
+        available, _ = BudgetManager.available(
+            self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
+        )
+        return max(MIN_EXCERPT_TOKENS, int(available * DEFAULT_EXCERPT_SHARE))
+
+    def _tools(self) -> list[Tool]:
+        """The agent's tools, and the reader of excerpted results after them (none without
+        tools: an agent that calls none gets no results to excerpt)."""
+        if not self.tools:
+            return []
+        _check_reader_name([t.name for t in self.tools])
+        limit = self._result_limit()
+        if self._reader is None or self._reader[0] != (self.memory, limit):
+            # An answer takes half a turn's room for results: reading never needs cutting.
+            reader = result_reader(self.memory, counter=self.counter, max_tokens=limit // 2)
+            self._reader = ((self.memory, limit), reader)
+        return [*self.tools, self._reader[1]]
+
+    def _turn_source(self) -> TurnSource:
+        return TurnSource(
+            max_result_tokens=self._result_limit(),
+            read_tool=READ_RESULT if self.tools else None,
+        )
+
     def _static_context(self, run: _Run) -> str:
         budget = max(256, int(self.model_context_window * (1 - self.output_reserve_ratio) / 3))
         assembler = ContextAssembler(
@@ -316,13 +446,19 @@ class Agent:
         self, static: str, retrieved: RetrievedContextSource, turn: TurnSource, run: _Run
     ) -> ContextOrchestrator:
         sources: list[ContextSource] = [PromptSource(static)]
-        if self.tools:
-            sources.append(ToolSource([t.schema() for t in self.tools]))
+        tools = self._tools()
+        if tools:
+            # The reader always goes in when there are tools: excerpt markers name it.
+            sources.append(ToolSource([t.schema() for t in tools], always=[READ_RESULT]))
         if self.context_retriever is not None:
             sources.append(retrieved)
         if run.lineage is None:
             sources += [
-                L1RecentSource(self.memory),
+                L1RecentSource(
+                    self.memory,
+                    max_item_tokens=self._result_limit(),
+                    read_tool=READ_RESULT if tools else None,
+                ),
                 L2ImportantSource(self.memory),
                 UnifiedRetrievalSource(self.memory, self.knowledge_bases),
             ]
@@ -333,7 +469,7 @@ class Agent:
         if self.shared_pool is not None:
             sources.append(SharedPoolSource(self.shared_pool))
         sources += [*self.extra_sources, turn, UserInputSource()]
-        return ContextOrchestrator(
+        return _Orchestrator(
             token_counter=self.counter,
             sources=sources,
             model_context_window=self.model_context_window,
@@ -356,7 +492,7 @@ class Agent:
             )
         ids = {"run_id": run.id, "agent": self.name}
         retrieved = RetrievedContextSource()
-        turn_source = TurnSource()
+        turn_source = self._turn_source()
         usage: Usage | None = None
         last_text = ""
         turn = 0
@@ -475,7 +611,10 @@ class Agent:
                         turn=turn,
                         parent_run_id=run.parent_run_id,
                     )
-                turn_source.units.append((reply, *(r.to_message() for r in results)))
+                turn_source.add(
+                    (reply, *(r.to_message() for r in results)),
+                    handles={c.id: handle_for(pending[c.id].task_id) for c in reply.tool_calls},
+                )
                 self._record_tools(reply, results, run, pending)
                 revealed = "\n".join(r.content for r in results)
                 yield event(
@@ -559,7 +698,7 @@ class Agent:
         ran = iter(
             await run_tool_calls(
                 runnable,
-                self.tools,
+                self._tools(),
                 metadata=ids,
                 executions={c.id: replace(execution, current_task=pending[c.id]) for c in runnable},
                 emit=emit,
@@ -656,6 +795,14 @@ def _not_run(call: ToolCall, raw: str) -> str:
         f"one JSON object of valid text, without NaN or Infinity, nested at most "
         f"{MAX_ARGUMENT_DEPTH} levels"
     )
+
+
+def _check_reader_name(names: Sequence[str]) -> None:
+    if READ_RESULT in names:
+        raise ConfigError(
+            f"a tool is named `{READ_RESULT}`, the name of the agent's own tool that reads "
+            "tool results shown only in part; give your tool another name"
+        )
 
 
 async def _close(chunks: AsyncIterator[LLMChunk]) -> None:

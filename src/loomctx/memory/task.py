@@ -47,6 +47,7 @@ __all__ = [
     "TaskSummary",
     "importance_of",
     "task_arguments",
+    "task_body",
     "task_line",
     "task_messages",
     "task_text",
@@ -349,21 +350,37 @@ def task_line(task: Task) -> str:
     return task_text(task)
 
 
-def task_messages(task: Task) -> tuple[Message, ...]:
+def task_body(task: Task) -> str:
+    """What a task said or returned, as stored: a message's content, a tool call's result
+    (JSON text for a value that is not a string) or, for a failed call, its error. It is
+    the text of the task's last message in `task_messages` (a failed call's behind
+    ``error: ``), and what a handle of an excerpt of it reads. Never raises."""
+    if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
+        return _content(task, "content")
+    if task.status is TaskStatus.FAILED:
+        return _text_of(task.error or "failed")
+    return _result_text(task)
+
+
+def task_messages(task: Task, *, body: str | None = None) -> tuple[Message, ...]:
     """The messages a task stands for: one user or assistant message, or a tool unit (an
     assistant message with the call and the tool result). Never raises (see the module
-    docstring): a source that renders many tasks cannot be taken down by one."""
+    docstring): a source that renders many tasks cannot be taken down by one.
+
+    `body`, if given, is shown in place of the task's `task_body` (an excerpt of it, say)."""
+    text = task_body(task) if body is None else valid_text(body)
     if task.action == USER_MESSAGE:
-        return (Message.user(_content(task, "content")),)
+        return (Message.user(text),)
     if task.action == ASSISTANT_MESSAGE:
-        return (Message.assistant(_content(task, "content")),)
+        return (Message.assistant(text),)
     call_id = _text_of(task.metadata.get("tool_call_id") or "") or _text_of(f"task_{task.task_id}")
     name = valid_text(task.action)
     call = ToolCall(id=call_id, name=name, arguments=task_arguments(task))
     failed = task.status is TaskStatus.FAILED
+    result = f"error: {text}" if failed else text
     return (
         Message.assistant(tool_calls=[call]),
-        Message.tool(_result_text(task), tool_call_id=call_id, name=name, is_error=failed),
+        Message.tool(result, tool_call_id=call_id, name=name, is_error=failed),
     )
 
 

@@ -15,13 +15,24 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Final, TypeAlias
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.excerpt import (
+    DEFAULT_EXCERPT_SHARE,
+    MIN_EXCERPT_TOKENS,
+    Excerpt,
+    fit_unit,
+    handle_for,
+)
 from loomctx.context.sources._common import billed
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, importance_of, task_line, task_messages
+from loomctx.memory.task import Task, importance_of, task_body, task_line, task_messages
+from loomctx.messages import Message
+from loomctx.tokens import TokenCounter
 
 __all__ = [
     "InheritedSource",
@@ -32,6 +43,9 @@ __all__ = [
 ]
 
 _AGE_DECAY = 0.97
+_SHOWN_CACHE: Final = 64  # excerpts kept per source; cutting one counts its text a few times
+
+_Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 
 
 class _MemorySource:
@@ -83,12 +97,45 @@ class L1RecentSource(_MemorySource):
     Each block's id names its task (``L1_recent:<task id>``), so the compactor's history mark
     stays on the same task while L1 moves on; ``metadata["capacity"]`` is L1's size, so a
     compaction leaves room for L1 to grow before the mark's task leaves it.
+
+    One large task cannot push the others out: a task whose messages take more than
+    `max_item_tokens` (default: `DEFAULT_EXCERPT_SHARE` of the input budget, the ceiling) is
+    shown with its text (a tool's result, or a message) cut to a head and a tail around a
+    marker naming the handle its whole text is read by (``r-<task id>``; see
+    `loomctx.context.excerpt`); `read_tool` names the tool that reads it, if the model has
+    one. The block says so in ``metadata["excerpts"]``. The excerpt is the same on every
+    build, so history that holds it stays a cacheable prefix.
+
+    History stays contiguous: the first task that does not fit what is left of the ceiling
+    ends it. A task too large even with its text cut (its call's arguments alone, say) is
+    offered all the same, as the oldest block and beyond the ceiling, with the reason in
+    ``metadata["oversized"]``, so that the report shows it, and its size, dropped: older
+    turns never vanish without a trace.
     """
 
     def __init__(
-        self, memory: LoomMemory, *, name: str = "L1_recent", priority: float = 0.85
+        self,
+        memory: LoomMemory,
+        *,
+        name: str = "L1_recent",
+        priority: float = 0.85,
+        max_item_tokens: int | None = None,
+        read_tool: str | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
+        if max_item_tokens is not None and (
+            isinstance(max_item_tokens, bool)
+            or not isinstance(max_item_tokens, int)
+            or max_item_tokens < MIN_EXCERPT_TOKENS
+        ):
+            raise ConfigError(
+                f"source `{name}`: `max_item_tokens` must be an int >= {MIN_EXCERPT_TOKENS} "
+                f"(or None: a share of the budget), got {max_item_tokens!r}"
+            )
+        self.max_item_tokens = max_item_tokens
+        self.read_tool = read_tool
+        # Excerpts already cut, by task, version and allowance: a build repeats them.
+        self._shown: OrderedDict[tuple[str, str, int, str], _Shown] = OrderedDict()
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -102,12 +149,30 @@ class L1RecentSource(_MemorySource):
             for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
             if run_id is None or t.metadata.get("run_id") != run_id
         ]
+        limit = self.max_item_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
+        cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
         room = budget.ceiling
         for age, (seq, task) in enumerate(reversed(list(enumerate(tasks)))):
-            messages = task_messages(task)
+            messages, excerpts = self._unit(task, cap, ctx.counter)
             tokens = billed(ctx.counter, messages)
-            if tokens > room:
+            meta: dict[str, object] = {
+                "task_id": task.task_id,
+                "age": age,
+                "capacity": self.memory.max_l1_size,
+            }
+            if excerpts:
+                meta["excerpts"] = tuple(e.to_dict() for e in excerpts)
+            oversized = tokens > room and tokens > cap
+            if oversized:
+                # Larger than one item may be even when cut (its call's arguments alone,
+                # say): it ends the history here (history stays contiguous), and it is
+                # offered all the same so that the report shows it, and its size, dropped.
+                meta["oversized"] = (
+                    f"needs {tokens} tokens even with its text cut, more than the "
+                    f"{room} left of the source's ceiling; older tasks are not offered"
+                )
+            elif tokens > room:
                 break
             room -= tokens
             blocks.append(
@@ -119,14 +184,33 @@ class L1RecentSource(_MemorySource):
                     priority=max(0.01, _AGE_DECAY**age),
                     sequence=seq,
                     id=f"{self.name}:{task.task_id}",
-                    metadata={
-                        "task_id": task.task_id,
-                        "age": age,
-                        "capacity": self.memory.max_l1_size,
-                    },
+                    metadata=meta,
                 )
             )
+            if oversized:
+                break
         return blocks
+
+    def _unit(self, task: Task, cap: int, counter: TokenCounter) -> _Shown:
+        """The task's messages within `cap` tokens, and what of them is an excerpt."""
+        messages = task_messages(task)
+        if billed(counter, messages) <= cap:
+            return messages, ()
+        key = (task.task_id, task.updated_at.isoformat(), cap, counter.name)
+        shown = self._shown.get(key)
+        if shown is None:
+            handle = handle_for(task.task_id)
+            shown = fit_unit(
+                {handle: task_body(task)},
+                lambda texts: task_messages(task, body=texts[handle]),
+                cap,
+                counter=counter,
+                read_tool=self.read_tool,
+            )
+            self._shown[key] = shown
+            if len(self._shown) > _SHOWN_CACHE:
+                self._shown.popitem(last=False)
+        return shown
 
 
 class L2ImportantSource(_MemorySource):
