@@ -67,6 +67,7 @@ from loomctx.context.excerpt import (
     DEFAULT_EXCERPT_SHARE,
     MIN_EXCERPT_TOKENS,
     Excerpt,
+    check_limit,
     fit_unit,
     handle_for,
     note_excerpts,
@@ -290,15 +291,7 @@ class Agent:
             ("task_context", task_context),
         ):
             _check_text(text, f"the `{setting}` of agent `{name}`")
-        if max_result_tokens is not None and (
-            isinstance(max_result_tokens, bool)
-            or not isinstance(max_result_tokens, int)
-            or max_result_tokens < MIN_EXCERPT_TOKENS
-        ):
-            raise ConfigError(
-                f"`max_result_tokens` must be an int >= {MIN_EXCERPT_TOKENS}, or None for "
-                f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget; got {max_result_tokens!r}"
-            )
+        check_limit(max_result_tokens, "`max_result_tokens`")
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions

@@ -34,6 +34,7 @@ from typing import Any, Final
 from loomctx.context.block import ContextBlock
 from loomctx.context.packing import truncate_text
 from loomctx.context.report import BlockReport, ContextReport
+from loomctx.errors import ConfigError
 from loomctx.messages import Message
 from loomctx.tokens import TOKENS_REPLY_PRIMING, TokenCounter
 
@@ -42,6 +43,7 @@ __all__ = [
     "HANDLE_PREFIX",
     "MIN_EXCERPT_TOKENS",
     "Excerpt",
+    "check_limit",
     "excerpt",
     "fit_unit",
     "handle_for",
@@ -61,6 +63,19 @@ HANDLE_PREFIX: Final = "r-"
 # Characters that continue the grapheme before them: a tail must not start with one.
 _ZWJ: Final = "\u200d"
 _CONTINUATIONS: Final = ((0xFE00, 0xFE0F), (0x1F3FB, 0x1F3FF), (0xE0020, 0xE007F))
+
+
+def check_limit(value: object, what: str) -> int | None:
+    """`value` if it is None (a share of the budget) or an int >= `MIN_EXCERPT_TOKENS`; else
+    a `ConfigError` naming `what`."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value < MIN_EXCERPT_TOKENS
+    ):
+        raise ConfigError(
+            f"{what} must be an int >= {MIN_EXCERPT_TOKENS}, or None for "
+            f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget; got {value!r}"
+        )
+    return value
 
 
 def handle_for(task_id: str) -> str:

@@ -24,6 +24,7 @@ from loomctx.context.excerpt import (
     DEFAULT_EXCERPT_SHARE,
     MIN_EXCERPT_TOKENS,
     Excerpt,
+    check_limit,
     fit_unit,
     handle_for,
 )
@@ -123,16 +124,7 @@ class L1RecentSource(_MemorySource):
         read_tool: str | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
-        if max_item_tokens is not None and (
-            isinstance(max_item_tokens, bool)
-            or not isinstance(max_item_tokens, int)
-            or max_item_tokens < MIN_EXCERPT_TOKENS
-        ):
-            raise ConfigError(
-                f"source `{name}`: `max_item_tokens` must be an int >= {MIN_EXCERPT_TOKENS} "
-                f"(or None: a share of the budget), got {max_item_tokens!r}"
-            )
-        self.max_item_tokens = max_item_tokens
+        self.max_item_tokens = check_limit(max_item_tokens, f"source `{name}`: `max_item_tokens`")
         self.read_tool = read_tool
         # Excerpts already cut, by task, version and allowance: a build repeats them.
         self._shown: OrderedDict[tuple[str, str, int, str], _Shown] = OrderedDict()
