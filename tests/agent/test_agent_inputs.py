@@ -160,3 +160,28 @@ async def test_a_build_without_a_user_turn_ends_on_the_in_flight_exchange() -> N
     ).build(query="")  # fmt: skip
     assert [m.role for m in window.messages] == ["system", "user", "assistant", "tool"]
     assert window.messages[-1] == Message.tool("8443", tool_call_id="c1")
+
+
+def test_a_unified_retrieval_source_in_sources_is_refused_with_the_way_to_pass_its_bases() -> None:
+    """The README once passed `UnifiedRetrievalSource(knowledge_bases=[...])` in `sources=`;
+    the agent adds that source itself, and the error must point at `knowledge_bases=`."""
+    from loomctx import (
+        Agent,
+        ConfigError,
+        HistorySource,
+        KnowledgeBase,
+        SQLiteStore,
+        UnifiedRetrievalSource,
+    )
+    from loomctx.testing import ScriptedLLM
+
+    handbook = KnowledgeBase("handbook", SQLiteStore(":memory:"))
+    with pytest.raises(ConfigError, match=r"knowledge_bases=\[\.\.\.\]"):
+        Agent(
+            ScriptedLLM([]), "Rules.", sources=[UnifiedRetrievalSource(knowledge_bases=[handbook])]
+        )
+    with pytest.raises(ConfigError, match="`L1_recent`"):
+        Agent(ScriptedLLM([]), "Rules.", sources=[HistorySource([], name="L1_recent")])
+    # Under another name, it searches as well.
+    search = UnifiedRetrievalSource(knowledge_bases=[handbook], name="docs_search")
+    Agent(ScriptedLLM([]), "Rules.", sources=[search])

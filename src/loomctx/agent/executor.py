@@ -322,6 +322,21 @@ class Agent:
         self.task_context = task_context
         self.llm_options = llm_options
         self.extra_sources = list(sources)
+        own = {"system_prompt", "tools", "retrieved", "L1_recent", "L2_important", "turn",
+               "user_input", "unified_retrieval", "inherited", "shared_pool"}  # fmt: skip
+        for source in self.extra_sources:
+            if isinstance(source, UnifiedRetrievalSource) and source.name == "unified_retrieval":
+                raise ConfigError(
+                    "the agent already searches its memory and knowledge bases with a "
+                    "`UnifiedRetrievalSource` of its own; pass the knowledge bases as "
+                    "`Agent(..., knowledge_bases=[...])` instead of this source, or give it "
+                    "another `name=` to search as well"
+                )
+            if getattr(source, "name", None) in own:
+                raise ConfigError(
+                    f"source `{source.name}` in `sources` has the name of a source the agent "
+                    "adds itself; give it another `name=`"
+                )
         self.knowledge_bases = list(knowledge_bases)
         self.source_timeout = source_timeout
         self.cache_policy = cache_policy or CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)
