@@ -150,8 +150,10 @@ async def test_a_child_agent_runs_as_a_tool_of_its_parent(memory: MemoryFactory)
     assert window[-1] == Message.user("Find Berlin's population\n\nContext:\nUse 2023")
     assert "Our reports always quote the census office." in texts(window)
     assert Message.user("Our reports always quote the census office.") not in window
-    assert "delegated the task below to you" in window[0].content
-    assert "How many people live in Berlin?" in window[0].content
+    assert "delegated the task in the user turn to you" in window[0].content
+    # The parent's request is the user's text: fenced reference data, not system text.
+    assert "How many people live in Berlin?" not in window[0].content
+    assert '<context source="delegation">\nHow many people live in Berlin?' in texts(window)
     split_units([m for m in window if m.role != "system"])
     child_llm.assert_complete()
     parent_llm.assert_complete()

@@ -103,6 +103,9 @@ __all__ = ["Agent", "TurnSource"]
 E = TypeVar("E", bound=AgentEvent)
 _Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 
+DELEGATION = "delegation"
+"""The source that gives a sub-agent its parent's request, as fenced reference data."""
+
 DEFAULT_MAX_DYNAMIC = 0.25
 """The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which the
@@ -323,7 +326,8 @@ class Agent:
         self.llm_options = llm_options
         self.extra_sources = list(sources)
         own = {"system_prompt", "tools", "retrieved", "L1_recent", "L2_important", "turn",
-               "user_input", "unified_retrieval", "inherited", "shared_pool"}  # fmt: skip
+               "user_input", "unified_retrieval", "inherited", "shared_pool",
+               DELEGATION}  # fmt: skip
         for source in self.extra_sources:
             if isinstance(source, UnifiedRetrievalSource) and source.name == "unified_retrieval":
                 raise ConfigError(
@@ -442,9 +446,10 @@ class Agent:
         if run.lineage is not None:
             assembler.add_component(
                 "delegation",
-                f"You are a sub-agent: agent `{run.asker}` delegated the task below to you "
-                f"while working on this request of its own:\n{run.lineage.request}\n"
-                f"Your final reply is returned to `{run.asker}` as the result.",
+                f"You are a sub-agent: agent `{run.asker}` delegated the task in the user turn "
+                "to you while working on a request of its own (quoted in the reference "
+                f"context, source `{DELEGATION}`). Your final reply is returned to "
+                f"`{run.asker}` as the result.",
                 ComponentPriority.HIGH,
             )
         assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
@@ -471,7 +476,10 @@ class Agent:
                 UnifiedRetrievalSource(self.memory, self.knowledge_bases),
             ]
         else:  # a sub-agent's window starts clean, with its parent's context to read
-            sources.append(InheritedSource(run.lineage.memory))
+            # The parent's request is the user's text: reference data, never system text.
+            delegation = RetrievedContextSource(name=DELEGATION, priority=1.0)
+            delegation.text = run.lineage.request
+            sources += [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
                 sources.append(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases))
         if self.shared_pool is not None:
