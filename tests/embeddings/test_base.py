@@ -215,6 +215,76 @@ def test_the_cache_is_consistent_under_threads() -> None:
     assert emb.cache_info().size <= 8
 
 
+class Gated(Recording):
+    """Blocks inside the model until `release` is set, so that callers overlap for sure."""
+
+    def __init__(self, **kwargs: int) -> None:
+        super().__init__(**kwargs)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = False
+        self.calls = 0
+
+    def _embed_batch(self, texts: list[str], kind: EmbedKind) -> NDArray[np.floating]:
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(5)
+        if self.fail:
+            raise RuntimeError("model down")
+        return super()._embed_batch(texts, kind)
+
+
+def _in_thread(fn: object) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())  # type: ignore[operator]
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def test_a_query_being_embedded_is_awaited_not_embedded_again() -> None:
+    emb = Gated()
+    first, got_first = _in_thread(lambda: emb.embed(["new question"], kind="query"))
+    assert emb.entered.wait(5)
+    second, got_second = _in_thread(lambda: emb.embed(["new question"], kind="query"))
+    # Without single flight the second caller enters the model too; give it the chance.
+    deadline = time.monotonic() + 0.5
+    while emb.calls < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert emb.calls == 1
+    assert second.is_alive()  # waiting for the first caller's row
+    emb.release.set()
+    first.join(5)
+    second.join(5)
+    np.testing.assert_array_equal(got_first[0], got_second[0])  # type: ignore[arg-type]
+    assert len(emb.batches) == 1
+    info = emb.cache_info()
+    assert (info.hits, info.misses) == (1, 1)
+
+
+def test_a_failed_query_fails_its_waiters_and_is_not_cached() -> None:
+    emb = Gated()
+    emb.fail = True
+    first, got_first = _in_thread(lambda: emb.embed(["q"], kind="query"))
+    assert emb.entered.wait(5)
+    second, got_second = _in_thread(lambda: emb.embed(["q"], kind="query"))
+    time.sleep(0.05)  # the second caller finds "q" in flight and waits for it
+    emb.release.set()
+    first.join(5)
+    second.join(5)
+    assert isinstance(got_first[0], RuntimeError)
+    assert isinstance(got_second[0], RuntimeError)
+    emb.fail = False
+    assert emb.embed(["q"], kind="query").shape == (1, 3)  # tried again, not a cached failure
+    assert emb.cache_info().size == 1
+
+
 # --- Lazy ---------------------------------------------------------------------------------------
 
 

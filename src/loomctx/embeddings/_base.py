@@ -12,6 +12,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, Protocol, TypeVar, get_args, runtime_checkable
 
@@ -159,6 +160,8 @@ class BaseEmbedder(ABC):
         self._cache: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()
+        # Queries being embedded now, by text: a second caller waits for the first's row.
+        self._inflight: dict[str, Future[NDArray[np.float32]]] = {}
         self._hits = 0
         self._misses = 0
 
@@ -202,28 +205,49 @@ class BaseEmbedder(ABC):
         return out
 
     def _embed_cached(self, texts: list[str]) -> NDArray[np.float32]:
-        rows: list[NDArray[np.float32] | None] = []
+        """Cached rows, rows other threads are computing right now (awaited, not recomputed:
+        memory and knowledge-base search ask for the same new query at once), and the rest
+        embedded here in one batch."""
+        found: dict[str, NDArray[np.float32]] = {}
+        waiting: dict[str, Future[NDArray[np.float32]]] = {}
+        mine: dict[str, Future[NDArray[np.float32]]] = {}
         with self._cache_lock:
-            for t in texts:
+            for t in dict.fromkeys(texts):
                 row = self._cache.get(t)
                 if row is not None:
                     self._cache.move_to_end(t)
-                rows.append(row)
-        missing = list(dict.fromkeys(t for t, r in zip(texts, rows, strict=True) if r is None))
-        fresh = self._embed_all(missing, "query")
-        new = {t: fresh[i].copy() for i, t in enumerate(missing)}
-        with self._cache_lock:
-            self._hits += len(texts) - sum(r is None for r in rows)
-            self._misses += len(missing)
-            for t, row in new.items():
-                row.flags.writeable = False
-                self._cache[t] = row
-                self._cache.move_to_end(t)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+                    found[t] = row
+                elif t in self._inflight:
+                    waiting[t] = self._inflight[t]
+                else:
+                    mine[t] = self._inflight[t] = Future()
+            self._hits += sum(t in found or t in waiting for t in texts)
+            self._misses += len(mine)
+        if mine:
+            try:
+                fresh = self._embed_all(list(mine), "query")
+            except BaseException as exc:
+                with self._cache_lock:
+                    for t, future in mine.items():
+                        del self._inflight[t]
+                        future.set_exception(exc)
+                raise
+            with self._cache_lock:
+                for i, (t, future) in enumerate(mine.items()):
+                    row = fresh[i].copy()
+                    row.flags.writeable = False
+                    self._cache[t] = row
+                    self._cache.move_to_end(t)
+                    del self._inflight[t]
+                    future.set_result(row)
+                    found[t] = row
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        for t, future in waiting.items():
+            found[t] = future.result()
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for i, (t, r) in enumerate(zip(texts, rows, strict=True)):
-            out[i] = new[t] if r is None else r
+        for i, t in enumerate(texts):
+            out[i] = found[t]
         return out
 
     def cache_info(self) -> CacheInfo:
