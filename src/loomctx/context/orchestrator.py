@@ -201,7 +201,7 @@ class ContextOrchestrator:
         self.state = state if state is not None else LayoutState()
         self.collector = ContextCollector(timeout=source_timeout)
         self.sources: list[ContextSource] = []
-        self._message_costs: dict[int, tuple[tuple[Message, ...], int]] = {}
+        self._message_costs: OrderedDict[int, tuple[tuple[Message, ...], int]] = OrderedDict()
         for source in sources:
             self.add_source(source)
 
@@ -301,10 +301,13 @@ class ContextOrchestrator:
         key = id(block.messages)
         hit = self._message_costs.get(key)
         if hit is not None and hit[0] is block.messages:
+            self._message_costs.move_to_end(key)
             return hit[1]
         cost = block_cost(block, self.token_counter)
+        # An OrderedDict: evicting a plain dict's first key again and again slows down (its
+        # iteration skips the deleted slots), and a long-lived process evicts on every build.
         if len(self._message_costs) >= _MESSAGE_COST_CACHE:
-            del self._message_costs[next(iter(self._message_costs))]
+            self._message_costs.popitem(last=False)
         self._message_costs[key] = (block.messages, cost)
         return cost
 

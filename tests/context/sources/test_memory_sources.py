@@ -124,3 +124,33 @@ def test_sources_need_a_memory() -> None:
         L2ImportantSource(LoomMemory("a"), priority=3)
     with pytest.raises(ConfigError, match="`limit`"):
         L4SemanticSource(LoomMemory("a"), limit=0)
+
+
+async def test_l1_hands_over_the_same_messages_build_after_build() -> None:
+    # The orchestrator remembers costs by message tuple: new tuples every build would make
+    # it count the whole history again and fill its cache with dead entries.
+    memory = memory_with(12)
+    source = L1RecentSource(memory)
+    first = await source.collect("q", WIDE, ctx=CTX)
+    again = await source.collect("q", WIDE, ctx=CTX)
+    assert [b.id for b in first] == [b.id for b in again]
+    assert all(a.messages is b.messages for a, b in zip(first, again, strict=True))
+    assert [b.token_count for b in first] == [b.token_count for b in again]
+    memory.add_task(Task(task_id="new", action="note", parameters={}, result="late news"))
+    newer = await source.collect("q", WIDE, ctx=CTX)
+    assert newer[0].id.endswith(":new")
+    kept = {b.id: b.messages for b in again}
+    assert all(b.messages is kept[b.id] for b in newer[1:] if b.id in kept)
+
+
+async def test_the_cost_cache_stays_bounded_and_hits_for_memory_history() -> None:
+    memory = memory_with(12)
+    orch = ContextOrchestrator(
+        sources=[L1RecentSource(memory), UserInputSource()], model_context_window=8000
+    )
+    await orch.build("q")
+    size = len(orch._message_costs)
+    for _ in range(5):
+        await orch.build("q")
+    # The history's tuples are the same; only each build's new user turn is a new entry.
+    assert len(orch._message_costs) == size + 5

@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 _AGE_DECAY = 0.97
+_WHOLE_CACHE: Final = 4096  # tasks' messages kept per source (L1 holds 50 per memory)
 _SHOWN_CACHE: Final = 64  # excerpts kept per source; cutting one counts its text a few times
 
 _Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
@@ -126,7 +127,13 @@ class L1RecentSource(_MemorySource):
         super().__init__(memory, name=name, priority=priority)
         self.max_item_tokens = check_limit(max_item_tokens, f"source `{name}`: `max_item_tokens`")
         self.read_tool = read_tool
-        # Excerpts already cut, by task, version and allowance: a build repeats them.
+        # Each task's messages and their cost, by task object (tasks are frozen; the memory
+        # hands over the same objects build after build, holding one keeps its id unique): a
+        # build repeats them, and the same tuple lets the orchestrator's cost cache hit too.
+        self._whole: OrderedDict[tuple[int, str], tuple[Task, tuple[Message, ...], int]] = (
+            OrderedDict()
+        )
+        # Excerpts already cut, by task, version and allowance.
         self._shown: OrderedDict[tuple[str, str, int, str], _Shown] = OrderedDict()
 
     async def collect(
@@ -146,8 +153,7 @@ class L1RecentSource(_MemorySource):
         blocks: list[ContextBlock] = []
         room = budget.ceiling
         for age, (seq, task) in enumerate(reversed(list(enumerate(tasks)))):
-            messages, excerpts = self._unit(task, cap, ctx.counter)
-            tokens = billed(ctx.counter, messages)
+            messages, excerpts, tokens = self._unit(task, cap, ctx.counter)
             meta: dict[str, object] = {
                 "task_id": task.task_id,
                 "age": age,
@@ -183,11 +189,22 @@ class L1RecentSource(_MemorySource):
                 break
         return blocks
 
-    def _unit(self, task: Task, cap: int, counter: TokenCounter) -> _Shown:
-        """The task's messages within `cap` tokens, and what of them is an excerpt."""
-        messages = task_messages(task)
-        if billed(counter, messages) <= cap:
-            return messages, ()
+    def _unit(
+        self, task: Task, cap: int, counter: TokenCounter
+    ) -> tuple[tuple[Message, ...], tuple[Excerpt, ...], int]:
+        """The task's messages within `cap` tokens, what of them is an excerpt, and their
+        cost."""
+        whole_key = (id(task), counter.name)
+        whole = self._whole.get(whole_key)
+        if whole is None or whole[0] is not task:
+            messages = task_messages(task)
+            whole = self._whole[whole_key] = (task, messages, billed(counter, messages))
+            if len(self._whole) > _WHOLE_CACHE:
+                self._whole.popitem(last=False)
+        else:
+            self._whole.move_to_end(whole_key)
+        if whole[2] <= cap:
+            return whole[1], (), whole[2]
         key = (task.task_id, task.updated_at.isoformat(), cap, counter.name)
         shown = self._shown.get(key)
         if shown is None:
@@ -202,7 +219,7 @@ class L1RecentSource(_MemorySource):
             self._shown[key] = shown
             if len(self._shown) > _SHOWN_CACHE:
                 self._shown.popitem(last=False)
-        return shown
+        return shown[0], shown[1], billed(counter, shown[0])
 
 
 class L2ImportantSource(_MemorySource):
