@@ -64,6 +64,43 @@ def test_what_leaves_l1_and_l2_is_summarized_into_l3() -> None:
     assert "stored fact 2" in summary.result_summary
 
 
+def test_among_equally_important_tasks_the_newer_take_l2() -> None:
+    # Most user turns score the same: L2 must follow the conversation, not freeze on its
+    # first important tasks.
+    memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2)
+    for n in range(8):
+        memory.add_task(task(n, 0.9))
+        memory.promote_tasks()
+    assert [t.task_id for t in memory.get_l2_tasks()] == ["t7", "t6"]
+    memory.add_task(task(8, 0.95))
+    memory.add_task(task(9, 0.7))  # less important than both: stays out
+    memory.promote_tasks()
+    assert [t.task_id for t in memory.get_l2_tasks()] == ["t8", "t7"]
+
+
+def test_a_bulk_import_fills_l2_and_summarizes_only_the_rest() -> None:
+    # One add_tasks call with no promotion in between: what leaves L1 on the way is
+    # considered for L2 as promotion would have considered it.
+    memory = LoomMemory("agent", max_l1_size=4, max_l2_size=3)
+    memory.add_tasks([task(n, 0.9 if n % 5 == 0 else 0.2) for n in range(40)])
+    memory.promote_tasks()
+    assert [t.task_id for t in memory.get_l1_tasks(limit=10)] == ["t36", "t37", "t38", "t39"]
+    assert [t.task_id for t in memory.get_l2_tasks()] == ["t35", "t30", "t25"]
+    summarized = {s.task_id for s in memory.get_l3_summaries()}
+    assert not summarized & {"t35", "t30", "t25"}
+
+
+def test_search_decodes_a_task_once_per_version() -> None:
+    memory = LoomMemory("agent", max_l1_size=2)
+    for n in range(6):
+        memory.add_task(task(n, 0.1))
+    first = memory.search_tasks("marker1", limit=1)[0]
+    assert memory.search_tasks("marker1", limit=1)[0] is first  # not decoded again
+    memory.add_task(task(1, 0.1, text="marker1 now says something else"))
+    again = memory.search_tasks("marker1", limit=1)[0]
+    assert again.parameters["text"] == "marker1 now says something else"
+
+
 def test_l3_overflow_stays_searchable_in_l4() -> None:
     memory = LoomMemory("agent", max_l1_size=1, max_l2_size=1, max_l3_size=2)
     for n in range(6):
@@ -209,10 +246,21 @@ class Tiers(RuleBasedStateMachine):
             assert m.search_tasks(f"marker{last[1:]}", limit=1)[0].task_id == last
 
     def _retired(self, task_id: str) -> bool:
-        """Summarized once and since retired from L3 into the archive."""
+        """Summarized once and since retired from L3 into the archive; or archived as it is
+        because at least L3's size of newer tasks also left the tiers before a promotion."""
         hits = self.memory.store.search(self.memory.namespace, f"marker{task_id[1:]}",
                                         kind="summary")  # fmt: skip
-        return any(h.record.data["task_id"] == task_id and not h.record.data["l3"] for h in hits)
+        if any(h.record.data["task_id"] == task_id and not h.record.data["l3"] for h in hits):
+            return True
+        record = self.memory.store.get(self.memory.namespace, f"task:{task_id}")
+        if record is None or any(record.data[f] for f in ("l1", "l2", "pending")):
+            return False
+        m = self.memory
+        held = {t.task_id for t in m.get_l1_tasks(limit=100)} | {
+            t.task_id for t in m.get_l2_tasks()
+        }
+        newer = self.added[self.added.index(task_id) + 1 :]
+        return sum(t not in held for t in newer) >= m.max_l3_size
 
     def teardown(self) -> None:
         for task_id in self.added:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -93,6 +93,7 @@ def _utc_now() -> datetime:
 
 TASK: Final = "task"
 SUMMARY: Final = "summary"
+_DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
 _ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 
 
@@ -242,6 +243,9 @@ class LoomMemory:
         self._l3: deque[TaskSummary] = deque()
         self._order = 0
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
+        # Tasks decoded from search hits, by record version (see `_decode`).
+        self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
+        self._decoded_lock = threading.Lock()
         self._restore()
         self.background: BackgroundEmbedder | None = None
         if embedder is not None:
@@ -295,7 +299,9 @@ class LoomMemory:
     def promote_tasks(self) -> None:
         """Move important L1 tasks into L2, summarize what left L1/L2 into L3, and retire
         the oldest summaries beyond L3's size into the archive. One batched write; if it
-        fails, the tiers are as they were."""
+        fails, the tiers are as they were. (Of more tasks waiting than L3 holds, as after a
+        bulk import, only the newest are summarized: `add_tasks` sends the rest to the
+        archive as they are.)"""
         self._write(self._plan_promotion)
 
     # --- search -----------------------------------------------------------------------------
@@ -426,7 +432,24 @@ class LoomMemory:
         for (i, _), rec in zip(need, loaded, strict=True):
             if rec is not None:
                 out[i] = rec
-        return [Task.from_dict(r.data["task"]) for r in out]
+        return [self._decode(r) for r in out]
+
+    def _decode(self, record: Record) -> Task:
+        """The task of a task record, decoded once per version: the same hits come back
+        build after build, and decoding was a fifth of a memory build (issue 19). A record's
+        `seq` changes on every write, so it names the version."""
+        key = (record.namespace, record.key, record.seq)
+        with self._decoded_lock:
+            task = self._decoded.get(key)
+            if task is not None:
+                self._decoded.move_to_end(key)
+                return task
+        task = Task.from_dict(record.data["task"])
+        with self._decoded_lock:
+            self._decoded[key] = task
+            if len(self._decoded) > _DECODED_CACHE:
+                self._decoded.popitem(last=False)
+        return task
 
     # --- changing the tiers: worked out, written, kept only if stored ---------------------
 
@@ -515,10 +538,25 @@ class LoomMemory:
                 archived.append(task)
             else:
                 archived.append(task)
+        self._archive_surplus(dirty)
         records = [self._task_record(e) for e in dirty.values()]
         records += [self._archive_record(t) for t in archived]
         records += self._push_l3(summaries)
         return records
+
+    def _archive_surplus(self, dirty: dict[str, _Entry]) -> None:
+        """Send the tasks waiting to be summarized beyond what L3 holds, oldest first, to
+        the archive as they are: their summaries would leave L3 in the same promotion, and
+        their tasks are searchable in L4 anyway. Only a bulk import gets here (a
+        conversation promotes a task or two at a time); for 100k imported turns it is the
+        difference between 500 summaries and 100k, and every task is written once."""
+        pending = [e for e in self._entries.values() if e.pending]
+        if len(pending) <= self.max_l3_size:
+            return
+        pending.sort(key=lambda e: e.order)
+        for e in pending[: len(pending) - self.max_l3_size]:
+            dirty[e.task.task_id] = replace(e, pending=False)
+            del self._entries[e.task.task_id]
 
     def _plan_promotion(self) -> list[Record]:
         dirty: dict[str, _Entry] = {}
@@ -541,6 +579,11 @@ class LoomMemory:
         self._l1.append(task_id)
         while len(self._l1) > self.max_l1_size:
             old = self._entries[self._l1.popleft()]
+            # What promotion would have done had it run since this task came in: without it,
+            # a bulk import left L2 empty and summarized every task.
+            if not old.l2 and old.importance > self.promote_threshold:
+                self._insert_l2(old.task.task_id, dirty)
+                old = self._entries[old.task.task_id]
             self._set(old.task.task_id, dirty, l1=False, pending=old.pending or not old.l2)
 
     def _insert_l2(self, task_id: str, dirty: dict[str, _Entry]) -> bool:
@@ -549,7 +592,9 @@ class LoomMemory:
         entry = self._entries[task_id]
         if len(self._l2) >= self.max_l2_size:
             weakest = self._entries[self._l2[-1]]
-            if entry.importance <= weakest.importance:
+            # Among equals the newer wins: otherwise L2 froze on its first tasks, since most
+            # tasks of a kind score the same.
+            if self._rank(entry) >= self._rank(weakest):
                 return False
             self._l2.pop()
             self._set(
