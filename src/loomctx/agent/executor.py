@@ -84,7 +84,7 @@ from loomctx.context.sources import (
 )
 from loomctx.context.sources._common import billed
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
-from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
 from loomctx.memory.core import LoomMemory
@@ -256,6 +256,21 @@ class Agent:
     recorded in memory, and an agent with tools also has `read_result`, which reads a slice
     of it by handle (an offset, or the lines that contain a term) from this agent's memory
     only. The report of each window marks such blocks ``truncated`` and says why.
+
+    **Budget.** `budget_manager` (default `BudgetManager()`) splits the input budget among
+    the window's sources. The static context (instructions, stage, task context: the stable
+    system message, assembled once per run) gets all it needs up to the manager's
+    `static_limit`, by default the whole input budget: a 10,000-token system prompt works in
+    the default 16,000-token window, and `BudgetExceededError` (raised here, naming the sizes,
+    the limit and the fixes) means it truly does not fit. The dynamic context (retrieved
+    documents, memory and knowledge) takes at most `cache_policy.max_dynamic` of the input
+    and at most the manager's `dynamic_limit`. Seed 001's split, 12,000 static and 4,000
+    dynamic tokens of 16,000: ``budget_manager=BudgetManager(static_tokens=12_000,
+    dynamic_tokens=4_000)`` in a window whose input budget is 16,000 tokens. An
+    `AdaptiveBudgetManager` shifts the split with the run's phase: each build's
+    `BuildContext.progress` is `progress()` (the task's own signal, 0..1) when given and not
+    None, else the share of `max_turns` used before the call; `BuildContext.turn_index`
+    counts this agent's model calls over all its runs (`turns_taken`).
     """
 
     def __init__(
@@ -282,6 +297,8 @@ class Agent:
         max_depth: int = 5,
         cache_policy: CachePolicy | None = None,
         max_result_tokens: int | None = None,
+        budget_manager: BudgetManager | None = None,
+        progress: Callable[[], float | None] | None = None,
     ) -> None:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -295,6 +312,18 @@ class Agent:
         ):
             _check_text(text, f"the `{setting}` of agent `{name}`")
         check_limit(max_result_tokens, "`max_result_tokens`")
+        if budget_manager is not None and not isinstance(budget_manager, BudgetManager):
+            raise ConfigError(
+                f"`budget_manager` must be a BudgetManager (or AdaptiveBudgetManager), got "
+                f"{type(budget_manager).__name__}"
+            )
+        if progress is not None and not callable(progress):
+            raise ConfigError(
+                f"`progress` must be a function returning the task's progress (0..1, or None "
+                f"to count turns), got {progress!r}"
+            )
+        self.budget_manager = budget_manager or BudgetManager()
+        self.progress = progress
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions
@@ -348,6 +377,11 @@ class Agent:
         self._reader: tuple[tuple[LoomMemory, int], Tool] | None = None
         # History marks and the previous window, across runs: history stays append-only.
         self._layout = LayoutState()
+        # Model calls made so far in this agent's conversation (`BuildContext.turn_index`).
+        self.turns_taken = 0
+        # Checked here, not when the first window is built (see above); its size also sets
+        # what the tool results may take.
+        self._static_tokens = self.counter.count(self._static_context(None))
 
     async def run(self, prompt: str, *, parent: ToolContext | None = None) -> str:
         """Run to the end and return the final reply (drains `stream`; `parent` as there)."""
@@ -410,10 +444,18 @@ class Agent:
         window before the longest are shown as excerpts."""
         if self.max_result_tokens is not None:
             return self.max_result_tokens
+        available = self._available()
+        # A large system prompt leaves less room: results take at most half of what it
+        # leaves, so the newest exchange (pinned) still fits beside it.
+        left = (available - self._static_tokens) // 2
+        return max(MIN_EXCERPT_TOKENS, min(int(available * DEFAULT_EXCERPT_SHARE), left))
+
+    def _available(self) -> int:
+        """The input budget: the window less the reply's reserve."""
         available, _ = BudgetManager.available(
             self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
         )
-        return max(MIN_EXCERPT_TOKENS, int(available * DEFAULT_EXCERPT_SHARE))
+        return available
 
     def _tools(self) -> list[Tool]:
         """The agent's tools, and the reader of excerpted results after them (none without
@@ -434,16 +476,21 @@ class Agent:
             read_tool=READ_RESULT if self.tools else None,
         )
 
-    def _static_context(self, run: _Run) -> str:
-        budget = max(256, int(self.model_context_window * (1 - self.output_reserve_ratio) / 3))
+    def _static_context(self, run: _Run | None) -> str:
+        """The instructions, stage and task context (and a sub-agent's note), assembled within
+        the budget manager's `static_limit`: all they need, up to the whole input budget by
+        default; `BudgetExceededError` (naming the sizes, the limit and the fixes) if the
+        must-keep parts do not fit it."""
+        available = self._available()
+        limit = self.budget_manager.static_limit(available)
         assembler = ContextAssembler(
-            max_tokens=budget, token_counter=self.counter, order="insertion"
+            max_tokens=max(1, limit), token_counter=self.counter, order="insertion"
         )
         assembler.add_component(
             "instructions", self.system_instructions, ComponentPriority.CRITICAL, truncatable=False
         )
         assembler.add_component("stage", self.stage, ComponentPriority.CRITICAL, truncatable=False)
-        if run.lineage is not None:
+        if run is not None and run.lineage is not None:
             assembler.add_component(
                 "delegation",
                 f"You are a sub-agent: agent `{run.asker}` delegated the task in the user turn "
@@ -453,7 +500,18 @@ class Agent:
                 ComponentPriority.HIGH,
             )
         assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
-        return assembler.assemble()
+        try:
+            return assembler.assemble()
+        except BudgetExceededError as exc:
+            raise BudgetExceededError(
+                offenders=exc.offenders,
+                budget=exc.budget,
+                hint=f"that is what the static context of agent `{self.name}` may take of its "
+                f"{available} input tokens (`model_context_window` {self.model_context_window} "
+                f"less the reply's reserve); shorten them, raise `model_context_window`, lower "
+                "`output_reserve_ratio`, or raise the static limit with "
+                "`budget_manager=BudgetManager(static_ratio=..., static_tokens=...)`",
+            ) from None
 
     def _orchestrator(
         self, static: str, retrieved: RetrievedContextSource, turn: TurnSource, run: _Run
@@ -492,6 +550,7 @@ class Agent:
             output_reserve_ratio=self.output_reserve_ratio,
             source_timeout=self.source_timeout,
             cache_policy=self.cache_policy,
+            budget_manager=self.budget_manager,
             state=self._layout if run.lineage is None else None,
         )
 
@@ -551,9 +610,11 @@ class Agent:
                 ctx = BuildContext(
                     agent_id=self.name,
                     session_id=self.memory.node_id,
-                    turn_index=turn - 1,
+                    turn_index=self.turns_taken,
+                    progress=self._progress(turn),
                     metadata=ids,
                 )
+                self.turns_taken += 1
                 window = await orchestrator.build(query=prompt, ctx=ctx)
                 yield ContextAssembled.from_report(
                     window.report,
@@ -664,6 +725,24 @@ class Agent:
                 stopped="error",
             )
             raise
+
+    def _progress(self, turn: int) -> float:
+        """How far the run has come before the model call of `turn`: the task's own signal
+        (`progress`) if it gives one, else the share of `max_turns` used."""
+        if self.progress is not None:
+            given = self.progress()
+            if given is not None:
+                if (
+                    isinstance(given, bool)
+                    or not isinstance(given, int | float)
+                    or not 0 <= given <= 1
+                ):
+                    raise ConfigError(
+                        f"the `progress` function of agent `{self.name}` returned {given!r}; "
+                        "return a number from 0 to 1, or None to count turns"
+                    )
+                return float(given)
+        return (turn - 1) / self.max_turns
 
     def _options(self, window: ContextWindow) -> LLMOptions:
         """The call's options: the agent's, with its session as the prompt-cache key and the
