@@ -7,10 +7,12 @@ One run (seeds 000, 001):
    for every run while they are unchanged; the user's request lives in the user turn only
    (seed 001 put it in the static context too, where it changed the prefix every run).
 2. Every turn, before the model call: the retriever is asked for the user's request *plus what
-   the last tool results revealed*, and the orchestrator builds the window from the static
-   context, the tools, the retrieved documents, memory (earlier runs), the exchange of this run
-   so far, and the user's turn. Retrieved context is its own block: the system prompt can never
-   overwrite it (the seed 000 bug).
+   the model last tried (its tool calls, arguments and all) and what their results revealed*,
+   and what earlier turns found while it is still relevant (`loomctx.agent.discovery`), and
+   the orchestrator builds the window from the static context, the tools, the retrieved
+   documents, memory (earlier runs), the exchange of this run so far, and the user's turn.
+   Retrieved context is its own block: the system prompt can never overwrite it (the seed
+   000 bug).
 3. The model streams; text deltas become events. Tool calls run (independent ones
    concurrently); a failing tool or an invalid call becomes an error result the model sees.
 4. Every user message, reply and tool call is recorded in memory as a Task, and promoted.
@@ -40,6 +42,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias, TypeVar
 
+from loomctx.agent.discovery import Discoveries
 from loomctx.agent.events import (
     AgentEvent,
     ContextAssembled,
@@ -590,10 +593,10 @@ class Agent:
             orchestrator = self._orchestrator(
                 self._static_context(run), retrieved, turn_source, run
             )
-            revealed = ""
+            found = Discoveries(prompt)
             for turn in range(1, self.max_turns + 1):
                 if self.context_retriever is not None:
-                    query = f"{prompt}\n{revealed}".strip()
+                    query = found.query()
                     docs = await self.context_retriever.retrieve_for_query(
                         query, self.retrieval_top_k
                     )
@@ -693,7 +696,7 @@ class Agent:
                     handles={c.id: handle_for(pending[c.id].task_id) for c in reply.tool_calls},
                 )
                 self._record_tools(reply, results, run, pending)
-                revealed = "\n".join(r.content for r in results)
+                found.add(turn=turn, calls=reply.tool_calls, results=results)
                 yield event(
                     TurnCompleted,
                     turn=turn,
