@@ -104,7 +104,7 @@ def test_the_static_limit_is_configurable() -> None:
     Agent(llm=ScriptedLLM([]), system_instructions=prompt, memory=memory())
     capped = BudgetManager(static_ratio=0.25)
     with pytest.raises(BudgetExceededError, match="budget of 3200 tokens") as caught:
-        Agent(llm=ScriptedLLM([]), system_instructions=prompt, budget_manager=capped)
+        Agent(llm=ScriptedLLM([]), system_instructions=prompt, budget_manager=capped, embedder=None)
     assert "static_ratio" in str(caught.value)
 
 
@@ -146,6 +146,7 @@ async def test_seed_001_split_12000_static_and_4000_dynamic_of_16000() -> None:
             system_instructions=instructions(12_100),
             model_context_window=20_000,
             budget_manager=split,
+            embedder=None,
         )
 
 
@@ -176,9 +177,9 @@ def test_limits_default_to_the_whole_budget_and_no_dynamic_cap() -> None:
 
 def test_agent_refuses_a_budget_manager_of_another_type() -> None:
     with pytest.raises(ConfigError, match="`budget_manager` must be a BudgetManager"):
-        Agent(llm=ScriptedLLM([]), budget_manager={"L1_recent": 0.5})  # type: ignore[arg-type]
+        Agent(llm=ScriptedLLM([]), budget_manager={"L1_recent": 0.5}, embedder=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="`progress` must be a function"):
-        Agent(llm=ScriptedLLM([]), progress=0.5)  # type: ignore[arg-type]
+        Agent(llm=ScriptedLLM([]), progress=0.5, embedder=None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from loomctx.agent.discovery import Discoveries
 from loomctx.agent.events import (
@@ -90,7 +90,7 @@ from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
-from loomctx.memory.core import LoomMemory
+from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault, LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
 from loomctx.messages import (
     MAX_ARGUMENT_DEPTH,
@@ -100,6 +100,9 @@ from loomctx.messages import (
     parse_arguments,
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
+
+if TYPE_CHECKING:
+    from loomctx.embeddings import Embedder
 
 __all__ = ["Agent", "TurnSource"]
 
@@ -241,9 +244,12 @@ class Agent:
     >>> answer = await agent.run("Weather in Paris?")
 
     `tools` are `Tool`s or plain typed functions (wrapped with `loomctx.tool`); `memory` (default:
-    a new in-memory `LoomMemory`) carries the conversation across runs; `context_retriever`
-    is asked before every call; memory's archive and `knowledge_bases` are searched together
-    for every window (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
+    a new in-memory `LoomMemory` with `embedder`) carries the conversation across runs;
+    `embedder` (default: the shipped offline embedder where installed, see `LoomMemory`; None:
+    lexical search only) makes the search of that memory hybrid, embedding in the background
+    so that a turn does not wait; `context_retriever` is asked before every call; memory's
+    archive and `knowledge_bases` are searched together for every window
+    (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
     `output_reserve_ratio` kept for the reply. `shared_pool` is a memory shared with other
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
@@ -302,6 +308,7 @@ class Agent:
         max_result_tokens: int | None = None,
         budget_manager: BudgetManager | None = None,
         progress: Callable[[], float | None] | None = None,
+        embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
     ) -> None:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -337,7 +344,12 @@ class Agent:
         _check_reader_name(names)
         self.context_retriever = context_retriever
         self.counter = token_counter or TiktokenCounter()
-        self.memory = memory or LoomMemory(name, counter=self.counter)
+        if memory is not None and embedder is not DEFAULT_EMBEDDER:
+            raise ConfigError(
+                f"agent `{name}` was given both `memory` and `embedder`; the embedder is for "
+                "the memory the agent makes itself: pass it to your `LoomMemory(embedder=...)`"
+            )
+        self.memory = memory or LoomMemory(name, counter=self.counter, embedder=embedder)
         if shared_pool is not None and not isinstance(shared_pool, LoomMemory):
             raise ConfigError(
                 f"`shared_pool` must be a LoomMemory, got {type(shared_pool).__name__}"

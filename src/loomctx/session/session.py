@@ -116,6 +116,9 @@ class Session:
             store=store,
             namespace=layout.memory(session_id),
             counter=counter,
+            # Lexical, as before the shipped embedder became LoomMemory's default: a
+            # controller may hold thousands of sessions, each would run an embedding thread.
+            embedder=None,
         )
         """Its tiered memory, in its own namespace of the store."""
         self.orchestrator: Final = ContextOrchestrator(
