@@ -267,3 +267,15 @@ async def test_the_task_s_own_progress_signal_sets_the_phase() -> None:
     bad = Agent(llm=ScriptedLLM(["x"]), progress=lambda: 2.0, memory=memory())
     with pytest.raises(ConfigError, match=r"returned 2\.0; return a number from 0 to 1"):
         await bad.run("go")
+
+
+def test_progress_and_phase_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="`progress` must be a number from 0 to 1"):
+        BuildContext(progress=1.5)
+    with pytest.raises(ConfigError, match="early_progress <= late_progress"):
+        AdaptiveBudgetManager(early_progress=0.8, late_progress=0.2)
+    manager = AdaptiveBudgetManager(early_turns=1, late_turn=3)
+    phases = [manager.phase(BuildContext(turn_index=i)) for i in range(4)]
+    assert phases == ["early", "middle", "middle", "late"]  # no progress: by model calls
+    assert manager.phase(BuildContext(turn_index=0, phase="late")) == "late"
+    assert BudgetManager(dynamic_ratio=0.5).dynamic_limit(1_001) == 500

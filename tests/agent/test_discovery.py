@@ -116,3 +116,20 @@ async def test_the_agent_asks_its_retriever_with_what_the_model_tried() -> None:
     assert "src/billing/settle_invoice.py" in second
     assert 'grep {"pattern": "refund_invoice"}' in third
     assert "src/billing/settle_invoice.py" in third  # turn 1's finding, still relevant
+
+
+def test_calls_without_results_blank_pieces_and_an_empty_run() -> None:
+    found = Discoveries("q")
+    assert found.relevance() == []
+    call = ToolCall(id="c1", name="ping", arguments={})
+    found.add(turn=1, calls=[call], results=[result("other", "ping", "x")])
+    assert found.query() == "q\nping {}"  # the call alone: its result is not among them
+    found.add(turn=2, calls=[], results=[result("c9", "ping", "   ")])
+    assert [p.text for p in found.evidence] == ["ping {}"]
+
+
+def test_a_piece_that_would_overflow_the_query_is_left_out_and_smaller_ones_kept() -> None:
+    found = Discoveries("ledger", max_chars=40)
+    call = ToolCall(id="c1", name="read", arguments={})
+    found.add(turn=1, calls=[call], results=[result("c1", "read", "ledger " + "x" * 60)])
+    assert found.query() == "ledger\nread {}"
