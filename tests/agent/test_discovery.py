@@ -3,9 +3,20 @@ tried and what it got back, and earlier findings while they stay relevant."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from loomctx import Agent, ConfigError, LoomMemory, ToolCall, ToolResult, tool
+from loomctx import (
+    Agent,
+    ConfigError,
+    KnowledgeBase,
+    LoomMemory,
+    SQLiteStore,
+    ToolCall,
+    ToolResult,
+    tool,
+)
 from loomctx.agent.discovery import Discoveries
 from loomctx.agent.retriever import BaseContextRetriever, Document
 from loomctx.testing import ScriptedLLM
@@ -133,3 +144,42 @@ def test_a_piece_that_would_overflow_the_query_is_left_out_and_smaller_ones_kept
     call = ToolCall(id="c1", name="read", arguments={})
     found.add(turn=1, calls=[call], results=[result("c1", "read", "ledger " + "x" * 60)])
     assert found.query() == "ledger\nread {}"
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Look an order up.
+
+    Args:
+        order_id: The order's id.
+    """
+    return f"order {order_id}: delivered 2025-06-02, customer asked to send the blender back"
+
+
+async def test_knowledge_bases_are_searched_again_with_what_the_run_found(
+    tmp_path: Path,
+) -> None:
+    # The request names neither returns nor blenders; the tool's result does. The knowledge
+    # base is searched with it on the next turn, so the returns policy is in that window.
+    store = SQLiteStore(tmp_path / "kb.db")
+    handbook = KnowledgeBase("handbook", store, embedder=None)
+    handbook.add_text(
+        "Returns: a blender or other appliance can be sent back within 30 days of delivery.",
+        document_id="returns",
+    )
+    handbook.add_text("Shipping: parcels leave the warehouse within two days.", document_id="ship")
+    llm = ScriptedLLM(
+        [[ToolCall(id="o1", name="lookup_order", arguments={"order_id": "A-17"})], "Yes."]
+    )
+    agent = Agent(
+        llm=llm,
+        tools=[lookup_order],
+        knowledge_bases=[handbook],
+        memory=LoomMemory("kb", embedder=None),
+    )
+    # More than four content terms: the rewriter (which adds recent words) stays out of it.
+    await agent.run("Can support still handle order A-17 that Anna placed last week?")
+    first, second = ("\n".join(m.content for m in call.messages) for call in llm.calls)
+    assert "within 30 days of delivery" not in first
+    assert "within 30 days of delivery" in second
+    store.close()

@@ -8,11 +8,11 @@ One run (seeds 000, 001):
    (seed 001 put it in the static context too, where it changed the prefix every run).
 2. Every turn, before the model call: the retriever is asked for the user's request *plus what
    the model last tried (its tool calls, arguments and all) and what their results revealed*,
-   and what earlier turns found while it is still relevant (`loomctx.agent.discovery`), and
-   the orchestrator builds the window from the static context, the tools, the retrieved
-   documents, memory (earlier runs), the exchange of this run so far, and the user's turn.
-   Retrieved context is its own block: the system prompt can never overwrite it (the seed
-   000 bug).
+   and what earlier turns found while it is still relevant (`loomctx.agent.discovery`); memory
+   and the knowledge bases are searched with the same query; and the orchestrator builds the
+   window from the static context, the tools, the retrieved documents, memory (earlier runs),
+   the exchange of this run so far, and the user's turn. Retrieved context is its own block:
+   the system prompt can never overwrite it (the seed 000 bug).
 3. The model streams; text deltas become events. Tool calls run (independent ones
    concurrently); a failing tool or an invalid call becomes an error result the model sees.
 4. Every user message, reply and tool call is recorded in memory as a Task, and promoted.
@@ -204,6 +204,24 @@ class TurnSource:
         shown = fit_unit(texts, frame, cap, counter=counter, read_tool=self.read_tool)
         self._shown[index] = (unit, cap, shown)
         return shown
+
+
+class _Requery:
+    """A retrieval source asked, on each build, with the run's retrieval query (the request,
+    what the model tried and what it found: `Discoveries.query`) instead of the user's turn
+    alone, so that memory and knowledge bases are searched again with the new evidence."""
+
+    def __init__(self, source: UnifiedRetrievalSource, found: Discoveries) -> None:
+        self.source = source
+        self.found = found
+        self.name = source.name
+        self.priority = source.priority
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """The source's blocks for `Discoveries.query` (the request alone on the first turn)."""
+        return await self.source.collect(self.found.query(), budget, ctx=ctx)
 
 
 class _Orchestrator(ContextOrchestrator):
@@ -529,7 +547,12 @@ class Agent:
             ) from None
 
     def _orchestrator(
-        self, static: str, retrieved: RetrievedContextSource, turn: TurnSource, run: _Run
+        self,
+        static: str,
+        retrieved: RetrievedContextSource,
+        turn: TurnSource,
+        run: _Run,
+        found: Discoveries,
     ) -> ContextOrchestrator:
         sources: list[ContextSource] = [PromptSource(static)]
         tools = self._tools()
@@ -546,7 +569,7 @@ class Agent:
                     read_tool=READ_RESULT if tools else None,
                 ),
                 L2ImportantSource(self.memory),
-                UnifiedRetrievalSource(self.memory, self.knowledge_bases),
+                _Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
             ]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             # The parent's request is the user's text: reference data, never system text.
@@ -554,7 +577,9 @@ class Agent:
             delegation.text = run.lineage.request
             sources += [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
-                sources.append(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases))
+                sources.append(
+                    _Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
+                )
         if self.shared_pool is not None:
             sources.append(SharedPoolSource(self.shared_pool))
         sources += [*self.extra_sources, turn, UserInputSource()]
@@ -602,10 +627,10 @@ class Agent:
                 request=request,
                 lineage=run.lineage,
             )
-            orchestrator = self._orchestrator(
-                self._static_context(run), retrieved, turn_source, run
-            )
             found = Discoveries(prompt)
+            orchestrator = self._orchestrator(
+                self._static_context(run), retrieved, turn_source, run, found
+            )
             for turn in range(1, self.max_turns + 1):
                 if self.context_retriever is not None:
                     query = found.query()
