@@ -279,3 +279,17 @@ def test_progress_and_phase_settings_are_checked() -> None:
     assert phases == ["early", "middle", "middle", "late"]  # no progress: by model calls
     assert manager.phase(BuildContext(turn_index=0, phase="late")) == "late"
     assert BudgetManager(dynamic_ratio=0.5).dynamic_limit(1_001) == 500
+
+
+async def test_a_new_agent_on_the_same_memory_counts_on() -> None:
+    shared = memory()
+    first = Agent(llm=ScriptedLLM([call("a", "c1"), "one"]), tools=[lookup], memory=shared)
+    await first.run("first")
+    assert first.turns_taken == 2
+    seen = Seen()
+    again = Agent(llm=ScriptedLLM(["two"]), tools=[lookup], sources=[seen], memory=shared)
+    assert again.turns_taken == 2  # a restart, or a server's next request
+    await again.run("second")
+    assert [c.turn_index for c in seen.contexts] == [2]
+    other = Agent(llm=ScriptedLLM([]), name="other", memory=shared)
+    assert other.turns_taken == 0  # another agent's calls are not its own

@@ -4,6 +4,8 @@ background, and ``embedder=None`` turns it off."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from loomctx import Agent, ConfigError, LoomMemory, MissingExtraError, Task, TaskStatus
@@ -96,3 +98,13 @@ def test_a_model_that_cannot_load_is_logged_not_raised(caplog: pytest.LogCapture
 
     core_module._warm(Broken())
     assert "the default embedder could not load: no model" in caplog.text
+
+
+def test_a_memory_dropped_without_close_stops_its_thread() -> None:
+    memory = LoomMemory("dropped")
+    background = memory.background
+    assert background is not None
+    assert background.running
+    del memory
+    gc.collect()
+    assert not background.running

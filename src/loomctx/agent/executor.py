@@ -112,6 +112,10 @@ _Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 DELEGATION = "delegation"
 """The source that gives a sub-agent its parent's request, as fenced reference data."""
 
+TURN_INDEX = "turn_index"
+"""The metadata key of a reply's or tool call's Task: the model call that made it, counted
+over the agent's conversation (`BuildContext.turn_index`)."""
+
 DEFAULT_MAX_DYNAMIC = 0.25
 """The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which the
@@ -297,7 +301,8 @@ class Agent:
     `AdaptiveBudgetManager` shifts the split with the run's phase: each build's
     `BuildContext.progress` is `progress()` (the task's own signal, 0..1) when given and not
     None, else the share of `max_turns` used before the call; `BuildContext.turn_index`
-    counts this agent's model calls over all its runs (`turns_taken`).
+    counts this agent's model calls over all its runs (`turns_taken`), continued from what
+    its memory recorded when the agent is made again on the same memory.
     """
 
     def __init__(
@@ -410,8 +415,10 @@ class Agent:
         self._reader: tuple[tuple[LoomMemory, int], Tool] | None = None
         # History marks and the previous window, across runs: history stays append-only.
         self._layout = LayoutState()
-        # Model calls made so far in this agent's conversation (`BuildContext.turn_index`).
-        self.turns_taken = 0
+        # Model calls made so far in this agent's conversation (`BuildContext.turn_index`):
+        # counted on from what its memory recorded, so a new Agent on the same memory (a
+        # restart, a server's next request) does not start again at 0.
+        self.turns_taken = _turns_recorded(self.memory, name)
         # Checked here, not when the first window is built (see above); its size also sets
         # what the tool results may take.
         self._static_tokens = self.counter.count(self._static_context(None))
@@ -861,7 +868,9 @@ class Agent:
             action=action,
             parameters={"content": content},
             status=TaskStatus.COMPLETED,
-            metadata={"run_id": run.id, "agent": self.name},
+            metadata={"run_id": run.id, "agent": self.name}
+            if asked
+            else {"run_id": run.id, "agent": self.name, TURN_INDEX: self.turns_taken - 1},
             parent_task_id=run.parent_task_id,
         )
 
@@ -872,7 +881,12 @@ class Agent:
             action=call.name,
             parameters=dict(call.arguments),
             status=TaskStatus.RUNNING,
-            metadata={"run_id": run.id, "agent": self.name, "tool_call_id": call.id},
+            metadata={
+                "run_id": run.id,
+                "agent": self.name,
+                "tool_call_id": call.id,
+                TURN_INDEX: self.turns_taken - 1,
+            },
             parent_task_id=run.parent_task_id,
         )
 
@@ -902,6 +916,17 @@ class Agent:
             if memory is not None:
                 memory.add_tasks(tasks)
                 memory.promote_tasks()
+
+
+def _turns_recorded(memory: LoomMemory, agent: str) -> int:
+    """The model calls agent `agent` made in `memory`'s conversation: one more than the
+    newest `TURN_INDEX` its replies and tool calls carry in L1 (0 for none)."""
+    latest = -1
+    for task in memory.get_l1_tasks(limit=memory.max_l1_size):
+        index = task.metadata.get(TURN_INDEX)
+        if task.metadata.get("agent") == agent and isinstance(index, int):
+            latest = max(latest, index)
+    return latest + 1
 
 
 def _check_text(value: object, what: str) -> None:

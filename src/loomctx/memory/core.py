@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -297,6 +298,9 @@ class LoomMemory:
             self.background = BackgroundEmbedder(store, embedder, prefix=self.namespace, exact=True)
             if embed_in_background:
                 self.background.start()
+                # A memory dropped without `close()` does not leave its thread running
+                # (the thread holds the store and the embedder, not the memory).
+                weakref.finalize(self, self.background.stop, timeout=0)
 
     # --- the seed 004 API -------------------------------------------------------------------
 
