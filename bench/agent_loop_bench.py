@@ -148,7 +148,7 @@ async def measure(
             system_instructions="You remember what your friends told you. Cite dates.",
             tools=[recall] if tool_turns else [],
             context_retriever=retriever,
-            memory=memory or LoomMemory("bench", counter=COUNTER),
+            memory=memory or LoomMemory("bench", counter=COUNTER, embedder=None),
             token_counter=COUNTER,
         )
         turns = await one_run(agent, llm)
@@ -192,7 +192,7 @@ def main() -> None:
     report("(b) 5 tool turns + reply, retriever", asyncio.run(measure(40, 5, None)))
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "memory.db")
-        memory = LoomMemory("bench", store=store, counter=COUNTER)
+        memory = LoomMemory("bench", store=store, counter=COUNTER, embedder=None)
         stored = 0
         for target in (0, 1_000, 10_000):
             more = earlier_tasks(target)[stored:]

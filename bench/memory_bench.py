@@ -80,7 +80,7 @@ def main() -> None:
     budget = TokenBudget(tokens=420, ceiling=7000)
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "memory.db")
-        memory = LoomMemory("bench", store=store, counter=counter)
+        memory = LoomMemory("bench", store=store, counter=counter, embedder=None)
         source = L4SemanticSource(memory)
 
         batch = tasks(turns, 0, 5000)
@@ -110,7 +110,7 @@ def main() -> None:
                     memory.add_tasks(more[k : k + 1000])
                 stored = target
             elif target == 1_000:
-                memory = LoomMemory("small", store=store, counter=counter)
+                memory = LoomMemory("small", store=store, counter=counter, embedder=None)
                 memory.add_tasks(tasks(turns, 0, 1000))
                 source = L4SemanticSource(memory)
             samples, blocks = asyncio.run(measure(source, budget, ctx))
@@ -120,7 +120,7 @@ def main() -> None:
                 f"{rss_mb():>8.0f}"
             )
             if target == 1_000:
-                memory = LoomMemory("bench", store=store, counter=counter)
+                memory = LoomMemory("bench", store=store, counter=counter, embedder=None)
                 source = L4SemanticSource(memory)
         store.close()
 

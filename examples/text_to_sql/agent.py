@@ -23,13 +23,16 @@ TOP_TABLES = 5
 """Tables retrieved per turn."""
 
 
-def build_agent(llm: LLM, database: str | Path, *, max_turns: int = 8) -> Agent:
-    """An agent that answers questions about the shop `database` with `llm`."""
+def build_agent(
+    llm: LLM, database: str | Path, *, max_turns: int = 8, plain_errors: bool = False
+) -> Agent:
+    """An agent that answers questions about the shop `database` with `llm` (`plain_errors`:
+    SQL errors are SQLite's message alone, see `run_query`)."""
     docs = table_docs(database)
     return Agent(
         llm=llm,
         system_instructions=INSTRUCTIONS,
-        tools=make_tools(database, docs),
+        tools=make_tools(database, docs, plain_errors=plain_errors),
         context_retriever=SchemaRetriever(docs, max_tokens=SCHEMA_BUDGET),
         max_turns=max_turns,
         name="text_to_sql",

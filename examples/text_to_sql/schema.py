@@ -4,9 +4,10 @@ The whole schema does not fit the schema budget, so before every model call the 
 `SchemaRetriever.retrieve_for_query` for the tables that matter. A table ranks by the share of
 the query's terms its documentation contains (`loomctx.text`: English words and Chinese bigrams,
 so "销售额" finds `orders`), and a table whose name the query mentions ranks first. The agent's
-query is the user's question plus what the last tool results said, so a `list_tables` listing
-or an error such as "no such column: returns.order_id" brings those tables' schemas into the
-next window (seed 001, scenarios 2 and 3).
+query is the user's question plus what the model last tried (its calls: the SQL it wrote) and
+what the results said, and what earlier turns found while still relevant, so a `list_tables`
+listing, or a query over `returns` that failed with only "no such column: r.order_id", brings
+those tables' schemas into the next window (seed 001, scenarios 2 and 3).
 """
 
 from __future__ import annotations

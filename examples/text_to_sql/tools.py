@@ -49,10 +49,19 @@ def _cell(value: object) -> str:
 
 
 def run_query(
-    database: str | Path, query: str, *, tables: Mapping[str, str], time_limit: float = 5.0
+    database: str | Path,
+    query: str,
+    *,
+    tables: Mapping[str, str],
+    time_limit: float = 5.0,
+    plain_errors: bool = False,
 ) -> str:
     """Run one read-only query and return its rows as text (a header, then ` | `-separated
-    rows); raise `ToolError` saying what to change when the query is refused or fails."""
+    rows); raise `ToolError` saying what to change when the query is refused or fails.
+
+    With `plain_errors`, a failing query's error is SQLite's message alone, as most SQL
+    tools give it ("no such column: r.order_id"), without the hint naming its tables: the
+    agent must find what to retrieve in the query it tried (seed 001, scenario 3)."""
     first = _FIRST_WORD.match(query)
     word = first.group(1).upper() if first else ""
     if not word:
@@ -95,6 +104,8 @@ def run_query(
                     f"the query ran longer than {time_limit:g} s and was stopped; filter "
                     "earlier, aggregate, or add a LIMIT"
                 ) from exc
+            if plain_errors:
+                raise ToolError(f"SQLite error: {exc}") from exc
             named = [f"`{t}`" for t in tables if re.search(rf"\b{t}\b", query, re.I)]
             hint = (
                 f"It names the tables {', '.join(named)}: check their columns with "
@@ -113,9 +124,14 @@ def run_query(
 
 
 def make_tools(
-    database: str | Path, docs: Mapping[str, str], *, time_limit: float = 5.0
+    database: str | Path,
+    docs: Mapping[str, str],
+    *,
+    time_limit: float = 5.0,
+    plain_errors: bool = False,
 ) -> list[Tool]:
-    """The three tools over `database`, whose tables `docs` documents (`table_docs`)."""
+    """The three tools over `database`, whose tables `docs` documents (`table_docs`);
+    `plain_errors` as in `run_query`."""
     about = {t.name: t.about for t in TABLES}
 
     @tool
@@ -150,6 +166,8 @@ def make_tools(
         Args:
             query: One SQLite SELECT statement, e.g. "SELECT COUNT(*) FROM orders".
         """
-        return run_query(database, query, tables=docs, time_limit=time_limit)
+        return run_query(
+            database, query, tables=docs, time_limit=time_limit, plain_errors=plain_errors
+        )
 
     return [list_tables, describe_table, run_sql]

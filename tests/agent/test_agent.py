@@ -70,7 +70,7 @@ def texts(messages: tuple[Message, ...]) -> str:
 
 async def test_one_turn_streams_events_in_order() -> None:
     llm = ScriptedLLM(["Hello there, friend."])
-    agent = Agent(llm=llm, system_instructions="Be brief.")
+    agent = Agent(llm=llm, system_instructions="Be brief.", embedder=None)
     events = [e async for e in agent.stream("hi")]
     kinds = [e.type for e in events]
     assert kinds[0] is AgentEventType.RUN_STARTED
@@ -93,7 +93,7 @@ async def test_one_turn_streams_events_in_order() -> None:
 
 async def test_tool_round_trip_and_the_next_call_sees_the_result() -> None:
     llm = ScriptedLLM([[ToolCall(id="c1", name="add", arguments={"a": 2, "b": 3})], "It is 5."])
-    agent = Agent(llm=llm, tools=[add])
+    agent = Agent(llm=llm, tools=[add], embedder=None)
     assert await agent.run("What is 2 + 3?") == "It is 5."
     second = llm.calls[1].messages
     user_at = second.index(Message.user("What is 2 + 3?"))
@@ -106,7 +106,7 @@ async def test_tool_round_trip_and_the_next_call_sees_the_result() -> None:
 
 async def test_a_failing_tool_becomes_an_error_result_not_a_crash() -> None:
     llm = ScriptedLLM([[ToolCall(id="c1", name="explode", arguments={"reason": "x"})], "Sorry."])
-    agent = Agent(llm=llm, tools=[explode])
+    agent = Agent(llm=llm, tools=[explode], embedder=None)
     events = [e async for e in agent.stream("try it")]
     result = next(e for e in events if e.type is AgentEventType.TOOL_RESULT)
     assert result.is_error  # type: ignore[attr-defined]
@@ -123,7 +123,7 @@ async def test_invalid_tool_arguments_are_answered_with_an_error() -> None:
         invalid_tool_calls=(("c1", "{not json"),),
     )
     llm = ScriptedLLM([bad, "ok"])
-    agent = Agent(llm=llm, tools=[add])
+    agent = Agent(llm=llm, tools=[add], embedder=None)
     assert await agent.run("add") == "ok"
     answer = llm.calls[1].messages[-1]
     assert answer.is_error
@@ -160,7 +160,7 @@ async def test_an_invalid_tool_call_is_answered_with_the_reason_it_was_refused(
         invalid_tool_calls=(("c1", raw),),
     )
     llm = ScriptedLLM([bad, "ok"])
-    assert await Agent(llm=llm, tools=[add]).run("add") == "ok"
+    assert await Agent(llm=llm, tools=[add], embedder=None).run("add") == "ok"
     answer = llm.calls[1].messages[-1]
     assert answer.is_error
     assert answer.content.startswith("tool `add` was not run: ")
@@ -176,7 +176,7 @@ async def test_every_call_gets_instructions_and_retrieved_documents_seed_000() -
     llm = ScriptedLLM([[ToolCall(id="c1", name="add", arguments={"a": 1, "b": 1})], "done"])
     agent = Agent(
         llm=llm, system_instructions="You are a SQL analyst.", tools=[add],
-        context_retriever=TableDocs(),
+        context_retriever=TableDocs(), embedder=None,
     )  # fmt: skip
     await agent.run("How many orders were placed?")
     for call in llm.calls:
@@ -192,7 +192,7 @@ async def test_what_a_tool_reveals_is_retrieved_for_the_next_call_seed_001() -> 
 
     retriever = TableDocs()
     llm = ScriptedLLM([[ToolCall(id="c1", name="list_tables", arguments={})], "done"])
-    agent = Agent(llm=llm, tools=[list_tables], context_retriever=retriever)
+    agent = Agent(llm=llm, tools=[list_tables], context_retriever=retriever, embedder=None)
     await agent.run("Which table has the customer ratings?")
     assert "Table reviews(" not in texts(llm.calls[0].messages)
     assert "Table reviews(" in texts(llm.calls[1].messages)
@@ -202,7 +202,7 @@ async def test_what_a_tool_reveals_is_retrieved_for_the_next_call_seed_001() -> 
 async def test_max_turns_stops_the_loop() -> None:
     call = [ToolCall(id=f"c{i}", name="add", arguments={"a": i, "b": 1}) for i in range(3)]
     llm = ScriptedLLM([[call[0]], [call[1]], [call[2]]])
-    agent = Agent(llm=llm, tools=[add], max_turns=3)
+    agent = Agent(llm=llm, tools=[add], max_turns=3, embedder=None)
     events = [e async for e in agent.stream("loop")]
     assert events[-1].to_dict()["stopped"] == "max_turns"
     assert events[-1].to_dict()["turns"] == 3
@@ -210,7 +210,7 @@ async def test_max_turns_stops_the_loop() -> None:
 
 
 async def test_memory_carries_earlier_runs_into_the_window() -> None:
-    memory = LoomMemory("bot")
+    memory = LoomMemory("bot", embedder=None)
     llm = ScriptedLLM(["Noted: your cat is Miso.", "Your cat is Miso."])
     agent = Agent(llm=llm, memory=memory)
     await agent.run("My cat is called Miso.")
@@ -225,7 +225,7 @@ async def test_memory_carries_earlier_runs_into_the_window() -> None:
 
 async def test_a_provider_error_is_reported_then_raised() -> None:
     llm = ScriptedLLM([ProviderError("openai:gpt-4o: 500 server error")])
-    agent = Agent(llm=llm)
+    agent = Agent(llm=llm, embedder=None)
     events: list[AgentEvent] = []
 
     async def drain() -> None:
@@ -239,18 +239,18 @@ async def test_a_provider_error_is_reported_then_raised() -> None:
 
 
 def test_run_sync_and_validation() -> None:
-    assert Agent(llm=ScriptedLLM(["hi"])).run_sync("hello") == "hi"
+    assert Agent(llm=ScriptedLLM(["hi"]), embedder=None).run_sync("hello") == "hi"
     with pytest.raises(ConfigError, match="`max_turns`"):
-        Agent(llm=ScriptedLLM([]), max_turns=0)
+        Agent(llm=ScriptedLLM([]), max_turns=0, embedder=None)
     with pytest.raises(ConfigError, match="share a name"):
-        Agent(llm=ScriptedLLM([]), tools=[add, add])
+        Agent(llm=ScriptedLLM([]), tools=[add, add], embedder=None)
     with pytest.raises(TypeError):
-        Agent(llm=ScriptedLLM([]), temprature=0.2)  # type: ignore[call-arg]
+        Agent(llm=ScriptedLLM([]), temprature=0.2, embedder=None)  # type: ignore[call-arg]
 
 
 async def test_run_sync_refuses_a_running_loop() -> None:
     with pytest.raises(ConfigError, match=r"await agent\.run"):
-        Agent(llm=ScriptedLLM(["x"])).run_sync("hello")
+        Agent(llm=ScriptedLLM(["x"]), embedder=None).run_sync("hello")
 
 
 async def test_plain_functions_become_tools() -> None:
@@ -259,14 +259,14 @@ async def test_plain_functions_become_tools() -> None:
         return text.upper()
 
     llm = ScriptedLLM([[ToolCall(id="c1", name="shout", arguments={"text": "hi"})], "HI"])
-    assert await Agent(llm=llm, tools=[shout]).run("shout hi") == "HI"
+    assert await Agent(llm=llm, tools=[shout], embedder=None).run("shout hi") == "HI"
     assert llm.calls[1].messages[-1].content == "HI"
 
 
 async def test_each_call_repeats_the_previous_prompt_up_to_its_dynamic_tail() -> None:
     """Across runs and within one: one system message, the request never in it, and each call's
     prompt begins with the previous one's, but for the dynamic tail (issue 20)."""
-    memory = LoomMemory("cache-agent")
+    memory = LoomMemory("cache-agent", embedder=None)
     for i in range(6):
         memory.add_task(
             Task(action="user_message", parameters={"content": f"The parcel {i} left Porto."},

@@ -31,7 +31,7 @@ from loomctx.testing import ScriptedLLM
 def memory(tmp_path: Path) -> Iterator[LoomMemory]:
     """The agent's memory on a real SQLite file."""
     with SQLiteStore(tmp_path / "agent.db") as store:
-        yield LoomMemory("agent", store=store)
+        yield LoomMemory("agent", store=store, embedder=None)
 
 
 async def drained(agent: Agent, prompt: str) -> list[AgentEvent]:
@@ -91,11 +91,11 @@ async def test_every_window_sent_to_the_model_ends_on_the_user_turn_or_tool_resu
 
 async def test_a_sub_agent_given_a_blank_task_is_an_error_result_not_a_crash() -> None:
     child_llm = ScriptedLLM([])
-    child = Agent(llm=child_llm, name="researcher")
+    child = Agent(llm=child_llm, name="researcher", embedder=None)
     parent_llm = ScriptedLLM(
         [[ToolCall(id="p1", name="researcher", arguments={"task": "  "})], "I will ask again."]
     )
-    parent = Agent(llm=parent_llm, name="lead", tools=[child.as_tool()])
+    parent = Agent(llm=parent_llm, name="lead", tools=[child.as_tool()], embedder=None)
     assert await parent.run("Find the port") == "I will ask again."
     answer = parent_llm.calls[1].messages[-1]
     assert answer.is_error
@@ -134,7 +134,7 @@ def test_settings_that_are_not_valid_unicode_are_refused_at_construction(setting
     """Before, the agent was made, and its first run recorded the user's Task before the
     window failed, naming a `system` message instead of the setting."""
     with pytest.raises(MessageFormatError) as err:
-        Agent(llm=ScriptedLLM([]), name="helper", **{setting: "Be brief.\udc80"})
+        Agent(llm=ScriptedLLM([]), name="helper", **{setting: "Be brief.\udc80"}, embedder=None)
     message = str(err.value)
     assert f"the `{setting}` of agent `helper`" in message
     assert "position 9" in message
@@ -143,7 +143,7 @@ def test_settings_that_are_not_valid_unicode_are_refused_at_construction(setting
 @pytest.mark.parametrize("setting", ["system_instructions", "stage", "task_context"])
 def test_settings_that_are_not_strings_are_refused_at_construction(setting: str) -> None:
     with pytest.raises(ConfigError, match=rf"the `{setting}` of agent `agent` must be a string"):
-        Agent(llm=ScriptedLLM([]), **{setting: None})
+        Agent(llm=ScriptedLLM([]), **{setting: None}, embedder=None)
 
 
 async def test_a_build_without_a_user_turn_ends_on_the_in_flight_exchange() -> None:
@@ -178,10 +178,15 @@ def test_a_unified_retrieval_source_in_sources_is_refused_with_the_way_to_pass_i
     handbook = KnowledgeBase("handbook", SQLiteStore(":memory:"))
     with pytest.raises(ConfigError, match=r"knowledge_bases=\[\.\.\.\]"):
         Agent(
-            ScriptedLLM([]), "Rules.", sources=[UnifiedRetrievalSource(knowledge_bases=[handbook])]
+            ScriptedLLM([]),
+            "Rules.",
+            sources=[UnifiedRetrievalSource(knowledge_bases=[handbook])],
+            embedder=None,
         )
     with pytest.raises(ConfigError, match="`L1_recent`"):
-        Agent(ScriptedLLM([]), "Rules.", sources=[HistorySource([], name="L1_recent")])
+        Agent(
+            ScriptedLLM([]), "Rules.", sources=[HistorySource([], name="L1_recent")], embedder=None
+        )
     # Under another name, it searches as well.
     search = UnifiedRetrievalSource(knowledge_bases=[handbook], name="docs_search")
-    Agent(ScriptedLLM([]), "Rules.", sources=[search])
+    Agent(ScriptedLLM([]), "Rules.", sources=[search], embedder=None)

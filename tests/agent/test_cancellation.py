@@ -64,7 +64,7 @@ async def test_cancelling_a_run_cancels_its_async_tool_and_keeps_memory_whole() 
         ToolCall(id="c2", name="wait", arguments={}),
     ]
     llm = ScriptedLLM([calls, "Fresh answer."])
-    agent = Agent(llm=llm, tools=[quick, wait])
+    agent = Agent(llm=llm, tools=[quick, wait], embedder=None)
     runner = asyncio.create_task(agent.run("Do both."))
     await started.wait()
     runner.cancel()
@@ -93,7 +93,7 @@ async def test_cancelling_abandons_a_sync_tool_in_its_thread() -> None:
         return "late"
 
     llm = ScriptedLLM([[ToolCall(id="c1", name="block", arguments={})], "Later."])
-    agent = Agent(llm=llm, tools=[block])
+    agent = Agent(llm=llm, tools=[block], embedder=None)
     runner = asyncio.create_task(agent.run("Block."))
     try:
         await asyncio.to_thread(entered.wait, 30)
@@ -125,12 +125,15 @@ async def test_closing_the_stream_while_a_sub_agent_works_stops_both() -> None:
         return "never"
 
     child = Agent(
-        llm=ScriptedLLM([[ToolCall(id="k1", name="dig", arguments={})]]), name="digger", tools=[dig]
+        llm=ScriptedLLM([[ToolCall(id="k1", name="dig", arguments={})]]),
+        name="digger",
+        tools=[dig],
+        embedder=None,
     )
     parent_llm = ScriptedLLM(
         [[ToolCall(id="p1", name="digger", arguments={"task": "dig"})], "Done without digging."]
     )
-    parent = Agent(llm=parent_llm, name="lead", tools=[child.as_tool()])
+    parent = Agent(llm=parent_llm, name="lead", tools=[child.as_tool()], embedder=None)
     stream = parent.stream("Dig for me.")
     async for event in stream:
         if event.agent == "digger" and event.type is AgentEventType.TOOL_CALL:
@@ -168,7 +171,7 @@ class StallingLLM:
 
 async def test_closing_the_stream_mid_reply_closes_the_models_stream() -> None:
     llm = StallingLLM()
-    agent = Agent(llm=llm)
+    agent = Agent(llm=llm, embedder=None)
     stream = agent.stream("Think.")
     async for event in stream:
         if event.type is AgentEventType.LLM_TEXT_DELTA:
@@ -203,7 +206,7 @@ class HalfLLM:
 
 
 async def test_a_model_stream_without_aclose_is_left_as_it_is() -> None:
-    agent = Agent(llm=HalfLLM())
+    agent = Agent(llm=HalfLLM(), embedder=None)
     with pytest.raises(ConfigError, match="ended its stream without `Completed`"):
         await agent.run("Hi.")
     assert leftover_tasks() == set()
@@ -223,11 +226,12 @@ async def test_a_time_limit_around_a_run_stops_it_and_the_agent_runs_again() -> 
         llm=ScriptedLLM([[ToolCall(id="k1", name="stall", arguments={})]]),
         name="staller",
         tools=[stall],
+        embedder=None,
     )
     llm = ScriptedLLM(
         [[ToolCall(id="p1", name="staller", arguments={"task": "stall"})], "Quick this time."]
     )
-    agent = Agent(llm=llm, name="lead", tools=[child.as_tool()])
+    agent = Agent(llm=llm, name="lead", tools=[child.as_tool()], embedder=None)
     limits: list[asyncio.Timeout] = []
 
     async def limited() -> str:

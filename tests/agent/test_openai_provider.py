@@ -286,7 +286,7 @@ async def test_nan_arguments_reach_the_model_as_an_error_and_history_survives(
         openai_text("Sorry, I sent NaN."),
         openai_text("It was NaN."),
     )
-    agent = Agent(llm=make(), tools=[square])
+    agent = Agent(llm=make(), tools=[square], embedder=None)
     assert await agent.run("square NaN") == "Sorry, I sent NaN."
     assert calls == []  # not run
     answer = wire.requests[1].body["messages"][-1]

@@ -90,7 +90,7 @@ async def test_an_80_kb_result_in_a_16k_window_is_an_excerpt_the_model_reads_on(
     assert len(BIG) > 80_000
     assert COUNTER.count(BIG) > 16_000  # more than the whole 16k window
     llm = ScriptedLLM([call("fetch_logs", service="orders"), read_on, answer])
-    agent = Agent(llm=llm, tools=[fetch_logs], model_context_window=16_000)
+    agent = Agent(llm=llm, tools=[fetch_logs], model_context_window=16_000, embedder=None)
     assert await agent.run("What does the orders log show?") == "The log shows 1,500 requests."
     llm.assert_complete()
 
@@ -112,7 +112,7 @@ async def test_an_80_kb_result_in_a_16k_window_is_an_excerpt_the_model_reads_on(
 
 async def test_the_report_says_a_result_was_excerpted() -> None:
     llm = ScriptedLLM([call("fetch_logs", service="orders"), "done"])
-    agent = Agent(llm=llm, tools=[fetch_logs])
+    agent = Agent(llm=llm, tools=[fetch_logs], embedder=None)
     events = [e async for e in agent.stream("Summarize the orders log.")]
     built = [e for e in events if isinstance(e, ContextAssembled)]
     (block,) = [b for b in built[1].report["blocks"] if b["source"] == "turn"]
@@ -129,7 +129,7 @@ async def test_the_excerpt_is_byte_identical_from_one_call_to_the_next() -> None
     llm = ScriptedLLM(
         [call("fetch_logs", service="orders"), call("count_rows", "c2", table="orders"), "done"]
     )
-    agent = Agent(llm=llm, tools=[fetch_logs, count_rows])
+    agent = Agent(llm=llm, tools=[fetch_logs, count_rows], embedder=None)
     await agent.run("How many orders, and what does the log show?")
     second, third = llm.calls[1].messages, llm.calls[2].messages
     excerpt = last_tool(second)
@@ -145,7 +145,7 @@ async def test_a_stored_80_kb_result_does_not_push_older_turns_out_of_later_wind
     llm = ScriptedLLM(
         ["Warehouse 4.", call("fetch_logs", service="orders"), "done", "1,500 requests."]
     )
-    agent = Agent(llm=llm, tools=[fetch_logs])
+    agent = Agent(llm=llm, tools=[fetch_logs], embedder=None)
     await agent.run("Which warehouse was late most often?")
     await agent.run("Fetch the orders log.")
     await agent.run("How many requests were there?")
@@ -167,7 +167,7 @@ async def test_a_stored_80_kb_result_does_not_push_older_turns_out_of_later_wind
 
 async def test_a_result_stored_whole_elsewhere_is_an_excerpt_in_history_and_the_report() -> None:
     # Recorded by a run with a larger window, or imported: L1 holds it whole.
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     history = [
         Message.user("Which warehouse was late most often?"),
         Message.assistant("Warehouse 4."),
@@ -210,7 +210,7 @@ async def test_read_result_searches_and_answers_unknown_handles_with_an_error() 
         ]
 
     llm = ScriptedLLM([call("fetch_logs", service="orders"), search, "done"])
-    agent = Agent(llm=llm, tools=[fetch_logs])
+    agent = Agent(llm=llm, tools=[fetch_logs], embedder=None)
     events = [e async for e in agent.stream("Find order 6860.")]
     results = {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
     line = next(x for x in BIG.split("\n") if "/api/orders/6860 " in x)
@@ -227,8 +227,8 @@ async def test_read_result_searches_and_answers_unknown_handles_with_an_error() 
 
 async def test_a_handle_of_another_session_is_not_readable(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "memory.db")
-    alice = LoomMemory("alice", store=store)
-    bob = LoomMemory("bob", store=store)
+    alice = LoomMemory("alice", store=store, embedder=None)
+    bob = LoomMemory("bob", store=store, embedder=None)
     owner = Agent(
         llm=ScriptedLLM([call("fetch_logs", service="orders"), "done"]),
         tools=[fetch_logs],
@@ -257,7 +257,7 @@ async def test_a_turn_s_results_share_the_limit_the_short_ones_whole() -> None:
         ToolCall(id="c2", name="fetch_logs", arguments={"service": "orders"}),
     ]
     llm = ScriptedLLM([both, "done"])
-    agent = Agent(llm=llm, tools=[fetch_logs, count_rows], max_result_tokens=800)
+    agent = Agent(llm=llm, tools=[fetch_logs, count_rows], max_result_tokens=800, embedder=None)
     await agent.run("Rows and log?")
     small, big = [m for m in llm.calls[1].messages if m.role == "tool"]
     assert small.content == "42"
@@ -273,7 +273,7 @@ async def test_a_huge_error_is_cut_and_read_at_the_offsets_its_marker_gives() ->
         return call("read_result", "c2", handle=handle, offset=int(offset), limit=40)
 
     llm = ScriptedLLM([call("crash", reason="x"), read_on, "done"])
-    agent = Agent(llm=llm, tools=[crash])
+    agent = Agent(llm=llm, tools=[crash], embedder=None)
     await agent.run("Try it.")
     error = last_tool(llm.calls[1].messages).content
     offset = int(MARKER.search(error).group(2))  # type: ignore[union-attr]
@@ -284,7 +284,7 @@ async def test_a_huge_error_is_cut_and_read_at_the_offsets_its_marker_gives() ->
 
 async def test_the_reader_comes_with_tools_only_and_its_name_is_reserved() -> None:
     llm = ScriptedLLM(["hi"])
-    await Agent(llm=llm).run("hello")
+    await Agent(llm=llm, embedder=None).run("hello")
     assert llm.calls[0].tools == ()
 
     @tool
@@ -293,11 +293,11 @@ async def test_the_reader_comes_with_tools_only_and_its_name_is_reserved() -> No
         return handle
 
     with pytest.raises(ConfigError, match="`read_result`"):
-        Agent(llm=llm, tools=[read_result])
-    late = Agent(llm=ScriptedLLM(["x"]), tools=[count_rows])
+        Agent(llm=llm, tools=[read_result], embedder=None)
+    late = Agent(llm=ScriptedLLM(["x"]), tools=[count_rows], embedder=None)
     late.tools.append(read_result)
     with pytest.raises(ConfigError, match="`read_result`"):
         await late.run("go")
     for bad in (0, 50, 2.5, True):
         with pytest.raises(ConfigError, match="max_result_tokens"):
-            Agent(llm=llm, max_result_tokens=bad)  # type: ignore[arg-type]
+            Agent(llm=llm, max_result_tokens=bad, embedder=None)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ TEXT = "\n".join(["first line", LONG_LINE, *(f"match {i}" for i in range(400)), 
 
 
 def stored(text: str = TEXT) -> tuple[LoomMemory, str]:
-    memory = LoomMemory("reader")
+    memory = LoomMemory("reader", embedder=None)
     task = Task(action="dump", status=TaskStatus.COMPLETED, result=text)
     memory.add_task(task)
     return memory, handle_for(task.task_id)

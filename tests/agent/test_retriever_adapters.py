@@ -51,7 +51,7 @@ async def test_knowledge_retriever_merges_bases_by_score(
 async def test_unified_retriever_finds_memory_and_knowledge(
     kbs: tuple[KnowledgeBase, KnowledgeBase],
 ) -> None:
-    memory = LoomMemory("u")
+    memory = LoomMemory("u", embedder=None)
     memory.add_task(
         Task(action=USER_MESSAGE, parameters={"content": "Our release branch is frozen today"})
     )
@@ -79,6 +79,7 @@ async def test_the_loop_retrieves_what_a_tool_revealed_from_a_knowledge_base(
         tools=[current_incident],
         context_retriever=KnowledgeRetriever(*kbs),
         retrieval_top_k=1,
+        embedder=None,
     )
     assert await agent.run("What should I do about the current incident?") == "done"
     first, second = ("\n".join(m.content for m in call.messages) for call in llm.calls)

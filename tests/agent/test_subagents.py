@@ -44,7 +44,7 @@ def memory(tmp_path: Any) -> Iterator[MemoryFactory]:
     def make(name: str) -> LoomMemory:
         store = SQLiteStore(tmp_path / f"{name}.db")
         stores.append(store)
-        return LoomMemory(name, store=store)
+        return LoomMemory(name, store=store, embedder=None)
 
     yield make
     for store in stores:
@@ -198,9 +198,10 @@ async def test_a_child_without_an_answer_is_an_error_result() -> None:
         name="pinger",
         tools=[ping],
         max_turns=1,
+        embedder=None,
     )
     parent_llm = ScriptedLLM([[delegate("p1", "ask_pinger", "Ping")], "Gave up."])
-    parent = Agent(llm=parent_llm, tools=[child.as_tool("ask_pinger")])
+    parent = Agent(llm=parent_llm, tools=[child.as_tool("ask_pinger")], embedder=None)
     assert await parent.run("ping it") == "Gave up."
     answer = parent_llm.calls[1].messages[-1]
     assert answer.is_error
@@ -281,8 +282,8 @@ def relay(name: str, other: str) -> FunctionLLM:
 
 
 async def test_a_depth_limit_stops_agents_delegating_in_a_loop() -> None:
-    ping = Agent(llm=relay("ping", "pong"), name="ping", max_depth=2)
-    pong = Agent(llm=relay("pong", "ping"), name="pong", max_depth=2)
+    ping = Agent(llm=relay("ping", "pong"), name="ping", max_depth=2, embedder=None)
+    pong = Agent(llm=relay("pong", "ping"), name="pong", max_depth=2, embedder=None)
     ping.tools.append(pong.as_tool())
     pong.tools.append(ping.as_tool())
     events = [e async for e in ping.stream("start")]
@@ -302,7 +303,7 @@ async def test_a_depth_limit_stops_agents_delegating_in_a_loop() -> None:
 
 async def test_a_child_sharing_its_parents_memory_is_refused() -> None:
     llm = ScriptedLLM([[delegate("p1", "echo", "again")], "Fine, alone."])
-    agent = Agent(llm=llm, name="echo")
+    agent = Agent(llm=llm, name="echo", embedder=None)
     agent.tools.append(agent.as_tool())
     assert await agent.run("go") == "Fine, alone."
     assert "with the same memory" in llm.calls[1].messages[-1].content
@@ -310,7 +311,7 @@ async def test_a_child_sharing_its_parents_memory_is_refused() -> None:
 
 
 async def test_a_tool_can_run_a_sub_agent_itself_with_its_context() -> None:
-    child = Agent(llm=ScriptedLLM(["child says hi"]), name="child")
+    child = Agent(llm=ScriptedLLM(["child says hi"]), name="child", embedder=None)
 
     @tool
     async def ask_child(question: str, ctx: ToolContext) -> str:
@@ -320,7 +321,7 @@ async def test_a_tool_can_run_a_sub_agent_itself_with_its_context() -> None:
     parent = Agent(
         llm=ScriptedLLM([[ToolCall(id="p1", name="ask_child", arguments={"question": "hi?"})],
                          "done"]),
-        tools=[ask_child],
+        tools=[ask_child], embedder=None,
     )  # fmt: skip
     events = [e async for e in parent.stream("ask")]
     assert [e.agent for e in events if isinstance(e, RunStarted)] == ["agent", "child"]
@@ -338,10 +339,11 @@ async def test_parallel_delegations_to_one_child_keep_their_own_lineage() -> Non
     def answer(messages: Sequence[Message], tools: Any, options: Any) -> str:
         return f"answer to {messages[-1].content}"
 
-    child = Agent(llm=FunctionLLM(answer), name="helper")
+    child = Agent(llm=FunctionLLM(answer), name="helper", embedder=None)
     parent = Agent(
         llm=ScriptedLLM([[delegate("a", "helper", "one"), delegate("b", "helper", "two")], "ok"]),
         tools=[child.as_tool()],
+        embedder=None,
     )
     events = [e async for e in parent.stream("both")]
     by_run: dict[str, list[AgentEvent]] = {}
@@ -374,7 +376,9 @@ async def test_a_sync_tool_can_emit_events_from_its_thread() -> None:
         return "done"
 
     agent = Agent(
-        llm=ScriptedLLM([[ToolCall(id="c1", name="slow", arguments={})], "ok"]), tools=[slow]
+        llm=ScriptedLLM([[ToolCall(id="c1", name="slow", arguments={})], "ok"]),
+        tools=[slow],
+        embedder=None,
     )
     kinds = [(e.agent, e.type) async for e in agent.stream("go")]
     at = kinds.index(("slow", AgentEventType.ERROR))
@@ -404,7 +408,7 @@ async def test_agents_sharing_a_pool_read_each_others_work(memory: MemoryFactory
 
 
 async def test_the_pool_source_leaves_out_the_agent_being_built_for() -> None:
-    pool = LoomMemory("pool")
+    pool = LoomMemory("pool", embedder=None)
     for agent in ("a", "b") * 4:
         pool.add_task(
             Task(action="note", parameters={"text": f"region note by {agent}"},
@@ -427,9 +431,9 @@ async def test_the_pool_source_leaves_out_the_agent_being_built_for() -> None:
 def test_sub_agent_settings_are_checked() -> None:
     llm = ScriptedLLM([])
     with pytest.raises(ConfigError, match="`max_depth` must be an int >= 1"):
-        Agent(llm=llm, max_depth=0)
+        Agent(llm=llm, max_depth=0, embedder=None)
     with pytest.raises(ConfigError, match="`shared_pool` must be a LoomMemory"):
-        Agent(llm=llm, shared_pool="pool")  # type: ignore[arg-type]
-    mine = LoomMemory("mine")
+        Agent(llm=llm, shared_pool="pool", embedder=None)  # type: ignore[arg-type]
+    mine = LoomMemory("mine", embedder=None)
     with pytest.raises(ConfigError, match="`shared_pool` is the agent's own `memory`"):
         Agent(llm=llm, memory=mine, shared_pool=mine)

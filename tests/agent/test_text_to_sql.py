@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 
 from loomctx import AgentEvent, Document, Message, TiktokenCounter, ToolCall, ToolResult
-from loomctx.agent.events import RunCompleted, ToolResultEvent
+from loomctx.agent.events import RetrievalCompleted, RunCompleted, ToolResultEvent
 from loomctx.testing import LLMCall, ScriptedLLM
 from tests.agent._servers import (
     WireServer,
@@ -92,8 +92,10 @@ def last_tool_text(messages: tuple[Message, ...]) -> str:
     return next(m.content for m in reversed(messages) if m.role == "tool")
 
 
-async def run(llm: ScriptedLLM, database: Path, question: str) -> list[AgentEvent]:
-    agent = shop.build_agent(llm, database)
+async def run(
+    llm: ScriptedLLM, database: Path, question: str, *, plain_errors: bool = False
+) -> list[AgentEvent]:
+    agent = shop.build_agent(llm, database, plain_errors=plain_errors)
     events = [e async for e in agent.stream(question)]
     llm.assert_complete()
     return events
@@ -190,6 +192,69 @@ async def test_scenario_3_a_failed_query_brings_the_missing_schema(
     with sqlite3.connect(database) as conn:
         (count,) = conn.execute(fixed).fetchone()
     assert output(events) == f"上个月有 {count} 个订单有退货。"
+
+
+async def test_scenario_3_with_a_plain_sqlite_error_the_tried_query_brings_the_schema(
+    database: Path, docs: dict[str, str]
+) -> None:
+    # The tool gives SQLite's message alone, which names no table: only the SQL the model
+    # tried says `returns`, so the query of the next turn must include the model's call.
+    guess = "SELECT COUNT(DISTINCT r.order_id) FROM returns r"
+    fixed = (
+        "SELECT COUNT(DISTINCT oi.order_id) FROM returns r "
+        "JOIN order_items oi ON oi.id = r.order_item_id WHERE r.requested_on >= '2025-05-01' "
+        "AND r.requested_on < '2025-06-01'"
+    )
+    llm = ScriptedLLM(
+        [
+            sql_call("q1", guess),
+            sql_call("q2", fixed),
+            lambda ms: f"上个月有 {last_tool_text(ms).splitlines()[1]} 个订单有退货。",
+        ]
+    )
+    events = await run(llm, database, "上个月有多少订单被退回？", plain_errors=True)
+
+    failed, answered = results(events)
+    assert failed.is_error
+    assert failed.content.endswith("SQLite error: no such column: r.order_id")
+    assert "returns" not in failed.content
+    assert "returns" not in tables_shown(llm.calls[0], docs)
+    queries = [e.query for e in events if isinstance(e, RetrievalCompleted)]
+    assert guess in queries[1]  # what the model tried, beside what it got back
+    assert "no such column: r.order_id" in queries[1]
+    assert "returns" in tables_shown(llm.calls[1], docs)
+    assert not answered.is_error
+    with sqlite3.connect(database) as conn:
+        (count,) = conn.execute(fixed).fetchone()
+    assert output(events) == f"上个月有 {count} 个订单有退货。"
+
+
+async def test_what_a_listing_revealed_stays_two_turns_later_while_relevant(
+    database: Path, docs: dict[str, str]
+) -> None:
+    # Turn 1 lists the tables; turn 2 describes `customers`, whose documentation does not
+    # name `products`; the query of turn 3 still holds the listing (it shares the tables the
+    # run works with), so `products` is still in the window when the model writes the join.
+    llm = ScriptedLLM(
+        [
+            [ToolCall(id="l1", name="list_tables", arguments={})],
+            [ToolCall(id="d1", name="describe_table", arguments={"name": "customers"})],
+            sql_call("q1", main_module.SCENARIO_2_SQL),
+            "done",
+        ]
+    )
+    events = await run(llm, database, main_module.SCENARIO_2)
+    assert "products" not in docs["customers"]
+    shown = [tables_shown(call, docs) for call in llm.calls]
+    assert "products" not in shown[0]
+    assert "products" in shown[1]  # the listing of turn 1 revealed it
+    assert "products" in shown[2]  # and it is still there on turn 3
+    queries = [e.query for e in events if isinstance(e, RetrievalCompleted)]
+    listing = results(events)[0].content
+    assert listing.splitlines()[0] in queries[2]
+    rows = results(events)[2]
+    assert not rows.is_error
+    assert output(events) == "done"
 
 
 def test_the_full_schema_does_not_fit_the_schema_budget(docs: dict[str, str]) -> None:

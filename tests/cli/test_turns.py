@@ -13,7 +13,7 @@ from loomctx.testing import ScriptedLLM
 
 
 async def test_a_sub_agents_windows_are_not_the_turns_own() -> None:
-    child = Agent(ScriptedLLM(["The depot is in Leeds."]), name="researcher")
+    child = Agent(ScriptedLLM(["The depot is in Leeds."]), name="researcher", embedder=None)
     parent = Agent(
         ScriptedLLM(
             [
@@ -24,6 +24,7 @@ async def test_a_sub_agents_windows_are_not_the_turns_own() -> None:
         tools=[child.as_tool(name="researcher", description="Finds things out.")],
         name="lead",
         model_context_window=3000,
+        embedder=None,
     )
     log = io.StringIO()
     answer = await ask(parent, "Where is our depot?", events=log)

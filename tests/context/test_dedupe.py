@@ -30,7 +30,7 @@ WINDOWS = range(150, 700, 25)
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[LoomMemory]:
     with open_store(tmp_path) as store:
-        memory = LoomMemory("s1", store=store, max_l1_size=4)
+        memory = LoomMemory("s1", store=store, max_l1_size=4, embedder=None)
         remember(memory, [("user", text) for text in ENTRIES])
         yield memory
 

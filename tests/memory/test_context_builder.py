@@ -8,7 +8,7 @@ from loomctx import ConfigError, ContextBuilder, ExecutionContext, LoomMemory, T
 
 
 def fill() -> LoomMemory:
-    memory = LoomMemory("agent", max_l1_size=20)
+    memory = LoomMemory("agent", max_l1_size=20, embedder=None)
     for n in range(15):
         memory.add_task(
             Task(

@@ -150,7 +150,7 @@ async def test_a_bad_stored_task_does_not_take_the_recent_history_down(tmp_path:
     renders every task, and the good ones reach the window."""
     path = tmp_path / "memory.db"
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", store=store)
+        memory = LoomMemory("agent", store=store, embedder=None)
         memory.add_task(
             Task(action=USER_MESSAGE, parameters={"content": "Which port does staging use?"})
         )
@@ -166,7 +166,7 @@ async def test_a_bad_stored_task_does_not_take_the_recent_history_down(tmp_path:
         )
         memory.close()
     with SQLiteStore(path) as store:
-        reopened = LoomMemory("agent", store=store)
+        reopened = LoomMemory("agent", store=store, embedder=None)
         blocks = await L1RecentSource(reopened).collect("port", WIDE, ctx=CTX)
         reopened.close()
     assert len(blocks) == len(BAD_PARAMETERS) + 2
@@ -193,7 +193,7 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
         metadata={"importance": 0.1, "tags": ["dns\udc80"]},  # not important: summarized
     )
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", store=store, max_l1_size=1)
+        memory = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
         memory.add_task(bad)
         memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "and staging?"}))
         memory.promote_tasks()
@@ -205,14 +205,14 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
     assert summary.tags == ("dns\ufffd",)
     _valid(summary.text)
     with SQLiteStore(path) as store:
-        reopened = LoomMemory("agent", store=store, max_l1_size=1)
+        reopened = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
         assert reopened.get_l3_summaries() == [summary]
         reopened.promote_tasks()
         reopened.close()
 
 
 def test_the_summary_of_parameters_that_are_a_string_keeps_the_string() -> None:
-    memory = LoomMemory("agent", max_l1_size=1)
+    memory = LoomMemory("agent", max_l1_size=1, embedder=None)
     memory.add_task(
         Task(
             action="lookup",

@@ -25,7 +25,7 @@ def task(n: int, importance: float | None = None, text: str = "") -> Task:
 
 
 def test_l1_is_a_ring_buffer_oldest_first() -> None:
-    memory = LoomMemory("agent", max_l1_size=3)
+    memory = LoomMemory("agent", max_l1_size=3, embedder=None)
     for n in range(5):
         memory.add_task(task(n, 0.1))
     assert [t.task_id for t in memory.get_l1_tasks(limit=10)] == ["t2", "t3", "t4"]
@@ -34,7 +34,7 @@ def test_l1_is_a_ring_buffer_oldest_first() -> None:
 
 
 def test_promotion_to_l2_by_importance_and_replacement_when_full() -> None:
-    memory = LoomMemory("agent", max_l1_size=10, max_l2_size=2)
+    memory = LoomMemory("agent", max_l1_size=10, max_l2_size=2, embedder=None)
     memory.add_task(task(1, 0.65))
     memory.add_task(task(2, 0.9))
     memory.add_task(task(3, 0.5))  # not important enough
@@ -47,7 +47,7 @@ def test_promotion_to_l2_by_importance_and_replacement_when_full() -> None:
 
 
 def test_what_leaves_l1_and_l2_is_summarized_into_l3() -> None:
-    memory = LoomMemory("agent", max_l1_size=2, max_l2_size=1)
+    memory = LoomMemory("agent", max_l1_size=2, max_l2_size=1, embedder=None)
     memory.add_task(task(1, 0.7))
     memory.add_task(task(2, 0.2))
     memory.promote_tasks()
@@ -67,7 +67,7 @@ def test_what_leaves_l1_and_l2_is_summarized_into_l3() -> None:
 def test_among_equally_important_tasks_the_newer_take_l2() -> None:
     # Most user turns score the same: L2 must follow the conversation, not freeze on its
     # first important tasks.
-    memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2)
+    memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2, embedder=None)
     for n in range(8):
         memory.add_task(task(n, 0.9))
         memory.promote_tasks()
@@ -81,7 +81,7 @@ def test_among_equally_important_tasks_the_newer_take_l2() -> None:
 def test_a_bulk_import_fills_l2_and_summarizes_only_the_rest() -> None:
     # One add_tasks call with no promotion in between: what leaves L1 on the way is
     # considered for L2 as promotion would have considered it.
-    memory = LoomMemory("agent", max_l1_size=4, max_l2_size=3)
+    memory = LoomMemory("agent", max_l1_size=4, max_l2_size=3, embedder=None)
     memory.add_tasks([task(n, 0.9 if n % 5 == 0 else 0.2) for n in range(40)])
     memory.promote_tasks()
     assert [t.task_id for t in memory.get_l1_tasks(limit=10)] == ["t36", "t37", "t38", "t39"]
@@ -91,7 +91,7 @@ def test_a_bulk_import_fills_l2_and_summarizes_only_the_rest() -> None:
 
 
 def test_search_decodes_a_task_once_per_version() -> None:
-    memory = LoomMemory("agent", max_l1_size=2)
+    memory = LoomMemory("agent", max_l1_size=2, embedder=None)
     for n in range(6):
         memory.add_task(task(n, 0.1))
     first = memory.search_tasks("marker1", limit=1)[0]
@@ -102,7 +102,7 @@ def test_search_decodes_a_task_once_per_version() -> None:
 
 
 def test_l3_overflow_stays_searchable_in_l4() -> None:
-    memory = LoomMemory("agent", max_l1_size=1, max_l2_size=1, max_l3_size=2)
+    memory = LoomMemory("agent", max_l1_size=1, max_l2_size=1, max_l3_size=2, embedder=None)
     for n in range(6):
         memory.add_task(task(n, 0.1))
         memory.promote_tasks()
@@ -112,7 +112,7 @@ def test_l3_overflow_stays_searchable_in_l4() -> None:
 
 
 def test_search_in_english_and_chinese() -> None:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     for text in ("我下周要去上海出差，帮我订酒店", "Book a table for two in Paris on Friday"):
         memory.add_task(
             Task(action=USER_MESSAGE, source_agent="user", parameters={"content": text})
@@ -125,7 +125,7 @@ def test_search_in_english_and_chinese() -> None:
 
 
 def test_direct_tiers() -> None:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     memory.add_task(task(1, 0.1), tier=MemoryTier.L2)
     memory.add_task(task(2), tier=MemoryTier.L3)
     memory.add_task(task(3), tier=MemoryTier.L4)
@@ -136,7 +136,7 @@ def test_direct_tiers() -> None:
 
 
 def test_re_adding_a_task_updates_it() -> None:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     memory.add_task(task(1))
     memory.add_task(task(1, text="marker1 changed its mind"))
     assert len(memory.get_l1_tasks()) == 1
@@ -146,7 +146,7 @@ def test_re_adding_a_task_updates_it() -> None:
 def test_restore_after_restart_has_the_same_tiers_and_searches(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store)
+        memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store, embedder=None)
         for n in range(8):
             memory.add_task(task(n, 0.9 if n % 3 == 0 else 0.2))
             memory.promote_tasks()
@@ -158,7 +158,7 @@ def test_restore_after_restart_has_the_same_tiers_and_searches(tmp_path: Path) -
             [memory.search_tasks(f"marker{n}", limit=1) for n in range(9)],
         )
     with SQLiteStore(path) as store:
-        again = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store)
+        again = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store, embedder=None)
         after = (
             again.get_l1_tasks(),
             again.get_l2_tasks(),
@@ -172,10 +172,10 @@ def test_restore_after_restart_has_the_same_tiers_and_searches(tmp_path: Path) -
 
 def test_namespaces_keep_memories_apart() -> None:
     with SQLiteStore() as store:
-        a = LoomMemory("a", store=store, namespace=("acme", "bot", "s1"))
-        b = LoomMemory("b", store=store, namespace=("acme", "bot", "s2"))
+        a = LoomMemory("a", store=store, namespace=("acme", "bot", "s1"), embedder=None)
+        b = LoomMemory("b", store=store, namespace=("acme", "bot", "s2"), embedder=None)
         both = LoomMemory("all", store=store, namespace=("acme", "bot", "x"),
-                          search_scope=("acme", "bot"))  # fmt: skip
+                          search_scope=("acme", "bot"), embedder=None)  # fmt: skip
         a.add_task(task(1, text="marker1 secret of session one"))
         assert b.search_tasks("secret session") == []
         assert [t.task_id for t in both.search_tasks("secret session")] == ["t1"]
@@ -192,11 +192,11 @@ def test_namespaces_keep_memories_apart() -> None:
 )
 def test_validation(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
-        LoomMemory("agent", **kwargs)  # type: ignore[arg-type]
+        LoomMemory("agent", **kwargs, embedder=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="`node_id`"):
-        LoomMemory("")
+        LoomMemory("", embedder=None)
     with pytest.raises(ConfigError, match="takes a Task"):
-        LoomMemory("x").add_task("not a task")  # type: ignore[arg-type]
+        LoomMemory("x", embedder=None).add_task("not a task")  # type: ignore[arg-type]
 
 
 class Tiers(RuleBasedStateMachine):
@@ -204,7 +204,9 @@ class Tiers(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.memory = LoomMemory("agent", max_l1_size=4, max_l2_size=3, max_l3_size=5)
+        self.memory = LoomMemory(
+            "agent", max_l1_size=4, max_l2_size=3, max_l3_size=5, embedder=None
+        )
         self.added: list[str] = []
 
     @rule(importance=st.sampled_from([0.1, 0.5, 0.61, 0.7, 0.8, 0.9, 0.95, 1.0]))

@@ -20,7 +20,7 @@ CHILD = textwrap.dedent(
     from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
 
     store = SQLiteStore(sys.argv[1])
-    memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store)
+    memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store, embedder=None)
     start = int(sys.argv[2])
     for n in range(start, start + 100_000):
         memory.add_task(Task(task_id=f"t{n}", action="note", status=TaskStatus.COMPLETED,
@@ -60,7 +60,7 @@ def test_acknowledged_tasks_survive_sigkill(tmp_path: Path) -> None:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         conn.close()
         with SQLiteStore(path) as store:
-            memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store)
+            memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store, embedder=None)
             assert len(memory.get_l1_tasks(limit=100)) == 8
             for task_id in acked[-30:] + rng.sample(acked, min(30, len(acked))):
                 found = memory.search_tasks(f"crashmark{task_id[1:]}", limit=1)

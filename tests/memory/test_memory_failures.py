@@ -61,7 +61,7 @@ def _writable(store: SQLiteStore) -> None:
 
 @pytest.mark.parametrize("break_store", [_full_disk, _read_only], ids=["full", "read-only"])
 def test_a_failed_add_leaves_no_trace(store: SQLiteStore, break_store: Breaker) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=3)
+    memory = LoomMemory("s", store=store, max_l1_size=3, embedder=None)
     memory.add_tasks([task(1), task(2), task(3)])
     before = tiers(memory)
     break_store(store)
@@ -74,7 +74,9 @@ def test_a_failed_add_leaves_no_trace(store: SQLiteStore, break_store: Breaker) 
     _writable(store)
     memory.add_task(task(5))
     assert tiers(memory)[0] == ["t2", "t3", "t5"]
-    assert tiers(LoomMemory("again", store=store, namespace=memory.namespace)) == tiers(memory)
+    assert tiers(
+        LoomMemory("again", store=store, namespace=memory.namespace, embedder=None)
+    ) == tiers(memory)
     orders = [r.data["order"] for r in store.scan(memory.namespace, exact=True, kind="task")]
     assert len(orders) == len(set(orders))
 
@@ -83,7 +85,7 @@ def test_a_failed_add_leaves_no_trace(store: SQLiteStore, break_store: Breaker) 
 def test_a_failed_promotion_leaves_the_tiers_as_they_were(
     store: SQLiteStore, break_store: Breaker
 ) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=2, max_l2_size=1)
+    memory = LoomMemory("s", store=store, max_l1_size=2, max_l2_size=1, embedder=None)
     memory.add_tasks([task(1, 0.9), task(2, 0.2), task(3, 0.2)])  # t1 left L1, unpromoted
     before = tiers(memory)
     break_store(store)
@@ -100,7 +102,9 @@ def test_a_failed_promotion_leaves_the_tiers_as_they_were(
     assert failure is not None
     failed = tiers(memory)
     _writable(store)
-    assert failed == tiers(LoomMemory("again", store=store, namespace=memory.namespace))
+    assert failed == tiers(
+        LoomMemory("again", store=store, namespace=memory.namespace, embedder=None)
+    )
     if break_store is _read_only:
         assert failed == before  # the very first write failed
     memory.promote_tasks()
@@ -113,10 +117,10 @@ def test_text_that_cannot_be_encoded_is_made_valid_before_it_is_stored(
     """A Task records what already happened, so its text is kept, made valid (a lone surrogate
     becomes U+FFFD, see `loomctx.messages.valid_text`); the store refuses what a caller writes
     to it directly with such text, and nothing of a refused batch is kept."""
-    memory = LoomMemory("s", store=store, max_l1_size=2)
+    memory = LoomMemory("s", store=store, max_l1_size=2, embedder=None)
     memory.add_tasks([task(1), task(2)])
     memory.add_task(task(3, text="failmark3 caf\udce9"))  # decoded with surrogateescape
-    reopened = LoomMemory("again", store=store, namespace=memory.namespace)
+    reopened = LoomMemory("again", store=store, namespace=memory.namespace, embedder=None)
     stored = next(t for t in reopened.get_l1_tasks(limit=10) if t.task_id == "t3")
     assert "caf\ufffd" in str(stored.parameters)
     raw = Record(namespace=("raw",), key="k", kind="note", text="caf\udce9")
@@ -126,7 +130,7 @@ def test_text_that_cannot_be_encoded_is_made_valid_before_it_is_stored(
 
 
 def test_a_closed_store_fails_the_add_and_keeps_nothing(store: SQLiteStore) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=2)
+    memory = LoomMemory("s", store=store, max_l1_size=2, embedder=None)
     memory.add_task(task(1, 0.9))  # to be promoted
     store.close()
     with pytest.raises(StoreError, match="closed"):
@@ -140,14 +144,14 @@ def test_a_closed_store_fails_the_add_and_keeps_nothing(store: SQLiteStore) -> N
 
 
 def test_an_empty_add_writes_nothing(store: SQLiteStore) -> None:
-    memory = LoomMemory("s", store=store)
+    memory = LoomMemory("s", store=store, embedder=None)
     memory.add_tasks([])
     assert store.version(memory.namespace).seq == 0
 
 
 def test_tier_changes_that_a_restore_would_order_alike(store: SQLiteStore) -> None:
     """What the tiers hold after a change is exactly what a restore of the store gives."""
-    memory = LoomMemory("s", store=store, max_l1_size=5, max_l2_size=2)
+    memory = LoomMemory("s", store=store, max_l1_size=5, max_l2_size=2, embedder=None)
     memory.add_tasks([task(1, 0.7), task(2, 0.8)])
     memory.promote_tasks()
     assert tiers(memory)[1] == ["t2", "t1"]
@@ -156,4 +160,6 @@ def test_tier_changes_that_a_restore_would_order_alike(store: SQLiteStore) -> No
     memory.add_task(task(3, 0.75), tier=MemoryTier.L2)  # L2 is full, and it is not above
     memory.promote_tasks()  # so it waited to be summarized
     assert tiers(memory) == (["t1", "t2"], ["t1", "t2"], ["t3"])
-    assert tiers(LoomMemory("again", store=store, namespace=memory.namespace)) == tiers(memory)
+    assert tiers(
+        LoomMemory("again", store=store, namespace=memory.namespace, embedder=None)
+    ) == tiers(memory)

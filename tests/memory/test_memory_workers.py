@@ -44,8 +44,8 @@ def tiers(memory: LoomMemory) -> tuple[list[str], list[str], list[str]]:
 def test_two_memories_on_one_file_see_one_conversation(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as two:
-        a = LoomMemory("a", store=one, namespace=NS)
-        b = LoomMemory("b", store=two, namespace=NS)
+        a = LoomMemory("a", store=one, namespace=NS, embedder=None)
+        b = LoomMemory("b", store=two, namespace=NS, embedder=None)
         for n in range(6):
             (a if n % 2 == 0 else b).add_task(turn(n))
         expected = [f"turn{n}" for n in range(6)]
@@ -58,26 +58,28 @@ def test_two_memories_on_one_file_see_one_conversation(tmp_path: Path) -> None:
 def test_a_stale_writer_catches_up_before_its_write_lands(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as two:
-        a = LoomMemory("a", store=one, namespace=NS, max_l1_size=3)
-        b = LoomMemory("b", store=two, namespace=NS, max_l1_size=3)
+        a = LoomMemory("a", store=one, namespace=NS, max_l1_size=3, embedder=None)
+        b = LoomMemory("b", store=two, namespace=NS, max_l1_size=3, embedder=None)
         a.add_tasks([turn(0), turn(1), turn(2)])
         # `b` has not read since: its add is worked out on stale tiers, refused by the
         # store's guard, and worked out again on the current ones.
         b.add_task(turn(3))
         assert tiers(a)[0] == tiers(b)[0] == ["turn1", "turn2", "turn3"]
         assert b._seen == two.version(NS)
-        fresh = LoomMemory("c", store=one, namespace=NS, max_l1_size=3)
+        fresh = LoomMemory("c", store=one, namespace=NS, max_l1_size=3, embedder=None)
         assert tiers(fresh) == tiers(a) == tiers(b)
         a.promote_tasks()
         b.promote_tasks()  # nothing left to do once it caught up
-        assert tiers(a) == tiers(b) == tiers(LoomMemory("d", store=two, namespace=NS))
+        assert (
+            tiers(a) == tiers(b) == tiers(LoomMemory("d", store=two, namespace=NS, embedder=None))
+        )
         assert tiers(a)[2] == ["turn0"]
 
 
 def test_a_delete_by_another_writer_is_seen_through_a_full_restore(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as two:
-        a = LoomMemory("a", store=one, namespace=NS)
+        a = LoomMemory("a", store=one, namespace=NS, embedder=None)
         a.add_tasks([turn(0), turn(1), turn(2)])
         assert two.delete(NS, "task:turn1")
         a_l1 = tiers(a)[0]
@@ -96,7 +98,7 @@ def test_a_namespace_that_keeps_changing_is_an_error_not_a_hang() -> None:
             return super().batch(ops, ctx=ctx)
 
     with Busy() as store:
-        memory = LoomMemory("a", store=store, namespace=NS)
+        memory = LoomMemory("a", store=store, namespace=NS, embedder=None)
         with pytest.raises(ConflictError, match="changed under every one"):
             memory.add_task(turn(0))
         assert tiers(memory)[0] == []
@@ -112,7 +114,7 @@ class TwoWorkers(RuleBasedStateMachine):
         self.namespace = namespace
         sizes = {"max_l1_size": 3, "max_l2_size": 2, "max_l3_size": 3}
         self.memories = [
-            LoomMemory(f"w{i}", store=s, namespace=namespace, **sizes)
+            LoomMemory(f"w{i}", store=s, namespace=namespace, **sizes, embedder=None)
             for i, s in enumerate(self.stores)
         ]
         self.sizes = sizes
@@ -143,7 +145,9 @@ class TwoWorkers(RuleBasedStateMachine):
 
     @invariant()
     def both_hold_what_the_store_holds(self) -> None:
-        fresh = LoomMemory("fresh", store=self.stores[0], namespace=self.namespace, **self.sizes)
+        fresh = LoomMemory(
+            "fresh", store=self.stores[0], namespace=self.namespace, **self.sizes, embedder=None
+        )
         expected = tiers(fresh)
         for memory in self.memories:
             assert tiers(memory) == expected
@@ -177,7 +181,7 @@ WORKER = textwrap.dedent(
 
     store = SQLiteStore(sys.argv[1])
     memory = LoomMemory(sys.argv[2], store=store, namespace=("acme", "bot", "session", "s1"),
-                        max_l1_size=8, max_l2_size=4)
+                        max_l1_size=8, max_l2_size=4, embedder=None)
 
     def state():
         return [[t.task_id for t in memory.get_l1_tasks(limit=100)],
@@ -240,7 +244,9 @@ def test_two_processes_writing_in_turn_each_see_the_whole_conversation(tmp_path:
                 if pipe is not None:
                     pipe.close()
     with SQLiteStore(path) as store:
-        restored = LoomMemory("reader", store=store, namespace=NS, max_l1_size=8, max_l2_size=4)
+        restored = LoomMemory(
+            "reader", store=store, namespace=NS, max_l1_size=8, max_l2_size=4, embedder=None
+        )
         expected = [list(part) for part in tiers(restored)]
     assert finals[0] == finals[1] == expected
     assert expected[0] == [f"turn{i}" for i in range(16, 24)]

@@ -147,7 +147,7 @@ def test_exclude_blank_and_limit(store: SQLiteStore) -> None:
 def test_a_task_archived_straight_to_l4_has_no_conversation_neighbours(
     store: SQLiteStore,
 ) -> None:
-    memory = LoomMemory("session", store=store)
+    memory = LoomMemory("session", store=store, embedder=None)
     memory.add_task(turn("first", "user", "the staging database listens on port 5433"))
     memory.add_task(turn("lunch", "user", "lunch is at noon"))
     memory.add_task(turn("later", "user", "we ordered a new database textbook"))
@@ -172,7 +172,7 @@ def test_a_task_archived_straight_to_l4_has_no_conversation_neighbours(
 )
 def test_fusion_settings_are_validated(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        LoomMemory("session", **options)  # type: ignore[arg-type]
+        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_fusion_settings_are_validated(options: dict[str, object], match: str) -
 )
 def test_non_finite_or_non_numeric_fusion_settings(options: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
-        LoomMemory("session", **options)  # type: ignore[arg-type]
+        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]
 
 
 WORDS = st.sampled_from(
@@ -231,7 +231,9 @@ def test_scores_stay_in_0_1_best_first(
 
 def test_a_summarized_task_is_found_once_as_itself(store: SQLiteStore) -> None:
     # Nothing is important enough for L2, so what leaves L1 is summarized into L3.
-    memory = LoomMemory("session", store=store, max_l1_size=2, promote_threshold=1.0)
+    memory = LoomMemory(
+        "session", store=store, max_l1_size=2, promote_threshold=1.0, embedder=None
+    )
     remember(memory, CHAT)
     memory.promote_tasks()  # what left L1 is summarized into L3 (and stays in L4)
     assert memory.get_l3_summaries()

@@ -175,7 +175,7 @@ DIARY = [
 
 
 def test_search_favours_what_was_recorded_when_the_query_says(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0)
+    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0, embedder=None)
     memory.add_tasks(DIARY)
     plain = memory.search("what did I post on social media", limit=3)
     assert all(h.time_match is None for h in plain)
@@ -190,7 +190,7 @@ def test_search_favours_what_was_recorded_when_the_query_says(store: SQLiteStore
 
 
 def test_chinese_time_reference_in_search(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0)
+    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0, embedder=None)
     memory.add_tasks(
         [
             said("february", "我们讨论了数据库迁移", day(2023, 2, 1)),
@@ -209,7 +209,7 @@ def test_chinese_time_reference_in_search(store: SQLiteStore) -> None:
 
 def test_a_time_no_task_is_near_changes_nothing(store: SQLiteStore) -> None:
     """A story's "last year" is not about when things were recorded here."""
-    memory = LoomMemory("diary", store=store, clock=lambda: NOW)
+    memory = LoomMemory("diary", store=store, clock=lambda: NOW, embedder=None)
     memory.add_tasks(DIARY)
     query = "social media garden photo yesterday"
     hits = memory.search(query, limit=3)
@@ -220,10 +220,10 @@ def test_a_time_no_task_is_near_changes_nothing(store: SQLiteStore) -> None:
 
 
 def test_time_decay_zero_ignores_time_and_the_clock_defaults_to_now(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, time_decay=0, clock=lambda: NOW)
+    memory = LoomMemory("diary", store=store, time_decay=0, clock=lambda: NOW, embedder=None)
     memory.add_tasks(DIARY)
     assert all(h.time_match is None for h in memory.search("social media 5 days ago", limit=3))
-    fresh = LoomMemory("other", store=store)
+    fresh = LoomMemory("other", store=store, embedder=None)
     assert abs(fresh.clock() - datetime.now(UTC)) < timedelta(minutes=5)
 
 
@@ -239,4 +239,4 @@ def test_time_decay_zero_ignores_time_and_the_clock_defaults_to_now(store: SQLit
 )
 def test_time_settings_are_validated(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        LoomMemory("session", **options)  # type: ignore[arg-type]
+        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ World = tuple[LoomMemory, list[KnowledgeBaseProvider]]
 def world(tmp_path: Path) -> Iterator[World]:
     """A session's memory and two knowledge bases, in one SQLite file."""
     with open_store(tmp_path) as store:
-        memory = LoomMemory("s1", store=store)
+        memory = LoomMemory("s1", store=store, embedder=None)
         remember(memory, CHAT)
         yield memory, [knowledge(store, "handbook", HANDBOOK), knowledge(store, "runbook", RUNBOOK)]
 

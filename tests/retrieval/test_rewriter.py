@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from loomctx.errors import ConfigError
 from loomctx.retrieval import QueryRewriter
+from loomctx.retrieval.rewriter import chinese_words
 from loomctx.text import terms
 
 OAUTH_CHAT = [
@@ -26,8 +27,14 @@ def test_seed_002_example() -> None:
 def test_defaults_are_the_seeds() -> None:
     rewriter = QueryRewriter()
     assert (rewriter.window, rewriter.top_k) == (5, 6)
-    assert rewriter.keywords("认证方案", OAUTH_CHAT)[:3] == ["OAuth2", "安全", "token"]
-    assert len(rewriter.keywords("认证方案", OAUTH_CHAT)) == 6
+    # Five content words in all: bigrams used to pad the list with 要注 and 意安.
+    assert rewriter.keywords("认证方案", OAUTH_CHAT) == [
+        "OAuth2",
+        "安全",
+        "token",
+        "注意安全",
+        "API",
+    ]
 
 
 def test_only_the_last_window_messages_count() -> None:
@@ -84,9 +91,57 @@ def test_bad_parameters(name: str, value: object) -> None:
 
 def test_a_latin_word_inside_chinese_text_is_added_alone() -> None:
     recent = ["我们用OAuth2做认证", "OAuth2的token要注意安全"]
-    assert QueryRewriter(top_k=2).keywords("认证方案", recent) == ["OAuth2", "安全"]
+    # "要注意安全" is the words 要 and 注意安全: the single character is not added.
+    assert QueryRewriter(top_k=2).keywords("认证方案", recent) == ["OAuth2", "注意安全"]
     # Two Latin words of one mixed run were both added as that run.
-    assert QueryRewriter().rewrite("q", ["abc你好xyz"]) == "q [xyz 好 abc]"
+    assert QueryRewriter().rewrite("q", ["abc你好xyz"]) == "q [xyz 你好 abc]"
+
+
+# Chinese conversations: the rewrite adds whole words (as jieba cuts the messages), never
+# fragments across word boundaries (证方 of 认证方案, 论认 of 论证 认证) or single characters.
+BILINGUAL = [
+    (
+        "年假怎么算",
+        [
+            "员工每年享有十五天带薪年假，未休完的年假可以顺延到下一年第一季度。",
+            "请假需要提前两周在人事系统中提交申请。",
+        ],
+        "年假怎么算 [申请 提交 系统 人事 两周 提前]",
+    ),
+    (
+        "方案",
+        ["论证方法和认证方案都要写清楚", "认证方案需要评审"],
+        "方案 [认证 评审 清楚 方法 论证]",
+    ),
+    (
+        "数据库迁移",
+        ["数据库迁移到 PostgreSQL 16 的计划定在五月，由 DBA 团队负责。", "迁移前要备份数据库"],
+        "数据库迁移 [备份 前要 负责 团队 DBA 五月]",
+    ),
+    ("q", ["下周三下午三点在三楼会议室开项目评审会。"], "q [评审会 项目 会议室 三楼 三点 下午]"),
+    (
+        "refresh token 多久过期",
+        ["access token 的有效期是一小时，过期后客户端用 refresh token 换取新的 token。"],
+        "refresh token 多久过期 [换取 客户端 小时 有效期 access]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("query", "recent", "expected"), BILINGUAL)
+def test_bilingual_rewrites_add_real_words(query: str, recent: list[str], expected: str) -> None:
+    rewritten = QueryRewriter().rewrite(query, recent)
+    assert rewritten == expected
+    cut = {w for m in recent for w in chinese_words(m)}
+    for word in QueryRewriter().keywords(query, recent):
+        assert word.isascii() or (word in cut and len(word) >= 2)
+    for fragment in ("证方", "论认", "法和", "交申", "评审会 审会", "前 ", "年 "):
+        assert fragment not in rewritten
+
+
+def test_chinese_words_drop_stop_words_and_single_characters() -> None:
+    assert chinese_words("我们的 API 都用 OAuth2 认证。") == ["认证"]
+    assert chinese_words("no Chinese here") == []
+    assert chinese_words("请问这个数据库在哪里") == ["数据库"]
 
 
 WORDS = st.sampled_from(

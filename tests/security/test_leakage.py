@@ -146,10 +146,14 @@ PAIRS = [
 async def test_a_memory_reads_nothing_of_another_namespace(
     store: SQLiteStore, writer_ns: Namespace, reader_ns: Namespace
 ) -> None:
-    writer = LoomMemory("writer", store=store, namespace=writer_ns, max_l1_size=3, max_l2_size=2)
+    writer = LoomMemory(
+        "writer", store=store, namespace=writer_ns, max_l1_size=3, max_l2_size=2, embedder=None
+    )
     fill(writer, "a")
     # Restore: a reader opened after the writes.
-    reader = LoomMemory("reader", store=store, namespace=reader_ns, max_l1_size=3, max_l2_size=2)
+    reader = LoomMemory(
+        "reader", store=store, namespace=reader_ns, max_l1_size=3, max_l2_size=2, embedder=None
+    )
     fill(reader, "b")
     await assert_memory_reads_nothing_of(reader, "a", "b")
     # Catching up: writes made while the reader is open.
@@ -160,9 +164,13 @@ async def test_a_memory_reads_nothing_of_another_namespace(
 
 
 async def test_a_wider_read_is_explicit_and_reads_only_search(store: SQLiteStore) -> None:
-    fill(LoomMemory("s1", store=store, namespace=("acme", "bot", "s1")), "a")
+    fill(LoomMemory("s1", store=store, namespace=("acme", "bot", "s1"), embedder=None), "a")
     wide = LoomMemory(
-        "all", store=store, namespace=("acme", "bot", "all"), search_scope=("acme", "bot")
+        "all",
+        store=store,
+        namespace=("acme", "bot", "all"),
+        search_scope=("acme", "bot"),
+        embedder=None,
     )
     fill(wide, "b")
     found = {t.task_id for t in wide.search_tasks(lure("a"), limit=50)}
@@ -172,7 +180,9 @@ async def test_a_wider_read_is_explicit_and_reads_only_search(store: SQLiteStore
     tiers += [s.task_id for s in wide.get_l3_summaries()]
     assert not [t for t in tiers if t.startswith("a-")]
     # Tenant-wide, on request.
-    tenant = LoomMemory("t", store=store, namespace=("acme", "t"), search_scope=("acme",))
+    tenant = LoomMemory(
+        "t", store=store, namespace=("acme", "t"), search_scope=("acme",), embedder=None
+    )
     assert {f"a-{n}" for n in range(8)} <= {t.task_id for t in tenant.search_tasks(lure("a"), 50)}
 
 
@@ -190,11 +200,13 @@ async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
                 await session.add_task(task("a", n if sid == "s1" else n + 10, 0.9))
         await controller.end_session("s2")  # archived into the agent-level memory
         await controller.aggregate_context(["s1"], lure("a"), 2000)  # feeds the agent's L3
-        memory = LoomMemory("agent", store=store, max_l1_size=3, max_l2_size=2)
+        memory = LoomMemory("agent", store=store, max_l1_size=3, max_l2_size=2, embedder=None)
         fill(memory, "b")
         await assert_memory_reads_nothing_of(memory, "a", "b")
         # Not even a memory opened on the controller's root namespace itself.
-        root = LoomMemory("root", store=store, namespace=controller.layout.root, max_l1_size=3)
+        root = LoomMemory(
+            "root", store=store, namespace=controller.layout.root, max_l1_size=3, embedder=None
+        )
         fill(root, "c")
         await assert_memory_reads_nothing_of(root, "a", "c")
 
@@ -202,8 +214,10 @@ async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
 async def test_a_controllers_sessions_read_nothing_of_a_standalone_memory(
     store: SQLiteStore,
 ) -> None:
-    fill(LoomMemory("agent", store=store), "a")
-    fill(LoomMemory("root", store=store, namespace=("default", "agent")), "a", count=4)
+    fill(LoomMemory("agent", store=store, embedder=None), "a")
+    fill(
+        LoomMemory("root", store=store, namespace=("default", "agent"), embedder=None), "a", count=4
+    )
     async with ContextController(store, counter=COUNTER) as controller:
         for sid in ("s1", "s2"):
             session = await controller.create_session(sid)
@@ -276,7 +290,7 @@ async def test_records_below_a_controllers_namespaces_are_none_of_its_own(
             ),
         ]
     )
-    below = LoomMemory("x", store=store, namespace=(*layout.memory("s1"), "x"))
+    below = LoomMemory("x", store=store, namespace=(*layout.memory("s1"), "x"), embedder=None)
     fill(below, "a")
     async with ContextController(store, counter=COUNTER) as controller:
         session = await controller.create_session("s1")
@@ -289,7 +303,7 @@ async def test_records_below_a_controllers_namespaces_are_none_of_its_own(
         await session.add_task(task("b", 0, 0.9))
         await session.end()  # archives the session into the agent memory
     # (closing the controller let the archiving subscriber finish)
-    archive = LoomMemory("agent", store=store, namespace=layout.agent)
+    archive = LoomMemory("agent", store=store, namespace=layout.agent, embedder=None)
     assert [t.task_id for t in archive.search_tasks(lure("a") + " leakb0x", 50)] == ["b-0"]
 
 
@@ -303,7 +317,7 @@ def test_no_default_namespace_lies_below_another() -> None:
             layout = Layout(tenant, agent)
             spaces |= {layout.sessions, layout.agent}
             spaces |= {f(sid) for sid in ids for f in (layout.memory, layout.queue)}
-    spaces |= {LoomMemory(node).namespace for node in ids}
+    spaces |= {LoomMemory(node, embedder=None).namespace for node in ids}
     spaces |= {KnowledgeBase(name).namespace for name in ids}
     nested = [(a, b) for a in spaces for b in spaces if a != b and b[: len(a)] == a]
     # A knowledge base's namespace is ("knowledge", name): only a tenant of that name nests
@@ -352,7 +366,7 @@ async def test_a_knowledge_base_reads_exactly_its_namespace(store: SQLiteStore) 
     hits = docs.search_sync(query, limit=50)
     assert [h.document_id for h in hits] == ["handbook"]
     assert [d.document_id for d in docs.documents()] == ["handbook"]
-    reader = LoomMemory("reader", store=store, namespace=("acme", "reader"))
+    reader = LoomMemory("reader", store=store, namespace=("acme", "reader"), embedder=None)
     fill(reader, "b", count=1)
     text = read_text(await memory_window(reader, query, knowledge=[docs]))
     assert markers(text, "a") == set()

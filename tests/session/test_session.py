@@ -112,7 +112,9 @@ async def test_an_acknowledged_task_is_in_the_store(
     session = await controller.create_session("s1")
     await session.add_task(note("t1", "the parcel left Lisbon"))
     # Another memory on the same store and namespace sees it: it was committed.
-    reader = LoomMemory("s1", store=controller.store, namespace=controller.layout.memory("s1"))
+    reader = LoomMemory(
+        "s1", store=controller.store, namespace=controller.layout.memory("s1"), embedder=None
+    )
     assert [t.task_id for t in reader.get_l1_tasks()] == ["t1"]
     (added,) = await recorder.wait_for(topics.TASK_ADDED)
     assert dict(added.payload) == {"session_id": "s1", "task_id": "t1", "importance": 0.3}

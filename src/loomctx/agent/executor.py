@@ -7,10 +7,12 @@ One run (seeds 000, 001):
    for every run while they are unchanged; the user's request lives in the user turn only
    (seed 001 put it in the static context too, where it changed the prefix every run).
 2. Every turn, before the model call: the retriever is asked for the user's request *plus what
-   the last tool results revealed*, and the orchestrator builds the window from the static
-   context, the tools, the retrieved documents, memory (earlier runs), the exchange of this run
-   so far, and the user's turn. Retrieved context is its own block: the system prompt can never
-   overwrite it (the seed 000 bug).
+   the model last tried (its tool calls, arguments and all) and what their results revealed*,
+   and what earlier turns found while it is still relevant (`loomctx.agent.discovery`); memory
+   and the knowledge bases are searched with the same query; and the orchestrator builds the
+   window from the static context, the tools, the retrieved documents, memory (earlier runs),
+   the exchange of this run so far, and the user's turn. Retrieved context is its own block:
+   the system prompt can never overwrite it (the seed 000 bug).
 3. The model streams; text deltas become events. Tool calls run (independent ones
    concurrently); a failing tool or an invalid call becomes an error result the model sees.
 4. Every user message, reply and tool call is recorded in memory as a Task, and promoted.
@@ -38,8 +40,9 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
+from loomctx.agent.discovery import Discoveries
 from loomctx.agent.events import (
     AgentEvent,
     ContextAssembled,
@@ -84,10 +87,10 @@ from loomctx.context.sources import (
 )
 from loomctx.context.sources._common import billed
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
-from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
-from loomctx.memory.core import LoomMemory
+from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault, LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
 from loomctx.messages import (
     MAX_ARGUMENT_DEPTH,
@@ -98,6 +101,9 @@ from loomctx.messages import (
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
+if TYPE_CHECKING:
+    from loomctx.embeddings import Embedder
+
 __all__ = ["Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
@@ -105,6 +111,10 @@ _Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 
 DELEGATION = "delegation"
 """The source that gives a sub-agent its parent's request, as fenced reference data."""
+
+TURN_INDEX = "turn_index"
+"""The metadata key of a reply's or tool call's Task: the model call that made it, counted
+over the agent's conversation (`BuildContext.turn_index`)."""
 
 DEFAULT_MAX_DYNAMIC = 0.25
 """The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
@@ -200,6 +210,24 @@ class TurnSource:
         return shown
 
 
+class _Requery:
+    """A retrieval source asked, on each build, with the run's retrieval query (the request,
+    what the model tried and what it found: `Discoveries.query`) instead of the user's turn
+    alone, so that memory and knowledge bases are searched again with the new evidence."""
+
+    def __init__(self, source: UnifiedRetrievalSource, found: Discoveries) -> None:
+        self.source = source
+        self.found = found
+        self.name = source.name
+        self.priority = source.priority
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        """The source's blocks for `Discoveries.query` (the request alone on the first turn)."""
+        return await self.source.collect(self.found.query(), budget, ctx=ctx)
+
+
 class _Orchestrator(ContextOrchestrator):
     """The agent's orchestrator: its reports also say which results are shown as excerpts."""
 
@@ -238,9 +266,12 @@ class Agent:
     >>> answer = await agent.run("Weather in Paris?")
 
     `tools` are `Tool`s or plain typed functions (wrapped with `loomctx.tool`); `memory` (default:
-    a new in-memory `LoomMemory`) carries the conversation across runs; `context_retriever`
-    is asked before every call; memory's archive and `knowledge_bases` are searched together
-    for every window (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
+    a new in-memory `LoomMemory` with `embedder`) carries the conversation across runs;
+    `embedder` (default: the shipped offline embedder where installed, see `LoomMemory`; None:
+    lexical search only) makes the search of that memory hybrid, embedding in the background
+    so that a turn does not wait; `context_retriever` is asked before every call; memory's
+    archive and `knowledge_bases` are searched together for every window
+    (`UnifiedRetrievalSource`). The window is `model_context_window` tokens with
     `output_reserve_ratio` kept for the reply. `shared_pool` is a memory shared with other
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
@@ -256,6 +287,22 @@ class Agent:
     recorded in memory, and an agent with tools also has `read_result`, which reads a slice
     of it by handle (an offset, or the lines that contain a term) from this agent's memory
     only. The report of each window marks such blocks ``truncated`` and says why.
+
+    **Budget.** `budget_manager` (default `BudgetManager()`) splits the input budget among
+    the window's sources. The static context (instructions, stage, task context: the stable
+    system message, assembled once per run) gets all it needs up to the manager's
+    `static_limit`, by default the whole input budget: a 10,000-token system prompt works in
+    the default 16,000-token window, and `BudgetExceededError` (raised here, naming the sizes,
+    the limit and the fixes) means it truly does not fit. The dynamic context (retrieved
+    documents, memory and knowledge) takes at most `cache_policy.max_dynamic` of the input
+    and at most the manager's `dynamic_limit`. Seed 001's split, 12,000 static and 4,000
+    dynamic tokens of 16,000: ``budget_manager=BudgetManager(static_tokens=12_000,
+    dynamic_tokens=4_000)`` in a window whose input budget is 16,000 tokens. An
+    `AdaptiveBudgetManager` shifts the split with the run's phase: each build's
+    `BuildContext.progress` is `progress()` (the task's own signal, 0..1) when given and not
+    None, else the share of `max_turns` used before the call; `BuildContext.turn_index`
+    counts this agent's model calls over all its runs (`turns_taken`), continued from what
+    its memory recorded when the agent is made again on the same memory.
     """
 
     def __init__(
@@ -282,6 +329,9 @@ class Agent:
         max_depth: int = 5,
         cache_policy: CachePolicy | None = None,
         max_result_tokens: int | None = None,
+        budget_manager: BudgetManager | None = None,
+        progress: Callable[[], float | None] | None = None,
+        embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
     ) -> None:
         for setting, value in (("max_turns", max_turns), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -295,6 +345,18 @@ class Agent:
         ):
             _check_text(text, f"the `{setting}` of agent `{name}`")
         check_limit(max_result_tokens, "`max_result_tokens`")
+        if budget_manager is not None and not isinstance(budget_manager, BudgetManager):
+            raise ConfigError(
+                f"`budget_manager` must be a BudgetManager (or AdaptiveBudgetManager), got "
+                f"{type(budget_manager).__name__}"
+            )
+        if progress is not None and not callable(progress):
+            raise ConfigError(
+                f"`progress` must be a function returning the task's progress (0..1, or None "
+                f"to count turns), got {progress!r}"
+            )
+        self.budget_manager = budget_manager or BudgetManager()
+        self.progress = progress
         self.llm = llm
         self.name = name
         self.system_instructions = system_instructions
@@ -305,7 +367,12 @@ class Agent:
         _check_reader_name(names)
         self.context_retriever = context_retriever
         self.counter = token_counter or TiktokenCounter()
-        self.memory = memory or LoomMemory(name, counter=self.counter)
+        if memory is not None and embedder is not DEFAULT_EMBEDDER:
+            raise ConfigError(
+                f"agent `{name}` was given both `memory` and `embedder`; the embedder is for "
+                "the memory the agent makes itself: pass it to your `LoomMemory(embedder=...)`"
+            )
+        self.memory = memory or LoomMemory(name, counter=self.counter, embedder=embedder)
         if shared_pool is not None and not isinstance(shared_pool, LoomMemory):
             raise ConfigError(
                 f"`shared_pool` must be a LoomMemory, got {type(shared_pool).__name__}"
@@ -348,6 +415,13 @@ class Agent:
         self._reader: tuple[tuple[LoomMemory, int], Tool] | None = None
         # History marks and the previous window, across runs: history stays append-only.
         self._layout = LayoutState()
+        # Model calls made so far in this agent's conversation (`BuildContext.turn_index`):
+        # counted on from what its memory recorded, so a new Agent on the same memory (a
+        # restart, a server's next request) does not start again at 0.
+        self.turns_taken = _turns_recorded(self.memory, name)
+        # Checked here, not when the first window is built (see above); its size also sets
+        # what the tool results may take.
+        self._static_tokens = self.counter.count(self._static_context(None))
 
     async def run(self, prompt: str, *, parent: ToolContext | None = None) -> str:
         """Run to the end and return the final reply (drains `stream`; `parent` as there)."""
@@ -410,10 +484,18 @@ class Agent:
         window before the longest are shown as excerpts."""
         if self.max_result_tokens is not None:
             return self.max_result_tokens
+        available = self._available()
+        # A large system prompt leaves less room: results take at most half of what it
+        # leaves, so the newest exchange (pinned) still fits beside it.
+        left = (available - self._static_tokens) // 2
+        return max(MIN_EXCERPT_TOKENS, min(int(available * DEFAULT_EXCERPT_SHARE), left))
+
+    def _available(self) -> int:
+        """The input budget: the window less the reply's reserve."""
         available, _ = BudgetManager.available(
             self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
         )
-        return max(MIN_EXCERPT_TOKENS, int(available * DEFAULT_EXCERPT_SHARE))
+        return available
 
     def _tools(self) -> list[Tool]:
         """The agent's tools, and the reader of excerpted results after them (none without
@@ -434,16 +516,21 @@ class Agent:
             read_tool=READ_RESULT if self.tools else None,
         )
 
-    def _static_context(self, run: _Run) -> str:
-        budget = max(256, int(self.model_context_window * (1 - self.output_reserve_ratio) / 3))
+    def _static_context(self, run: _Run | None) -> str:
+        """The instructions, stage and task context (and a sub-agent's note), assembled within
+        the budget manager's `static_limit`: all they need, up to the whole input budget by
+        default; `BudgetExceededError` (naming the sizes, the limit and the fixes) if the
+        must-keep parts do not fit it."""
+        available = self._available()
+        limit = self.budget_manager.static_limit(available)
         assembler = ContextAssembler(
-            max_tokens=budget, token_counter=self.counter, order="insertion"
+            max_tokens=max(1, limit), token_counter=self.counter, order="insertion"
         )
         assembler.add_component(
             "instructions", self.system_instructions, ComponentPriority.CRITICAL, truncatable=False
         )
         assembler.add_component("stage", self.stage, ComponentPriority.CRITICAL, truncatable=False)
-        if run.lineage is not None:
+        if run is not None and run.lineage is not None:
             assembler.add_component(
                 "delegation",
                 f"You are a sub-agent: agent `{run.asker}` delegated the task in the user turn "
@@ -453,10 +540,26 @@ class Agent:
                 ComponentPriority.HIGH,
             )
         assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
-        return assembler.assemble()
+        try:
+            return assembler.assemble()
+        except BudgetExceededError as exc:
+            raise BudgetExceededError(
+                offenders=exc.offenders,
+                budget=exc.budget,
+                hint=f"that is what the static context of agent `{self.name}` may take of its "
+                f"{available} input tokens (`model_context_window` {self.model_context_window} "
+                f"less the reply's reserve); shorten them, raise `model_context_window`, lower "
+                "`output_reserve_ratio`, or raise the static limit with "
+                "`budget_manager=BudgetManager(static_ratio=..., static_tokens=...)`",
+            ) from None
 
     def _orchestrator(
-        self, static: str, retrieved: RetrievedContextSource, turn: TurnSource, run: _Run
+        self,
+        static: str,
+        retrieved: RetrievedContextSource,
+        turn: TurnSource,
+        run: _Run,
+        found: Discoveries,
     ) -> ContextOrchestrator:
         sources: list[ContextSource] = [PromptSource(static)]
         tools = self._tools()
@@ -473,7 +576,7 @@ class Agent:
                     read_tool=READ_RESULT if tools else None,
                 ),
                 L2ImportantSource(self.memory),
-                UnifiedRetrievalSource(self.memory, self.knowledge_bases),
+                _Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
             ]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             # The parent's request is the user's text: reference data, never system text.
@@ -481,7 +584,9 @@ class Agent:
             delegation.text = run.lineage.request
             sources += [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
-                sources.append(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases))
+                sources.append(
+                    _Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
+                )
         if self.shared_pool is not None:
             sources.append(SharedPoolSource(self.shared_pool))
         sources += [*self.extra_sources, turn, UserInputSource()]
@@ -492,6 +597,7 @@ class Agent:
             output_reserve_ratio=self.output_reserve_ratio,
             source_timeout=self.source_timeout,
             cache_policy=self.cache_policy,
+            budget_manager=self.budget_manager,
             state=self._layout if run.lineage is None else None,
         )
 
@@ -528,13 +634,13 @@ class Agent:
                 request=request,
                 lineage=run.lineage,
             )
+            found = Discoveries(prompt)
             orchestrator = self._orchestrator(
-                self._static_context(run), retrieved, turn_source, run
+                self._static_context(run), retrieved, turn_source, run, found
             )
-            revealed = ""
             for turn in range(1, self.max_turns + 1):
                 if self.context_retriever is not None:
-                    query = f"{prompt}\n{revealed}".strip()
+                    query = found.query()
                     docs = await self.context_retriever.retrieve_for_query(
                         query, self.retrieval_top_k
                     )
@@ -551,9 +657,11 @@ class Agent:
                 ctx = BuildContext(
                     agent_id=self.name,
                     session_id=self.memory.node_id,
-                    turn_index=turn - 1,
+                    turn_index=self.turns_taken,
+                    progress=self._progress(turn),
                     metadata=ids,
                 )
+                self.turns_taken += 1
                 window = await orchestrator.build(query=prompt, ctx=ctx)
                 yield ContextAssembled.from_report(
                     window.report,
@@ -632,7 +740,7 @@ class Agent:
                     handles={c.id: handle_for(pending[c.id].task_id) for c in reply.tool_calls},
                 )
                 self._record_tools(reply, results, run, pending)
-                revealed = "\n".join(r.content for r in results)
+                found.add(turn=turn, calls=reply.tool_calls, results=results)
                 yield event(
                     TurnCompleted,
                     turn=turn,
@@ -664,6 +772,24 @@ class Agent:
                 stopped="error",
             )
             raise
+
+    def _progress(self, turn: int) -> float:
+        """How far the run has come before the model call of `turn`: the task's own signal
+        (`progress`) if it gives one, else the share of `max_turns` used."""
+        if self.progress is not None:
+            given = self.progress()
+            if given is not None:
+                if (
+                    isinstance(given, bool)
+                    or not isinstance(given, int | float)
+                    or not 0 <= given <= 1
+                ):
+                    raise ConfigError(
+                        f"the `progress` function of agent `{self.name}` returned {given!r}; "
+                        "return a number from 0 to 1, or None to count turns"
+                    )
+                return float(given)
+        return (turn - 1) / self.max_turns
 
     def _options(self, window: ContextWindow) -> LLMOptions:
         """The call's options: the agent's, with its session as the prompt-cache key and the
@@ -742,7 +868,9 @@ class Agent:
             action=action,
             parameters={"content": content},
             status=TaskStatus.COMPLETED,
-            metadata={"run_id": run.id, "agent": self.name},
+            metadata={"run_id": run.id, "agent": self.name}
+            if asked
+            else {"run_id": run.id, "agent": self.name, TURN_INDEX: self.turns_taken - 1},
             parent_task_id=run.parent_task_id,
         )
 
@@ -753,7 +881,12 @@ class Agent:
             action=call.name,
             parameters=dict(call.arguments),
             status=TaskStatus.RUNNING,
-            metadata={"run_id": run.id, "agent": self.name, "tool_call_id": call.id},
+            metadata={
+                "run_id": run.id,
+                "agent": self.name,
+                "tool_call_id": call.id,
+                TURN_INDEX: self.turns_taken - 1,
+            },
             parent_task_id=run.parent_task_id,
         )
 
@@ -783,6 +916,17 @@ class Agent:
             if memory is not None:
                 memory.add_tasks(tasks)
                 memory.promote_tasks()
+
+
+def _turns_recorded(memory: LoomMemory, agent: str) -> int:
+    """The model calls agent `agent` made in `memory`'s conversation: one more than the
+    newest `TURN_INDEX` its replies and tool calls carry in L1 (0 for none)."""
+    latest = -1
+    for task in memory.get_l1_tasks(limit=memory.max_l1_size):
+        index = task.metadata.get(TURN_INDEX)
+        if task.metadata.get("agent") == agent and isinstance(index, int):
+            latest = max(latest, index)
+    return latest + 1
 
 
 def _check_text(value: object, what: str) -> None:

@@ -127,9 +127,10 @@ class BuildContext:
     """Who a build is for and where the conversation stands, passed to every source.
 
     `history` is the conversation so far (before the current user turn); `turn_index` counts
-    the model calls made in this conversation; `phase` is set by the caller or inferred by an
-    adaptive budget manager; `counter` is the orchestrator's token counter, for sources that
-    measure what they offer.
+    the model calls made in this conversation; `progress` (0..1, or None when unknown) is how
+    far the task has come, e.g. the share of an agent run's turns used; `phase` is set by the
+    caller or inferred by an adaptive budget manager (from `progress`, else `turn_index`);
+    `counter` is the orchestrator's token counter, for sources that measure what they offer.
     """
 
     session_id: str = "default"
@@ -137,6 +138,7 @@ class BuildContext:
     tenant_id: str = "default"
     history: tuple[Message, ...] = ()
     turn_index: int = 0
+    progress: float | None = None
     phase: Phase | None = None
     counter: TokenCounter = field(default_factory=lambda: _default_counter(), hash=False)
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -146,6 +148,14 @@ class BuildContext:
             object.__setattr__(self, "history", tuple(self.history))
         if self.turn_index < 0:
             raise ConfigError(f"`turn_index` must be >= 0, got {self.turn_index!r}")
+        p = self.progress
+        if p is not None and (
+            isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1
+        ):
+            raise ConfigError(
+                f"`progress` must be a number from 0 to 1 (how far the task has come) or None, "
+                f"got {p!r}"
+            )
 
 
 _DEFAULT_COUNTER: list[TokenCounter] = []

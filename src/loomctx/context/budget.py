@@ -11,8 +11,23 @@ A build's budget is decided in three steps:
 3. `BudgetManager.redistribute` moves what a source does not need to sources that want more,
    highest priority first (invariant 8, "no stranded tokens").
 
+**Static and dynamic context.** Two parts of a window are limited as wholes, besides the
+ratios. The *static* context (the system message: instructions, stage, task context, placed
+once as the stable prefix) is must-keep: it is given what it needs, up to `static_limit`
+(by default the whole input budget; seed 001 gave it 12,000 of 16,000 tokens), and a build
+raises `BudgetExceededError` only when it does not fit. The *dynamic* context (retrieved
+knowledge and memory, fenced in the tail of the window and new on every call) takes at most
+`dynamic_limit` (by default no limit beyond the ratios; seed 001 gave its schema 4,000).
+Seed 001's split of a 16,000-token input is
+``BudgetManager(static_tokens=12_000, dynamic_tokens=4_000)``; as shares of any window,
+``BudgetManager(static_ratio=0.75, dynamic_ratio=0.25)``. What the two limits leave unused
+flows to the other sources as usual.
+
 `AdaptiveBudgetManager` (seed 002) shifts the ratios with the task phase: early in a task
 toward retrieval, in the middle toward recent interactions, late toward important memory.
+The phase is the caller's (`BuildContext.phase`), or follows the task's progress
+(`BuildContext.progress`, turns used of the turns allowed in an `Agent` run), or the count of
+model calls (`BuildContext.turn_index`).
 
 Everything here is a pure computation on integers and ratios: no text, no I/O.
 """
@@ -108,6 +123,18 @@ def _check_unique(names: Sequence[str], what: str) -> None:
         seen.add(name)
 
 
+def _check_limit(value: object, what: str) -> int | None:
+    """`value` if it is None or an int >= 1 (tokens); else `ConfigError`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{what} must be an int >= 1 (tokens) or None (no limit), got {value!r}; "
+            "e.g. 12000 for seed 001's static context"
+        )
+    return value
+
+
 def _normalise(weights: Mapping[str, float]) -> dict[str, float]:
     """`weights` scaled to sum to 1; an equal split when they are all 0."""
     total = math.fsum(weights.values())
@@ -124,14 +151,35 @@ class BudgetManager:
     whose name has no ratio gets `default_ratio`. Each ratio is within [0, 1]; they are
     normalised over the sources of each build, so they need not sum to 1.
 
+    The static / dynamic split (see the module docstring): the static context (the system
+    message) may take up to `static_ratio` of the input budget (default 1.0: all of it) and
+    at most `static_tokens` tokens (default: no cap in tokens); the dynamic context (fenced
+    retrieved knowledge and memory) up to `dynamic_ratio` of it and at most `dynamic_tokens`
+    tokens (defaults: no limit). Where a ratio and a token count are both given, the smaller
+    limit applies. `static_limit` and `dynamic_limit` say what they come to for a budget.
+
     Subclasses change `ratios_for` to adapt the split to the build (see
     `AdaptiveBudgetManager`).
     """
 
-    __slots__ = ("_ratios", "default_ratio")
+    __slots__ = (
+        "_ratios",
+        "default_ratio",
+        "dynamic_ratio",
+        "dynamic_tokens",
+        "static_ratio",
+        "static_tokens",
+    )
 
     def __init__(
-        self, *, ratios: Mapping[str, float] | None = None, default_ratio: float = 0.05
+        self,
+        *,
+        ratios: Mapping[str, float] | None = None,
+        default_ratio: float = 0.05,
+        static_ratio: float = 1.0,
+        static_tokens: int | None = None,
+        dynamic_ratio: float | None = None,
+        dynamic_tokens: int | None = None,
     ) -> None:
         merged = dict(DEFAULT_RATIOS)
         for name, value in (ratios or {}).items():
@@ -147,6 +195,52 @@ class BudgetManager:
             default_ratio, "`default_ratio`", "use e.g. 0.05 for sources without a ratio"
         )
         """The ratio of a source whose name has no entry in `ratios`."""
+        self.static_ratio: float = _check_fraction(
+            static_ratio,
+            "`static_ratio`",
+            "use e.g. 0.75 to let the system message take up to three quarters of the input",
+        )
+        """The share of the input budget the static context may take at most."""
+        if self.static_ratio == 0:
+            raise ConfigError(
+                "`static_ratio` must be above 0, got 0; the static context holds the system "
+                "instructions, which must always fit (use 1.0, the default, for no limit)"
+            )
+        self.static_tokens: int | None = _check_limit(static_tokens, "`static_tokens`")
+        """The most tokens the static context may take (None: no cap in tokens)."""
+        self.dynamic_ratio: float | None = (
+            None
+            if dynamic_ratio is None
+            else _check_fraction(
+                dynamic_ratio,
+                "`dynamic_ratio`",
+                "use e.g. 0.25 to give retrieved context at most a quarter of the input",
+            )
+        )
+        """The share of the input budget the dynamic context may take at most (None: no
+        limit beyond the ratios)."""
+        self.dynamic_tokens: int | None = _check_limit(dynamic_tokens, "`dynamic_tokens`")
+        """The most tokens the dynamic context may take (None: no cap in tokens)."""
+
+    def static_limit(self, available: int) -> int:
+        """The most tokens the static context (the system message) may take of an input
+        budget of `available` tokens: `static_ratio` of it, capped at `static_tokens`."""
+        limit = math.floor(available * Fraction(repr(self.static_ratio)))
+        if self.static_tokens is not None:
+            limit = min(limit, self.static_tokens)
+        return max(0, min(limit, available))
+
+    def dynamic_limit(self, available: int) -> int | None:
+        """The most tokens the dynamic context may take of an input budget of `available`
+        tokens (None: no limit beyond the ratios)."""
+        if self.dynamic_ratio is None and self.dynamic_tokens is None:
+            return None
+        limit = available
+        if self.dynamic_ratio is not None:
+            limit = math.floor(available * Fraction(repr(self.dynamic_ratio)))
+        if self.dynamic_tokens is not None:
+            limit = min(limit, self.dynamic_tokens)
+        return max(0, min(limit, available))
 
     @property
     def ratios(self) -> Mapping[str, float]:
@@ -317,12 +411,15 @@ class AdaptiveBudgetManager(BudgetManager):
     multiplied by its factor for the phase (`DEFAULT_PHASE_MULTIPLIERS`; `multipliers`
     overrides them phase by phase and source by source), then normalised.
 
-    The phase is `ctx.phase` when the caller sets it; otherwise it is inferred from
-    `ctx.turn_index`: before `early_turns` it is early, from `late_turn` on it is late, and
-    in between it is the middle.
+    The phase (`phase`) is, in this order: `ctx.phase` when the caller sets it; else the
+    task's progress `ctx.progress` (0..1; `Agent` sets it to the share of `max_turns` used
+    before the call): early below `early_progress`, late from `late_progress` on, the middle
+    in between; else the count of model calls `ctx.turn_index`: early before `early_turns`,
+    late from `late_turn` on, the middle in between. The other arguments are
+    `BudgetManager`'s.
     """
 
-    __slots__ = ("_multipliers", "early_turns", "late_turn")
+    __slots__ = ("_multipliers", "early_progress", "early_turns", "late_progress", "late_turn")
 
     def __init__(
         self,
@@ -332,8 +429,21 @@ class AdaptiveBudgetManager(BudgetManager):
         multipliers: Mapping[Phase, Mapping[str, float]] | None = None,
         early_turns: int = 2,
         late_turn: int = 8,
+        early_progress: float = 1 / 3,
+        late_progress: float = 2 / 3,
+        static_ratio: float = 1.0,
+        static_tokens: int | None = None,
+        dynamic_ratio: float | None = None,
+        dynamic_tokens: int | None = None,
     ) -> None:
-        super().__init__(ratios=ratios, default_ratio=default_ratio)
+        super().__init__(
+            ratios=ratios,
+            default_ratio=default_ratio,
+            static_ratio=static_ratio,
+            static_tokens=static_tokens,
+            dynamic_ratio=dynamic_ratio,
+            dynamic_tokens=dynamic_tokens,
+        )
         merged = {phase: dict(DEFAULT_PHASE_MULTIPLIERS[phase]) for phase in _PHASES}
         for phase, table in (multipliers or {}).items():
             if phase not in merged:
@@ -365,6 +475,19 @@ class AdaptiveBudgetManager(BudgetManager):
                 f"`early_turns` and `late_turn` must satisfy 0 <= early_turns <= late_turn, got "
                 f"{early_turns!r} and {late_turn!r}"
             )
+        self.early_progress: float = _check_fraction(
+            early_progress, "`early_progress`", "e.g. 1/3: the first third of a task is early"
+        )
+        """Progress below this is the early phase."""
+        self.late_progress: float = _check_fraction(
+            late_progress, "`late_progress`", "e.g. 2/3: the last third of a task is late"
+        )
+        """Progress from this on is the late phase."""
+        if early_progress > late_progress:
+            raise ConfigError(
+                f"`early_progress` and `late_progress` must satisfy early_progress <= "
+                f"late_progress, got {early_progress!r} and {late_progress!r}"
+            )
 
     @property
     def multipliers(self) -> Mapping[Phase, Mapping[str, float]]:
@@ -372,9 +495,16 @@ class AdaptiveBudgetManager(BudgetManager):
         return self._multipliers
 
     def phase(self, ctx: BuildContext) -> Phase:
-        """The phase of the build: `ctx.phase` if set, else inferred from `ctx.turn_index`."""
+        """The phase of the build: `ctx.phase` if set, else from `ctx.progress` if set, else
+        from `ctx.turn_index` (see the class docstring)."""
         if ctx.phase is not None:
             return ctx.phase
+        if ctx.progress is not None:
+            if ctx.progress < self.early_progress:
+                return "early"
+            if ctx.progress >= self.late_progress:
+                return "late"
+            return "middle"
         if ctx.turn_index < self.early_turns:
             return "early"
         if ctx.turn_index >= self.late_turn:

@@ -164,6 +164,7 @@ class ContextCompactor:
         slack: int = 0,
         marks: Mapping[str, HistoryMark] | None = None,
         policy: CachePolicy | None = None,
+        dynamic_cap: int | None = None,
     ) -> Compaction:
         """One decision per candidate (in the order given), plus one for each history
         summary in the window, and the history marks for the next build.
@@ -172,7 +173,9 @@ class ContextCompactor:
         priority. `slack` is framing that `budget` was charged for but that only optional
         content needs (a fence, the tool list): pinned content may use it when nothing else
         goes in. `marks` are the previous build's `HistoryMark`s by source (none: history
-        starts fresh), `policy` when to compact it.
+        starts fresh), `policy` when to compact it. `dynamic_cap` is the most tokens the
+        dynamic context (`context` blocks) may take besides `policy.max_dynamic`'s share (the
+        budget manager's `dynamic_limit`; None: no such cap).
         """
         policy = policy or CachePolicy()
         decided: dict[int, Decision] = {}
@@ -195,6 +198,8 @@ class ContextCompactor:
             demands[c.block.source] = demands.get(c.block.source, 0) + c.cost
         dynamic = {c.block.source for c in candidates if c.block.section == "context"}
         cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
+        if dynamic_cap is not None:
+            cap = min(cap, dynamic_cap)
         # Shares by priority of what each source wants, the dynamic sources within the cap:
         # history's share is its room (and what a higher-priority source leaves flows to it).
         wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}

@@ -41,7 +41,7 @@ from loomctx.context.compactor import (
 )
 from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import BlockReport, ContextReport, SourceReport
-from loomctx.errors import ConfigError
+from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.messages import (
     Message,
     mark_anthropic_cache,
@@ -255,6 +255,7 @@ class ContextOrchestrator:
         for c in candidates:
             demands[c.block.source] += c.cost
         priorities = {s.name: s.priority for s in self.sources}
+        self._check_static(candidates)
         session = self.state._session(ctx.session_id)
         for _ in range(_MAX_ROUNDS):
             # Shares of the room left after framing; what a source does not need flows on.
@@ -269,6 +270,7 @@ class ContextOrchestrator:
                 slack=slack,
                 marks=session.marks,
                 policy=self.cache_policy,
+                dynamic_cap=self.budget_manager.dynamic_limit(self.available),
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
             messages, tools, layout = render([d.block for d in kept], source_rank=rank)
@@ -292,6 +294,24 @@ class ContextOrchestrator:
             report=report,
             layout=layout,
         )
+
+    def _check_static(self, candidates: Sequence[Candidate]) -> None:
+        """The static context (pinned instructions, the system message) within the budget
+        manager's `static_limit`, or `BudgetExceededError` naming each part, the limit and how
+        to raise it. (That it fits the whole budget with the other pinned content is the
+        compactor's check.)"""
+        limit = self.budget_manager.static_limit(self.available)
+        if limit >= self.available:
+            return
+        static = [c for c in candidates if c.block.pinned and c.block.section == "instructions"]
+        if sum(c.cost for c in static) > limit:
+            raise BudgetExceededError(
+                offenders=[Oversize(name=c.block.id, tokens=c.cost) for c in static],
+                budget=limit,
+                hint=f"that is the static context's limit of the {self.available} input tokens "
+                "(`BudgetManager(static_ratio=..., static_tokens=...)`); raise it, shorten the "
+                "instructions, or raise `model_context_window`",
+            )
 
     def _cost(self, block: ContextBlock) -> int:
         """`block_cost`, remembered for message tuples a source hands over again and again

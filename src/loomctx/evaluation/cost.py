@@ -153,7 +153,8 @@ async def _loom(
     l1_size: int,
 ) -> list[CallCost]:
     store = SQLiteStore(folder / "cost.db")
-    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=l1_size)
+    # Lexical: a replay must build the same windows however fast a background thread embeds.
+    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=l1_size, embedder=None)
     model = _Replayer()
     agent = Agent(
         model,

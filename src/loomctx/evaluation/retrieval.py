@@ -375,7 +375,9 @@ def _open(node_id: str, tasks: list[Task], embedder: Any, now: datetime | None =
     lexical = None
     if memory.background is not None:
         memory.background.drain()
-        lexical = LoomMemory(node_id, store=memory.store, namespace=memory.namespace, **options)
+        lexical = LoomMemory(
+            node_id, store=memory.store, namespace=memory.namespace, embedder=None, **options
+        )
     return _Rankers(memory, lexical)
 
 

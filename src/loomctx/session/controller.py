@@ -98,7 +98,7 @@ class ContextController:
         # One counter serves every session's windows: a cache sized for many sessions' texts.
         self.counter = counter or TiktokenCounter(cache_entries=_COUNT_CACHE)
         self.memory = LoomMemory(
-            agent_id, store=store, namespace=self.layout.agent, counter=self.counter
+            agent_id, store=store, namespace=self.layout.agent, counter=self.counter, embedder=None
         )
         """The agent-level memory: L3 fed by aggregation, the L4 archive by persistence."""
         self.persister = L4Persister(

@@ -1,8 +1,9 @@
 """`SessionOptions`: what `ContextController.create_session(**options)` accepts, checked once.
 
-Every option but `sources` is stored with the session and comes back when it is reopened;
-`sources` are objects (a knowledge base, a tool registry), not state, so a reopened session
-gets them again through `Session.add_source`.
+Every option but `sources` and `budget_manager` is stored with the session and comes back
+when it is reopened; those two are objects (a knowledge base, a tool registry, a budget
+policy), not state, so a reopened session gets them again through `Session.add_source` and
+`Session.budget_manager`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from loomctx.errors import ConfigError
 
 __all__ = ["SessionOptions"]
 
+_OBJECTS = ("sources", "budget_manager")  # options that are objects, not stored state
+
 
 def _int(value: object, name: str, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -34,6 +37,10 @@ class SessionOptions:
     - `sources`: extra `ContextSource`s (a knowledge base, tools, skills) for every window.
     - `model_context_window`, `output_reserve_ratio`, `max_output_tokens`: the window's size
       and what is kept free for the reply (see `BudgetManager.available`).
+    - `budget_manager`: how the input budget is split among the sources, and between static
+      and dynamic context (default `BudgetManager()`); an `AdaptiveBudgetManager` shifts the
+      split with the phase of the task, from the `BuildContext` given to `build_context`
+      (`phase`, `progress` or `turn_index`).
     - `max_l1_size`, `max_l2_size`, `max_l3_size`: the memory tiers' sizes.
     - `priority` (0..1): the session's weight when an aggregate window splits by priority.
     - `metadata`: JSON data of your own (a customer id, a plan), e.g. for
@@ -45,6 +52,7 @@ class SessionOptions:
     model_context_window: int = 8192
     output_reserve_ratio: float | None = None
     max_output_tokens: int | None = None
+    budget_manager: BudgetManager | None = None
     max_l1_size: int = 50
     max_l2_size: int = 100
     max_l3_size: int = 500
@@ -67,6 +75,11 @@ class SessionOptions:
                     "ContextSource: it needs `name`, `priority` and `async collect(...)`"
                 )
         object.__setattr__(self, "sources", tuple(self.sources))
+        if self.budget_manager is not None and not isinstance(self.budget_manager, BudgetManager):
+            raise ConfigError(
+                "option `budget_manager` must be a BudgetManager (or AdaptiveBudgetManager), "
+                f"got {type(self.budget_manager).__name__}"
+            )
         _int(self.model_context_window, "model_context_window", minimum=1)
         for name in ("max_l1_size", "max_l2_size", "max_l3_size"):
             _int(getattr(self, name), name, minimum=1)
@@ -111,12 +124,13 @@ class SessionOptions:
         return cls(**options)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every option but `sources`, as JSON data (what the store keeps)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        """Every option but `sources` and `budget_manager`, as JSON data (what the store
+        keeps)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OBJECTS}
         out["metadata"] = dict(self.metadata)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionOptions:
-        """The inverse of `to_dict` (without `sources`)."""
+        """The inverse of `to_dict` (without `sources` and `budget_manager`)."""
         return cls.from_options(data)

@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from loomctx.context.block import BuildContext, ContextSource
+from loomctx.context.budget import BudgetManager
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
 from loomctx.context.sources import (
     L1RecentSource,
@@ -75,6 +76,13 @@ class Session:
     `get_session`), which gives them their store namespace and bus; see the module
     docstring for the lifecycle. Coroutines (they write to the store and publish on the
     bus): `add_task`, `build_context`, `promote_tasks`, `pause`, `resume`, `end`.
+
+    `budget_manager` (default: the option `budget_manager`, else `BudgetManager()`) splits
+    each window's budget; `budget_manager` is also an attribute, to set on a reopened
+    session (`ContextController.get_session`), whose options do not keep it. With an
+    `AdaptiveBudgetManager`, pass the task's progress to `build_context` (``ctx=
+    BuildContext(progress=0.4)``) or its phase; without either, the phase follows the
+    ``turn_index`` of the context given.
     """
 
     def __init__(
@@ -88,6 +96,7 @@ class Session:
         counter: TokenCounter,
         state: SessionState = SessionState.ACTIVE,
         created_at: float | None = None,
+        budget_manager: BudgetManager | None = None,
     ) -> None:
         self.id: Final = session_id
         """The session's id, unique within its agent."""
@@ -107,6 +116,9 @@ class Session:
             store=store,
             namespace=layout.memory(session_id),
             counter=counter,
+            # Lexical, as before the shipped embedder became LoomMemory's default: a
+            # controller may hold thousands of sessions, each would run an embedding thread.
+            embedder=None,
         )
         """Its tiered memory, in its own namespace of the store."""
         self.orchestrator: Final = ContextOrchestrator(
@@ -114,6 +126,7 @@ class Session:
             model_context_window=options.model_context_window,
             output_reserve_ratio=options.output_reserve_ratio,
             max_output_tokens=options.max_output_tokens,
+            budget_manager=budget_manager or options.budget_manager,
             sources=[
                 PromptSource(options.system_prompt),
                 *options.sources,
@@ -136,6 +149,19 @@ class Session:
         """Whether L1 holds a Task above the promotion threshold that is not in L2 yet."""
         self.needs_persist = False
         """Whether Tasks arrived since L4 persistence was last requested for it."""
+
+    @property
+    def budget_manager(self) -> BudgetManager:
+        """What splits the budget of its windows (settable)."""
+        return self.orchestrator.budget_manager
+
+    @budget_manager.setter
+    def budget_manager(self, manager: BudgetManager) -> None:
+        if not isinstance(manager, BudgetManager):
+            raise ConfigError(
+                f"`budget_manager` must be a BudgetManager, got {type(manager).__name__}"
+            )
+        self.orchestrator.budget_manager = manager
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, state={self._state.value!r}, memory={self.memory!r})"

@@ -38,7 +38,7 @@ def said(action: str, text: str) -> Task:
 
 
 def memory_with_a_big_result(*, failed: bool = False) -> tuple[LoomMemory, Task]:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     dump = Task(
         action="export_orders",
         parameters={"year": 2024},
@@ -113,7 +113,7 @@ async def test_a_failed_call_with_a_huge_error_is_cut_like_a_result() -> None:
 
 
 async def test_a_long_message_is_cut_too_and_the_limit_can_be_set() -> None:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     memory.add_tasks(
         [said(USER_MESSAGE, "hello"), said(USER_MESSAGE, BIG), said(ASSISTANT_MESSAGE, "ok")]
     )
@@ -152,7 +152,7 @@ async def test_in_a_window_the_older_turns_and_the_excerpt_are_kept() -> None:
 
 
 async def test_a_task_too_large_even_cut_is_in_the_report_not_silently_gone() -> None:
-    memory = LoomMemory("agent")
+    memory = LoomMemory("agent", embedder=None)
     huge_call = Task(
         action="write_file",
         parameters={"path": "data.csv", "content": BIG},  # arguments cannot be cut

@@ -44,7 +44,7 @@ def conversation(turns: int) -> list[Message]:
 
 
 def memory_with(turns: int, **kwargs: object) -> LoomMemory:
-    memory = LoomMemory("agent", **kwargs)  # type: ignore[arg-type]
+    memory = LoomMemory("agent", **kwargs, embedder=None)  # type: ignore[arg-type]
     for t in tasks_from_messages(conversation(turns)):
         memory.add_task(t)
         memory.promote_tasks()  # as an agent does after every turn
@@ -92,7 +92,7 @@ async def test_inherited_and_shared_memories_are_read_once_and_never_written() -
     assert len(ids) == len(set(ids))
     assert blocks[0].metadata["from"] == "relevant"
     assert (parent.get_l1_tasks(50), parent.get_l2_tasks(), parent.get_l3_summaries()) == before
-    pool = LoomMemory("pool")
+    pool = LoomMemory("pool", embedder=None)
     pool.add_task(Task(action="finding", parameters={"text": "the north region grew fastest"},
                        status=TaskStatus.COMPLETED, source_agent="analyst"))  # fmt: skip
     shared = await SharedPoolSource(pool).collect("which region grew", WIDE, ctx=CTX)
@@ -121,9 +121,9 @@ def test_sources_need_a_memory() -> None:
     with pytest.raises(ConfigError, match="needs a LoomMemory"):
         L1RecentSource(object())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="`priority`"):
-        L2ImportantSource(LoomMemory("a"), priority=3)
+        L2ImportantSource(LoomMemory("a", embedder=None), priority=3)
     with pytest.raises(ConfigError, match="`limit`"):
-        L4SemanticSource(LoomMemory("a"), limit=0)
+        L4SemanticSource(LoomMemory("a", embedder=None), limit=0)
 
 
 async def test_l1_hands_over_the_same_messages_build_after_build() -> None:

@@ -103,7 +103,7 @@ async def test_collect_stays_within_the_ceiling(store: SQLiteStore, ceiling: int
 async def test_fill_asks_for_more_candidates_when_the_ceiling_is_large(
     store: SQLiteStore,
 ) -> None:
-    memory = LoomMemory("s1", store=store)
+    memory = LoomMemory("s1", store=store, embedder=None)
     remember(memory, [("user", f"invoice {i} was exported to the ledger") for i in range(40)])
     big = TokenBudget(tokens=500, ceiling=32 * 30)  # room for 30 candidates
     narrow = UnifiedRetrievalSource(memory, recall_limit=5, fill=False, rewrite=False)
@@ -154,7 +154,7 @@ async def test_a_follow_up_finds_what_the_conversation_is_about(
 
 
 async def test_only_a_query_naming_few_things_is_rewritten(store: SQLiteStore) -> None:
-    memory = LoomMemory("s1", store=store)
+    memory = LoomMemory("s1", store=store, embedder=None)
     remember(memory, OAUTH_CHAT)
     kb = knowledge(store, "settings", SETTINGS)
     specific = "which dashboard panel sets the refresh interval of five minutes?"  # 6 terms
@@ -172,7 +172,7 @@ async def test_only_a_query_naming_few_things_is_rewritten(store: SQLiteStore) -
 async def test_rewritten_candidates_rank_below_the_originals_recall(
     store: SQLiteStore,
 ) -> None:
-    memory = LoomMemory("s1", store=store)
+    memory = LoomMemory("s1", store=store, embedder=None)
     remember(memory, OAUTH_CHAT)
     kb = knowledge(store, "settings", SETTINGS)
     source = UnifiedRetrievalSource(memory, [kb], reranker=Reranker(min_score=0.0))
@@ -204,7 +204,7 @@ class Recording:
 
 
 async def test_the_rewritten_query_asks_for_the_recall_limit_only(store: SQLiteStore) -> None:
-    memory = LoomMemory("s1", store=store)
+    memory = LoomMemory("s1", store=store, embedder=None)
     remember(memory, OAUTH_CHAT)
     kb = Recording(knowledge(store, "settings", SETTINGS))
     assert isinstance(kb, KnowledgeBaseProvider)
@@ -232,7 +232,7 @@ async def test_the_rewriter_needs_recent_messages_and_something_to_add(
     found = await with_rewriter.candidates("refresh interval")
     assert [c.id for c in found] == [c.id for c in await without.candidates("refresh interval")]
     # A conversation whose words are all in the query: the rewrite changes nothing.
-    memory = LoomMemory("s2", store=store)
+    memory = LoomMemory("s2", store=store, embedder=None)
     remember(memory, [("user", "refresh interval"), ("assistant", "Refresh intervals!")])
     same = UnifiedRetrievalSource(memory, [kb], rewriter=QueryRewriter(window=2, top_k=1))
     assert same.rewriter is not None
@@ -243,7 +243,7 @@ async def test_the_rewriter_needs_recent_messages_and_something_to_add(
 
 
 async def test_exclude_recent_leaves_l1_to_the_history(store: SQLiteStore) -> None:
-    memory = LoomMemory("s1", store=store, max_l1_size=2)
+    memory = LoomMemory("s1", store=store, max_l1_size=2, embedder=None)
     remember(memory, CHAT)
     recent = {t.task_id for t in memory.get_l1_tasks(limit=2)}
     found = await UnifiedRetrievalSource(memory, exclude_recent=True).candidates("deploy rollback")
@@ -298,7 +298,7 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
     ],
 )
 def test_configuration_errors(store: SQLiteStore, kwargs: dict[str, object], match: str) -> None:
-    options: dict[str, object] = {"memory": LoomMemory("s1", store=store), **kwargs}
+    options: dict[str, object] = {"memory": LoomMemory("s1", store=store, embedder=None), **kwargs}
     with pytest.raises(ConfigError, match=match):
         UnifiedRetrievalSource(**options)  # type: ignore[arg-type]
 
@@ -312,4 +312,4 @@ def test_knowledge_base_names_must_differ(store: SQLiteStore) -> None:
 
 def test_a_non_numeric_min_score_is_a_config_error(store: SQLiteStore) -> None:
     with pytest.raises(ConfigError, match="`min_score`"):
-        UnifiedRetrievalSource(LoomMemory("s1", store=store), min_score="0.5")  # type: ignore[arg-type]
+        UnifiedRetrievalSource(LoomMemory("s1", store=store, embedder=None), min_score="0.5")  # type: ignore[arg-type]
