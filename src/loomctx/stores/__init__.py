@@ -12,7 +12,7 @@ from typing import Final
 from loomctx.errors import ConfigError
 from loomctx.stores.base import BaseStore
 
-__all__ = ["STORE_SCHEMES", "open_store"]
+__all__ = ["STORE_SCHEMES", "open_store", "redact_url"]
 
 STORE_SCHEMES: Final = ("sqlite:///PATH", "postgresql://...", "postgres://...", "a file path")
 """What `open_store` accepts, for messages and help texts."""
@@ -48,11 +48,13 @@ def open_store(url: str | Path) -> BaseStore:
             from loomctx.stores.postgres import PostgresStore
         except ImportError as error:
             raise ConfigError(
-                f"the store {_redact(url)!r} is PostgreSQL, which needs the postgres extra: "
+                f"the store {redact_url(url)!r} is PostgreSQL, which needs the postgres extra: "
                 f"pip install 'loomctx[postgres]' ({error})"
             ) from error
         return PostgresStore(url)
-    raise ConfigError(f"unknown store scheme {scheme + '://'!r} in {_redact(url)!r}; {_accepted()}")
+    raise ConfigError(
+        f"unknown store scheme {scheme + '://'!r} in {redact_url(url)!r}; {_accepted()}"
+    )
 
 
 def _sqlite_file(path: Path, store: type[BaseStore]) -> BaseStore:
@@ -68,7 +70,7 @@ def _accepted() -> str:
     return "accepted: " + ", ".join(STORE_SCHEMES)
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """`url` without a password (``user:secret@`` -> ``user:***@``)."""
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")
