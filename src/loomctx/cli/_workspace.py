@@ -3,10 +3,10 @@ knowledge bases, and the context reports saved per session (what `loomctx inspec
 reads).
 
 Everything lives in one store (`Settings.store`: a SQLite file or a PostgreSQL URL): a
-session's memory under ``("default", session, "memory")`` (`LoomMemory`'s own namespace), a knowledge base under
-``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window reports under
-``("cli", "reports", session)`` as records without text, so search and background embedding
-never see them.
+session's memory under ``("default", session, "memory")`` (`LoomMemory`'s own namespace), a
+knowledge base under ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window
+reports under ``("cli", "reports", session)`` as records without text, so search and
+background embedding never see them.
 """
 
 from __future__ import annotations
