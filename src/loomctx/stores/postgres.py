@@ -157,6 +157,7 @@ class PostgresStore(BaseStore):
         except psycopg.ProgrammingError as error:
             raise ConfigError(f"`url` is not a PostgreSQL connection URL: {error}") from error
         self.where = _describe(params)
+        self._url = url
         self._timeout = float(connect_timeout)
         self._lock = threading.Lock()
         try:
@@ -178,6 +179,9 @@ class PostgresStore(BaseStore):
             max_size=max_connections,
             kwargs={"autocommit": True},
             configure=register_vector,
+            # A connection the server dropped (restart, failover, idle kill) is replaced
+            # before it is lent, rather than failing the next batch.
+            check=ConnectionPool.check_connection,
             timeout=self._timeout,
             open=True,
             name=f"loom-{self.where}",
