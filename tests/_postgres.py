@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -60,10 +61,14 @@ def admin_url() -> str:
 
 
 def database_url(admin: str, database: str) -> str:
-    """`admin` pointed at `database` instead."""
-    import psycopg.conninfo
-
-    return psycopg.conninfo.make_conninfo(admin, dbname=database)
+    """`admin` (a ``postgresql://`` URL) pointed at `database` instead, still a URL: what
+    `open_store`, ``--store`` and ``LOOM_STORE`` take."""
+    parts = urlsplit(admin)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(
+            f"LOOM_TEST_POSTGRES_URL must be a postgresql:// URL, got {parts.scheme!r}"
+        )
+    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 def ensure_template(admin: str) -> None:
