@@ -33,7 +33,7 @@ __all__ = ["K1", "B", "search_ids", "term_counts"]
 
 K1: Final = 1.2
 B: Final = 0.75
-_FIRST_ROUND: Final = 4_000  # postings the first round may read (rarest terms first)
+_FIRST_ROUND: Final = 500  # postings the first round may read (rarest terms first)
 _MAX_TERM_BYTES: Final = 2_000  # longer terms are not indexed (no query ever names one)
 
 
@@ -56,17 +56,16 @@ def search_ids(
     the records having any of `query_terms` that pass `filters` (a condition over the
     postings' ``namespace`` and ``kind`` columns, with its `params`)."""
     unique = list(dict.fromkeys(query_terms))
-    stats: dict[str, str] = dict(
-        conn.execute(
-            "SELECT key, value FROM loom_meta WHERE key IN ('texts', 'total_len')"
-        ).fetchall()
-    )
-    texts, total_len = int(stats["texts"]), int(stats["total_len"])
     rows = conn.execute(
-        "SELECT term, df FROM lexical_terms WHERE term = ANY(%s::text[]) AND df > 0", (unique,)
+        "SELECT true, key, value::bigint FROM loom_meta WHERE key IN ('texts', 'total_len') "
+        "UNION ALL SELECT false, term, df FROM lexical_terms "
+        "WHERE term = ANY(%s::text[]) AND df > 0",
+        (unique,),
     ).fetchall()
-    found = [term for term, _ in rows]
-    dfs = [int(df) for _, df in rows]
+    stats = {key: int(value) for is_stat, key, value in rows if is_stat}
+    texts, total_len = stats["texts"], stats["total_len"]
+    found = [term for is_stat, term, _ in rows if not is_stat]
+    dfs = [int(df) for is_stat, _, df in rows if not is_stat]
     if texts == 0 or not found:
         return []
     average = total_len / texts
@@ -111,14 +110,17 @@ def _score(
 ) -> list[tuple[int, float]]:
     """The best `limit` of the records having any term of `candidates_of`, scored over
     every query term in `idf`."""
+    # Each candidate's score from its own postings of the query terms: one probe of the
+    # (record_id, term) key per candidate (a join on the terms' postings would read every
+    # posting of the common terms, which is what MaxScore avoids).
     query = sql.SQL(
-        "SELECT p.record_id, sum(w.idf * p.tf * {k1p} / (p.tf + {k1} * ({b1} + {b} * p.nterms "
-        "/ %(avg)s::float8))) AS score "
+        "SELECT c.record_id, (SELECT sum(w.idf * p.tf * {k1p} / (p.tf + {k1} * ({b1} + {b} "
+        "* p.nterms / %(avg)s::float8))) FROM lexical_postings AS p "
+        "JOIN unnest(%(terms)s::text[], %(idf)s::float8[]) AS w (term, idf) ON w.term = p.term "
+        "WHERE p.record_id = c.record_id AND p.term = ANY(%(terms)s::text[])) AS score "
         "FROM (SELECT DISTINCT record_id FROM lexical_postings "
         "WHERE term = ANY(%(cand)s::text[]){filters}) AS c "
-        "JOIN lexical_postings AS p ON p.record_id = c.record_id "
-        "JOIN unnest(%(terms)s::text[], %(idf)s::float8[]) AS w (term, idf) ON w.term = p.term "
-        "GROUP BY p.record_id ORDER BY score DESC, p.record_id LIMIT %(limit)s"
+        "ORDER BY score DESC, c.record_id LIMIT %(limit)s"
     ).format(
         k1p=sql.Literal(K1 + 1),
         k1=sql.Literal(K1),

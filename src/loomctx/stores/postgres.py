@@ -117,6 +117,10 @@ class _Batch:
     texts: int = 0
     total_len: int = 0
     vector_sets: dict[str, tuple[int, int]] | None = None  # model -> (set id, dim)
+    # The rows the batch's puts will find, read in one query up front (namespace, key) ->
+    # (id, kind, text, text_seq, created_at), or None: no such record. Kept current by the
+    # batch's own puts and deletes (no one else writes while it holds the write lock).
+    existing: dict[tuple[str, str], tuple[Any, ...] | None] = field(default_factory=dict)
 
 
 class PostgresStore(BaseStore):
@@ -205,6 +209,7 @@ class PostgresStore(BaseStore):
                     if writes:
                         state.seq = self._lock_seq(conn)
                         state.locked = True
+                        self._prefetch(conn, state, ops)
                     results = [
                         self._run_op(conn, state, index, op, deadline)
                         for index, op in enumerate(ops)
@@ -312,6 +317,32 @@ class PostgresStore(BaseStore):
         assert row is not None
         return int(row[0])
 
+    @staticmethod
+    def _prefetch(conn: psycopg.Connection[Any], state: _Batch, ops: list[Op]) -> None:
+        """Read the current rows of every record the batch puts, in one query."""
+        wanted: set[tuple[str, str]] = set()
+        for op in ops:
+            if isinstance(op, Put):
+                try:
+                    wanted.add((_encode(check_namespace(op.record.namespace)), op.record.key))
+                except StoreError:
+                    continue  # the op itself reports it, with its index
+        if len(wanted) < 2:
+            return
+        names, keys_ = [n for n, _ in wanted], [k for _, k in wanted]
+        try:
+            rows = conn.execute(
+                "SELECT r.namespace, r.key, r.id, r.kind, r.text, r.text_seq, r.created_at "
+                "FROM unnest(%s::text[], %s::text[]) AS w (namespace, key) "
+                "JOIN records AS r ON r.namespace = w.namespace AND r.key = w.key",
+                (names, keys_),
+            ).fetchall()
+        except (UnicodeEncodeError, psycopg.DataError):
+            return  # a bad string: its put reports it, with its index
+        state.existing = dict.fromkeys(wanted)
+        for row in rows:
+            state.existing[(row[0], row[1])] = tuple(row[2:])
+
     def _finish(self, conn: psycopg.Connection[Any], state: _Batch) -> None:
         self._flush_lexical(conn, state)
         conn.execute("UPDATE loom_meta SET value = %s WHERE key = 'seq'", (str(state.seq),))
@@ -383,21 +414,42 @@ class PostgresStore(BaseStore):
         state.seq += 1
         seq, now = state.seq, state.now
         state.changed[encoded] = seq
-        row = conn.execute(
-            "SELECT id, kind, text, text_seq, created_at FROM records "
-            "WHERE namespace = %s AND key = %s",
-            (encoded, record.key),
-        ).fetchone()
+        where = (encoded, record.key)
+        if where in state.existing:
+            row = state.existing[where]
+        else:
+            row = conn.execute(
+                "SELECT id, kind, text, text_seq, created_at FROM records "
+                "WHERE namespace = %s AND key = %s",
+                where,
+            ).fetchone()
         if row is None:
+            counts, length = self._analyze(state, record.text)
+            # One statement: the record and its postings.
             inserted = conn.execute(
-                "INSERT INTO records (namespace, key, kind, text, data, seq, text_seq, "
-                "created_at, updated_at, nterms) "
-                "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, 0) RETURNING id",
-                (encoded, record.key, record.kind, record.text, data_json, seq, seq, now, now),
+                "WITH r AS (INSERT INTO records (namespace, key, kind, text, data, seq, "
+                "text_seq, created_at, updated_at, nterms) VALUES "
+                "(%(ns)s, %(key)s, %(kind)s, %(text)s, %(data)s::jsonb, %(seq)s, %(seq)s, "
+                "%(now)s, %(now)s, %(len)s) RETURNING id), "
+                "p AS (INSERT INTO lexical_postings (term, record_id, namespace, kind, tf, "
+                "nterms) SELECT t, r.id, %(ns)s, %(kind)s, tf, %(len)s FROM r, "
+                "unnest(%(terms)s::text[], %(tfs)s::real[]) AS u (t, tf)) SELECT id FROM r",
+                {
+                    "ns": encoded,
+                    "key": record.key,
+                    "kind": record.kind,
+                    "text": record.text,
+                    "data": data_json,
+                    "seq": seq,
+                    "now": now,
+                    "len": length,
+                    "terms": list(counts),
+                    "tfs": [min(c, _MAX_TF) for c in counts.values()],
+                },
             ).fetchone()
             assert inserted is not None
             created_at = now
-            self._index_text(conn, state, inserted[0], encoded, record.kind, record.text)
+            state.existing[where] = (inserted[0], record.kind, record.text, seq, now)
         else:
             record_id, old_kind, old_text, text_seq, created_at = row
             if record.text != old_text:
@@ -427,6 +479,7 @@ class PostgresStore(BaseStore):
             )
             if record.text != old_text:
                 self._index_text(conn, state, record_id, encoded, record.kind, record.text)
+            state.existing[where] = (record_id, record.kind, record.text, text_seq, created_at)
         return Record(
             namespace=namespace,
             key=record.key,
@@ -439,7 +492,19 @@ class PostgresStore(BaseStore):
         )
 
     @staticmethod
+    def _analyze(state: _Batch, text: str) -> tuple[Counter[str], int]:
+        """The indexed terms of `text` with their counts, and its length; counted in the
+        batch's pending statistics."""
+        analyzed = terms(text) if text else []
+        counts = _pg_lexical.term_counts(analyzed)
+        if analyzed:
+            state.df.update(dict.fromkeys(counts, 1))
+            state.texts += 1
+            state.total_len += len(analyzed)
+        return counts, len(analyzed)
+
     def _index_text(
+        self,
         conn: psycopg.Connection[Any],
         state: _Batch,
         record_id: int,
@@ -447,11 +512,9 @@ class PostgresStore(BaseStore):
         kind: str,
         text: str,
     ) -> None:
-        analyzed = terms(text) if text else []
-        if not analyzed:
+        counts, length = self._analyze(state, text)
+        if not length:
             return
-        counts = _pg_lexical.term_counts(analyzed)
-        length = len(analyzed)
         conn.execute(
             "INSERT INTO lexical_postings (term, record_id, namespace, kind, tf, nterms) "
             "SELECT t, %s, %s, %s, tf, %s FROM unnest(%s::text[], %s::real[]) AS u (t, tf)",
@@ -465,9 +528,6 @@ class PostgresStore(BaseStore):
             ),
         )
         conn.execute("UPDATE records SET nterms = %s WHERE id = %s", (length, record_id))
-        state.df.update(dict.fromkeys(counts, 1))
-        state.texts += 1
-        state.total_len += length
 
     @staticmethod
     def _unindex_text(conn: psycopg.Connection[Any], state: _Batch, record_id: int) -> None:
@@ -491,6 +551,7 @@ class PostgresStore(BaseStore):
             return False
         self._unindex_text(conn, state, row[0])
         conn.execute("DELETE FROM records WHERE id = %s", (row[0],))  # cascades to vectors
+        state.existing[(encoded, op.key)] = None
         state.seq += 1  # a delete changes the namespace: it takes a seq, for its version
         state.changed[encoded] = state.deleted[encoded] = state.seq
         return True
