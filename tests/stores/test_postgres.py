@@ -165,14 +165,20 @@ def test_a_selective_filter_still_returns_limit_rows_through_the_index(
     assert len(store.vector_search(("t",), query, model="m", kind="rare", limit=10)) == 10
 
 
-def test_a_models_dimension_may_change_while_it_has_no_vectors(store: PostgresStore) -> None:
-    store.put(rec("a", "one"))
-    store.batch([PutVectors(model="m", items=[(NS, "a", 10**9)], vectors=np.ones((1, 3)))])
-    store.delete(NS, "a")
-    store.put(rec("b", "two"))
-    stored = store.batch([PutVectors(model="m", items=[(NS, "b", 10**9)], vectors=np.ones((1, 2)))])
-    assert stored == [1]
-    assert keys(store.vector_search(NS, np.ones(2, dtype=np.float32), model="m")) == ["b"]
+def test_a_models_dimension_may_change_while_it_has_no_vectors(postgres_url: str) -> None:
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as reader:
+        store.put(rec("a", "one"))
+        store.batch([PutVectors(model="m", items=[(NS, "a", 10**9)], vectors=np.ones((1, 3)))])
+        assert keys(reader.vector_search(NS, np.ones(3, dtype=np.float32), model="m")) == ["a"]
+        store.delete(NS, "a")
+        store.put(rec("b", "two"))
+        stored = store.batch(
+            [PutVectors(model="m", items=[(NS, "b", 10**9)], vectors=np.ones((1, 2)))]
+        )
+        assert stored == [1]
+        assert keys(store.vector_search(NS, np.ones(2, dtype=np.float32), model="m")) == ["b"]
+        # The other worker knew the model's old table: it finds the new one.
+        assert keys(reader.vector_search(NS, np.ones(2, dtype=np.float32), model="m")) == ["b"]
 
 
 # --- several workers on one database ----------------------------------------------------------

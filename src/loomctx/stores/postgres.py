@@ -21,7 +21,7 @@ Search, in SQL, with the SQLite store's scores:
   filtered search sets pgvector's iterative scan (``hnsw.iterative_scan = relaxed_order``),
   so that a selective namespace or kind filter still returns `limit` rows; the rows are then
   sorted exactly. HNSW is approximate: on a large model table a search may miss a true
-  neighbour that SQLite's exact scan would find (``ef_search`` is raised with `limit`).
+  neighbour that SQLite's exact scan would find (``hnsw.ef_search`` is 100).
 
 Every read filters by namespace (exactly, or by part-wise prefix as a byte range in the
 ``"C"`` collation) and kind in SQL, with parameters; every statement is parameterized (table
@@ -100,6 +100,8 @@ _COLUMNS: Final = "namespace, key, kind, text, data, seq, created_at, updated_at
 _WRITES: Final = (Put, Delete, PutVectors)
 _HNSW_MAX_DIM: Final = 2_000  # pgvector's limit for an HNSW index on `vector`
 _MAX_TF: Final = 255
+_EF_SEARCH: Final = 100  # HNSW candidates per search (pgvector's default: 40); > any usual limit
+
 # A JSON text holds U+0000 as the escape \u0000, after an even number of backslashes.
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -111,6 +113,7 @@ class _Batch:
     seq: int
     now: float
     locked: bool = False
+    sent_commit: bool = False  # the batch's work is done: a failure now may be after COMMIT
     changed: dict[str, int] = field(default_factory=dict)
     deleted: dict[str, int] = field(default_factory=dict)
     df: Counter[str] = field(default_factory=Counter)  # pending document-frequency deltas
@@ -163,6 +166,7 @@ class PostgresStore(BaseStore):
         self.where = _describe(params)
         self._url = url
         self._timeout = float(connect_timeout)
+        self._models: dict[str, tuple[int, int]] = {}  # model -> (vector set id, dim), read
         self._lock = threading.Lock()
         try:
             with psycopg.connect(
@@ -182,10 +186,7 @@ class PostgresStore(BaseStore):
             min_size=min_connections,
             max_size=max_connections,
             kwargs={"autocommit": True},
-            configure=register_vector,
-            # A connection the server dropped (restart, failover, idle kill) is replaced
-            # before it is lent, rather than failing the next batch.
-            check=ConnectionPool.check_connection,
+            configure=_configure,
             timeout=self._timeout,
             open=True,
             name=f"loom-{self.where}",
@@ -202,26 +203,54 @@ class PostgresStore(BaseStore):
         ops = list(ops)
         deadline = ctx.deadline if ctx is not None else None
         writes = any(isinstance(op, _WRITES) for op in ops)
-        with self._connection() as conn:
+        guarded = writes or any(isinstance(op, Expect) for op in ops)
+        for attempt in range(2):
+            state = _Batch(seq=0, now=time.time())
             try:
-                with conn.transaction():
-                    state = _Batch(seq=0, now=time.time())
-                    if writes:
+                with self._connection() as conn:
+                    if not guarded:
+                        # Reads only: each statement on its own (no BEGIN / COMMIT round trips).
+                        results = [
+                            self._run_op(conn, state, index, op, deadline)
+                            for index, op in enumerate(ops)
+                        ]
+                        state.sent_commit = True
+                        return results
+                    with conn.transaction():
                         state.seq = self._lock_seq(conn)
                         state.locked = True
-                        self._prefetch(conn, state, ops)
-                    results = [
-                        self._run_op(conn, state, index, op, deadline)
-                        for index, op in enumerate(ops)
-                    ]
-                    if state.locked:
+                        if writes:
+                            self._prefetch(conn, state, ops)
+                        results = [
+                            self._run_op(conn, state, index, op, deadline)
+                            for index, op in enumerate(ops)
+                        ]
                         self._finish(conn, state)
+                        state.sent_commit = True
+                    return results
+            except psycopg.OperationalError as error:
+                # The connection broke (server restart, failover, idle kill). Before COMMIT
+                # was sent nothing was written: run the batch again, once, on a new
+                # connection (the pool drops the broken one). A read-only batch is always
+                # safe to run again.
+                pool = self._pool
+                if attempt == 0 and pool is not None and (not guarded or not state.sent_commit):
+                    pool.check()  # the other idle connections may be as dead: replace them
+                    continue
+                raise StoreError(
+                    f"the connection to {self.where} failed: {error}; "
+                    + (
+                        "the batch may or may not have committed (retry it: writes are by key)"
+                        if guarded and state.sent_commit
+                        else "nothing of the batch was written"
+                    )
+                ) from error
             except psycopg.Error as error:
                 raise StoreError(
                     f"the batch on {self.where} failed to commit: {error}; nothing of it "
                     f"was written"
                 ) from error
-        return results
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def abatch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
         """`batch` in a worker thread on the same pool, so the event loop keeps running."""
@@ -249,11 +278,6 @@ class PostgresStore(BaseStore):
             raise StoreError(
                 f"no connection to {self.where} within {self._timeout:g} s: {error}; is the "
                 f"server up, and is `max_connections` large enough for the concurrent calls?"
-            ) from error
-        except psycopg.OperationalError as error:
-            raise StoreError(
-                f"the connection to {self.where} failed: {error}; nothing of the batch was "
-                f"written unless it had committed (retry it: writes are by key)"
             ) from error
 
     # --- dispatch ---------------------------------------------------------------------------
@@ -628,6 +652,7 @@ class PostgresStore(BaseStore):
                 )
             conn.execute(sql.SQL("DROP TABLE {}").format(table))
             conn.execute("DELETE FROM vector_sets WHERE model = %s", (model,))
+            self._models.pop(model, None)
         row = conn.execute(
             "INSERT INTO vector_sets (model, dim) VALUES (%s, %s) RETURNING id", (model, dim)
         ).fetchone()
@@ -749,7 +774,12 @@ class PostgresStore(BaseStore):
         query = _float32(op.vector, "vector")
         if query.ndim != 1:
             raise ConfigError(f"the query `vector` must be 1-d, got shape {query.shape}")
-        known = self._vector_sets(conn, state).get(op.model)
+        known = self._model(conn, state, op.model)
+        if known is not None and known[1] != query.shape[0] and op.model in self._models:
+            # Known from an earlier read: the model may have been re-made since (see
+            # `_vector_set`); look again before calling the query wrong.
+            del self._models[op.model]
+            known = self._model(conn, state, op.model)
         if known is None or limit == 0:
             return []
         set_id, dim = known
@@ -759,21 +789,40 @@ class PostgresStore(BaseStore):
                 f"stores {dim}-d vectors; embed the query with the same model"
             )
         clauses, params = _filters(prefix, op.kind, exact=op.exact)
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-        conn.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1_000, max(40, 2 * limit))),)
-        )
         unit = _normalise(query.reshape(1, -1))[0]
         # Relaxed order: the index may hand rows slightly out of order; sort them exactly.
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT record_id, score FROM (SELECT record_id, "
-                "-(embedding <#> %s) AS score FROM {}{} ORDER BY embedding <#> %s LIMIT %s) AS v "
-                "ORDER BY score DESC, record_id"
-            ).format(_table(set_id), _where(clauses)),
-            [unit, *params, unit, limit],
-        ).fetchall()
-        return self._hits(conn, [(int(r), float(s)) for r, s in rows])
+        columns = sql.SQL(", ").join(sql.SQL("r." + c) for c in _COLUMNS.split(", "))
+        query_sql = sql.SQL(
+            "SELECT {}, v.score FROM (SELECT record_id, -(embedding <#> %s) AS score FROM {}{} "
+            "ORDER BY embedding <#> %s LIMIT %s) AS v JOIN records AS r ON r.id = v.record_id "
+            "ORDER BY v.score DESC, r.id"
+        ).format(columns, _table(set_id), _where(clauses))
+        try:
+            rows = conn.execute(query_sql, [unit, *params, unit, limit]).fetchall()
+        except psycopg.errors.UndefinedTable:
+            # Another worker re-made the model's (empty) table: look it up again.
+            self._models.pop(op.model, None)
+            if state.locked:
+                raise
+            return self._vector_search(conn, state, op)
+        return [Hit(record=_record(row[:-1]), score=float(row[-1])) for row in rows]
+
+    def _model(
+        self, conn: psycopg.Connection[Any], state: _Batch, model: str
+    ) -> tuple[int, int] | None:
+        """(vector set id, dim) of `model`, or None. Writers read it under the write lock;
+        readers keep what they found (a set changes only while empty: see `_vector_set`)."""
+        if state.locked:
+            return self._vector_sets(conn, state).get(model)
+        known = self._models.get(model)
+        if known is None:
+            row = conn.execute(
+                "SELECT id, dim FROM vector_sets WHERE model = %s", (model,)
+            ).fetchone()
+            if row is None:
+                return None
+            known = self._models[model] = (int(row[0]), int(row[1]))
+        return known
 
     @staticmethod
     def _hits(conn: psycopg.Connection[Any], found: list[tuple[int, float]]) -> list[Hit]:
@@ -798,7 +847,7 @@ class PostgresStore(BaseStore):
         if op.after_seq:
             clauses.append(sql.SQL("r.seq > %s"))
             params.append(op.after_seq)
-        known = self._vector_sets(conn, state).get(op.model)
+        known = self._model(conn, state, op.model)
         if known is not None:
             clauses.append(
                 sql.SQL("NOT EXISTS (SELECT 1 FROM {} AS v WHERE v.record_id = r.id)").format(
@@ -814,6 +863,14 @@ class PostgresStore(BaseStore):
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Set up a new pooled connection: pgvector's types, and iterative index scans so that
+    a filtered vector search still returns `limit` rows (pgvector >= 0.8)."""
+    register_vector(conn)
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(_EF_SEARCH)))
 
 
 def _table(set_id: int) -> sql.Identifier:
