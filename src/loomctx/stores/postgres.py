@@ -124,6 +124,11 @@ class _Batch:
     # (id, kind, text, text_seq, created_at), or None: no such record. Kept current by the
     # batch's own puts and deletes (no one else writes while it holds the write lock).
     existing: dict[tuple[str, str], tuple[Any, ...] | None] = field(default_factory=dict)
+    # New records not inserted yet: (namespace, key, kind, text, data, seq, length, counts).
+    pending: list[tuple[str, str, str, str, str, int, int, Counter[str]]] = field(
+        default_factory=list
+    )
+    pending_keys: set[tuple[str, str]] = field(default_factory=set)
 
 
 class PostgresStore(BaseStore):
@@ -299,6 +304,7 @@ class PostgresStore(BaseStore):
                 )
             if isinstance(op, Put):
                 return self._put(conn, state, op)
+            self._flush_inserts(conn, state)  # what follows may read the new records
             if isinstance(op, Get):
                 return self._get(conn, op)
             if isinstance(op, Delete):
@@ -367,7 +373,45 @@ class PostgresStore(BaseStore):
         for row in rows:
             state.existing[(row[0], row[1])] = tuple(row[2:])
 
+    @staticmethod
+    def _flush_inserts(conn: psycopg.Connection[Any], state: _Batch) -> None:
+        """Insert the batch's pending new records and their postings, in one statement."""
+        pending = state.pending
+        if not pending:
+            return
+        post: list[list[Any]] = [[], [], [], [], [], []]
+        for ns, _, kind, _, _, seq, length, counts in pending:
+            for term, count in counts.items():
+                for column, value in zip(
+                    post, (seq, term, min(count, _MAX_TF), ns, kind, length), strict=True
+                ):
+                    column.append(value)
+        rows = conn.execute(
+            "WITH w AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::jsonb[], %s::bigint[], %s::int[]) AS w (ns, key, kind, text, data, seq, len)), "
+            "r AS (INSERT INTO records (namespace, key, kind, text, data, seq, text_seq, "
+            "created_at, updated_at, nterms) SELECT ns, key, kind, text, data, seq, seq, %s, %s, "
+            "len FROM w RETURNING id, namespace, key, seq), "
+            "p AS (INSERT INTO lexical_postings (term, record_id, namespace, kind, tf, nterms) "
+            "SELECT u.term, r.id, u.ns, u.kind, u.tf, u.len FROM unnest(%s::bigint[], "
+            "%s::text[], %s::real[], %s::text[], %s::text[], %s::int[]) AS u (seq, term, tf, ns, "
+            "kind, len) JOIN r ON r.seq = u.seq) SELECT id, namespace, key, seq FROM r",
+            (
+                *([row[i] for row in pending] for i in range(7)),
+                state.now,
+                state.now,
+                *post,
+            ),
+        ).fetchall()
+        by_seq = {row[5]: row for row in pending}
+        for record_id, ns, key, seq in rows:
+            row = by_seq[seq]
+            state.existing[(ns, key)] = (record_id, row[2], row[3], seq, state.now)
+        state.pending = []
+        state.pending_keys.clear()
+
     def _finish(self, conn: psycopg.Connection[Any], state: _Batch) -> None:
+        self._flush_inserts(conn, state)
         self._flush_lexical(conn, state)
         conn.execute("UPDATE loom_meta SET value = %s WHERE key = 'seq'", (str(state.seq),))
         if state.changed:
@@ -439,6 +483,8 @@ class PostgresStore(BaseStore):
         seq, now = state.seq, state.now
         state.changed[encoded] = seq
         where = (encoded, record.key)
+        if where in state.pending_keys:
+            self._flush_inserts(conn, state)  # the same key twice in a batch
         if where in state.existing:
             row = state.existing[where]
         else:
@@ -448,32 +494,15 @@ class PostgresStore(BaseStore):
                 where,
             ).fetchone()
         if row is None:
+            # New records are inserted together, with their postings, in one statement
+            # (`_flush_inserts`) before anything else reads or writes.
             counts, length = self._analyze(state, record.text)
-            # One statement: the record and its postings.
-            inserted = conn.execute(
-                "WITH r AS (INSERT INTO records (namespace, key, kind, text, data, seq, "
-                "text_seq, created_at, updated_at, nterms) VALUES "
-                "(%(ns)s, %(key)s, %(kind)s, %(text)s, %(data)s::jsonb, %(seq)s, %(seq)s, "
-                "%(now)s, %(now)s, %(len)s) RETURNING id), "
-                "p AS (INSERT INTO lexical_postings (term, record_id, namespace, kind, tf, "
-                "nterms) SELECT t, r.id, %(ns)s, %(kind)s, tf, %(len)s FROM r, "
-                "unnest(%(terms)s::text[], %(tfs)s::real[]) AS u (t, tf)) SELECT id FROM r",
-                {
-                    "ns": encoded,
-                    "key": record.key,
-                    "kind": record.kind,
-                    "text": record.text,
-                    "data": data_json,
-                    "seq": seq,
-                    "now": now,
-                    "len": length,
-                    "terms": list(counts),
-                    "tfs": [min(c, _MAX_TF) for c in counts.values()],
-                },
-            ).fetchone()
-            assert inserted is not None
+            state.pending.append(
+                (encoded, record.key, record.kind, record.text, data_json, seq, length, counts)
+            )
+            state.existing.pop(where, None)
+            state.pending_keys.add(where)
             created_at = now
-            state.existing[where] = (inserted[0], record.kind, record.text, seq, now)
         else:
             record_id, old_kind, old_text, text_seq, created_at = row
             if record.text != old_text:
