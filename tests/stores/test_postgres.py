@@ -16,7 +16,17 @@ import pytest
 
 from loomctx.errors import ConfigError, ConflictError, StoreError
 from loomctx.stores import _pg_lexical
-from loomctx.stores.base import Expect, MemoryStore, Put, PutVectors, Record, Scan, Search
+from loomctx.stores.base import (
+    Expect,
+    MemoryStore,
+    Put,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    Unembedded,
+    VectorSearch,
+)
 from loomctx.stores.postgres import PostgresStore
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing.store_conformance import MemoryStoreConformance, keys
@@ -179,6 +189,12 @@ def test_a_models_dimension_may_change_while_it_has_no_vectors(postgres_url: str
         assert keys(store.vector_search(NS, np.ones(2, dtype=np.float32), model="m")) == ["b"]
         # The other worker knew the model's old table: it finds the new one.
         assert keys(reader.vector_search(NS, np.ones(2, dtype=np.float32), model="m")) == ["b"]
+        # Back to 3-d: the reader's old 3-d table is gone; it finds the newest.
+        store.delete(NS, "b")
+        store.put(rec("c", "three"))
+        store.batch([PutVectors(model="m", items=[(NS, "c", 10**9)], vectors=np.ones((1, 3)))])
+        reader._models["m"] = (1, 3)  # as if it had read the first table just before
+        assert keys(reader.vector_search(NS, np.ones(3, dtype=np.float32), model="m")) == ["c"]
 
 
 # --- several workers on one database ----------------------------------------------------------
@@ -394,3 +410,50 @@ EXPECTED_INDEXES = [
     "CREATE INDEX vectors_1_namespace_idx ON public.vectors_1 USING btree (namespace)",
     "CREATE UNIQUE INDEX vectors_1_pkey ON public.vectors_1 USING btree (record_id)",
 ]
+
+
+def test_the_same_key_twice_in_a_batch(store: PostgresStore) -> None:
+    first, second, cherries, again = store.batch(
+        [
+            Put(record=rec("k", "apples")),
+            Put(record=rec("k", "bananas")),
+            Put(record=rec("j", "cherries")),
+            Put(record=rec("j", "cherries", kind="other")),
+        ]
+    )
+    assert second.seq > first.seq
+    assert second.created_at == first.created_at
+    assert keys(store.search(NS, "apples")) == []
+    assert keys(store.search(NS, "bananas")) == ["k"]
+    assert keys(store.search(NS, "cherries", kind="other")) == ["j"]
+    assert store.get(NS, "j") == again
+    assert cherries.kind == "note"
+
+
+def test_a_model_too_wide_for_hnsw_is_searched_exactly(store: PostgresStore) -> None:
+    store.put_many([rec("a", "one"), rec("b", "two")])
+    wide = np.zeros((2, 2_001), dtype=np.float32)
+    wide[0, 0] = wide[1, 1] = 1
+    store.batch(
+        [PutVectors(model="wide", items=[(NS, "a", 10**9), (NS, "b", 10**9)], vectors=wide)]
+    )
+    assert keys(store.vector_search(NS, wide[1], model="wide")) == ["b", "a"]
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        Scan(prefix=NS, where={"x": [1]}),  # type: ignore[dict-item]
+        Scan(prefix=NS, where={'a"b': 1}),
+        Scan(prefix=NS, after_seq="1"),  # type: ignore[arg-type]
+        Unembedded(model="m", after_seq="1"),  # type: ignore[arg-type]
+        VectorSearch(prefix=NS, vector=np.ones((2, 2), dtype=np.float32), model="m"),
+        Put(record=Record(namespace=NS, key="k", kind="n", text=1)),  # type: ignore[arg-type]
+        Search(prefix=NS, query="x", limit=-1),
+    ],
+)
+def test_bad_arguments_are_config_errors_naming_the_op(store: PostgresStore, op: object) -> None:
+    store.put(rec("m0", "text"))
+    store.batch([PutVectors(model="m", items=[(NS, "m0", 10**9)], vectors=np.ones((1, 2)))])
+    with pytest.raises(ConfigError, match="#0"):
+        store.batch([op])  # type: ignore[list-item]

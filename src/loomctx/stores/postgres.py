@@ -730,9 +730,7 @@ class PostgresStore(BaseStore):
             raise ConfigError(
                 f"`Expect.seq` must be an int (a `NamespaceVersion.seq`), got {op.seq!r}"
             )
-        if not state.locked:  # a guard alone: compare under the write lock all the same
-            state.seq = self._lock_seq(conn)
-            state.locked = True
+        assert state.locked  # a batch with a guard takes the write lock first (`batch`)
         current = self._version(conn, state, op.namespace).seq
         if current != op.seq:
             raise ConflictError(
