@@ -367,7 +367,7 @@ EXPECTED_COLUMNS = {
         "tf real!",
         "nterms integer!",
     ],
-    "lexical_terms": ["term text!", "df bigint!"],
+    "lexical_terms": ["term text!", "df bigint!", "max_tf integer!", "min_len integer!"],
     "loom_meta": ["key text!", "value text!"],
     "namespaces": ["namespace text!", "seq bigint!", "deleted_seq bigint!"],
     "records": [

@@ -11,7 +11,8 @@ is MaxScore (Turtle and Flood, 1995), which is exact:
 
 1. score the records having any of the rarest query terms (those whose postings add up to
    at most `_FIRST_ROUND` rows): this gives a `limit`-th best score, θ;
-2. a term's contribution is at most ``idf * (k1 + 1)``; the commonest terms whose bounds add
+2. a term's contribution is at most its IDF times the BM25 term weight of its largest count
+   in its shortest text (kept per term in ``lexical_terms``); the commonest terms whose bounds add
    up to less than θ cannot lift a record that has only them into the top `limit`: those
    records are skipped, and the records having any other ("essential") term are scored.
    When the first round already covered the essential terms, there is no second round.
@@ -57,15 +58,17 @@ def search_ids(
     postings' ``namespace`` and ``kind`` columns, with its `params`)."""
     unique = list(dict.fromkeys(query_terms))
     rows = conn.execute(
-        "SELECT true, key, value::bigint FROM loom_meta WHERE key IN ('texts', 'total_len') "
-        "UNION ALL SELECT false, term, df FROM lexical_terms "
+        "SELECT true, key, value::bigint, 0, 0 FROM loom_meta "
+        "WHERE key IN ('texts', 'total_len') UNION ALL "
+        "SELECT false, term, df, max_tf, min_len FROM lexical_terms "
         "WHERE term = ANY(%s::text[]) AND df > 0",
         (unique,),
     ).fetchall()
-    stats = {key: int(value) for is_stat, key, value in rows if is_stat}
+    stats = {key: int(value) for is_stat, key, value, _, _ in rows if is_stat}
     texts, total_len = stats["texts"], stats["total_len"]
-    found = [term for is_stat, term, _ in rows if not is_stat]
-    dfs = [int(df) for is_stat, _, df in rows if not is_stat]
+    found = [term for is_stat, term, *_ in rows if not is_stat]
+    dfs = [int(row[2]) for row in rows if not row[0]]
+    shapes = {row[1]: (int(row[3]), int(row[4])) for row in rows if not row[0]}
     if texts == 0 or not found:
         return []
     average = total_len / texts
@@ -73,6 +76,12 @@ def search_ids(
         term: math.log(1 + (texts - df + 0.5) / (df + 0.5))
         for term, df in zip(found, dfs, strict=True)
     }
+    # A term adds at most idf * f(tf, length), f growing with tf and falling with length:
+    # its largest count in its shortest text bounds it (however far apart the two were).
+    bound = {}
+    for term in found:
+        tf, shortest = shapes[term]
+        bound[term] = idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * shortest / average))
     df_of = dict(zip(found, dfs, strict=True))
     by_rarity = sorted(idf, key=lambda t: (-idf[t], t))
     first: list[str] = []
@@ -82,45 +91,58 @@ def search_ids(
             break
         first.append(term)
         read += df_of[term]
-    hits = _score(conn, first, idf, average, filters, params, limit)
+    hits = _score(conn, first, idf, bound, average, filters, params, limit, 0.0)
     if len(first) == len(by_rarity):
         return hits
     theta = hits[-1][1] if len(hits) == limit else 0.0
     skipped = 0.0
     essential = list(by_rarity)
     for term in reversed(by_rarity):  # commonest first
-        bound = idf[term] * (K1 + 1)
-        if skipped + bound >= theta:
+        if skipped + bound[term] >= theta:
             break
-        skipped += bound
+        skipped += bound[term]
         essential.remove(term)
     if set(essential) <= set(first):
         return hits
-    return _score(conn, essential, idf, average, filters, params, limit)
+    return _score(conn, essential, idf, bound, average, filters, params, limit, theta)
 
 
 def _score(
     conn: psycopg.Connection,
-    candidates_of: list[str],
+    essential: list[str],
     idf: dict[str, float],
+    bound: dict[str, float],
     average: float,
     filters: sql.Composable,
     params: dict[str, Any],
     limit: int,
+    theta: float,
 ) -> list[tuple[int, float]]:
-    """The best `limit` of the records having any term of `candidates_of`, scored over
-    every query term in `idf`."""
-    # Each candidate's score from its own postings of the query terms: one probe of the
-    # (record_id, term) key per candidate (a join on the terms' postings would read every
-    # posting of the common terms, which is what MaxScore avoids).
+    """The best `limit` of the records having any `essential` term, scored over every
+    query term in `idf`; records that cannot reach `theta` are not scored in full.
+
+    The essential terms' postings are read in one range scan per term and summed per
+    record; only a record whose sum plus the other terms' bounds reaches `theta` has its
+    postings of the other terms looked up by key (reading every posting of the common
+    terms is what MaxScore avoids)."""
+    others = [t for t in idf if t not in essential]
+    rest = sum(bound[t] for t in others)
+    part = "sum(w.idf * p.tf * {k1p} / (p.tf + {k1} * ({b1} + {b} * p.nterms / %(avg)s::float8)))"
+    full = "e.partial"
+    if others:
+        full = (
+            "e.partial + coalesce((SELECT " + part + " FROM lexical_postings AS p "
+            "JOIN unnest(%(others)s::text[], %(oidf)s::float8[]) AS w (term, idf) "
+            "ON w.term = p.term WHERE p.record_id = e.record_id "
+            "AND p.term = ANY(%(others)s::text[])), 0)"
+        )
     query = sql.SQL(
-        "SELECT c.record_id, (SELECT sum(w.idf * p.tf * {k1p} / (p.tf + {k1} * ({b1} + {b} "
-        "* p.nterms / %(avg)s::float8))) FROM lexical_postings AS p "
-        "JOIN unnest(%(terms)s::text[], %(idf)s::float8[]) AS w (term, idf) ON w.term = p.term "
-        "WHERE p.record_id = c.record_id AND p.term = ANY(%(terms)s::text[])) AS score "
-        "FROM (SELECT DISTINCT record_id FROM lexical_postings "
-        "WHERE term = ANY(%(cand)s::text[]){filters}) AS c "
-        "ORDER BY score DESC, c.record_id LIMIT %(limit)s"
+        "WITH e AS (SELECT p.record_id, " + part + " AS partial FROM lexical_postings AS p "
+        "JOIN unnest(%(ess)s::text[], %(eidf)s::float8[]) AS w (term, idf) ON w.term = p.term "
+        "WHERE p.term = ANY(%(ess)s::text[]){filters} GROUP BY p.record_id) "
+        "SELECT e.record_id, " + full + " AS score FROM e "
+        "WHERE e.partial + %(rest)s >= %(theta)s ORDER BY score DESC, e.record_id "
+        "LIMIT %(limit)s"
     ).format(
         k1p=sql.Literal(K1 + 1),
         k1=sql.Literal(K1),
@@ -128,15 +150,17 @@ def _score(
         b=sql.Literal(B),
         filters=filters,
     )
-    terms = list(idf)
     rows = conn.execute(
         query,
         {
             **params,
             "avg": average,
-            "cand": candidates_of,
-            "terms": terms,
-            "idf": [idf[t] for t in terms],
+            "ess": essential,
+            "eidf": [idf[t] for t in essential],
+            "others": others,
+            "oidf": [idf[t] for t in others],
+            "rest": rest,
+            "theta": theta * (1 - 1e-9),
             "limit": limit,
         },
     ).fetchall()

@@ -18,7 +18,8 @@ The layout (migration 1):
 - ``lexical_postings``: the inverted index of those terms, one row per (term, record) with
   the term's count in the text, the record's namespace, kind and length repeated so that the
   candidates of a query come from one index range per term, and scoring needs no join.
-  ``lexical_terms`` holds each term's document frequency, ``loom_meta`` the number of texts
+  ``lexical_terms`` holds each term's document frequency (and, as bounds for MaxScore, the
+  largest count and the shortest text it was ever indexed with), ``loom_meta`` the number of texts
   and their total length: BM25 (the formula of `_lexical`) is computed from them in SQL, so
   scores equal the SQLite store's. (A ``simple`` tsvector with a GIN index was measured
   first: ranking its matches in SQL took seconds at 100k records; see `_pg_lexical`.)
@@ -82,7 +83,9 @@ def _m001_initial(conn: psycopg.Connection) -> None:
         """
         CREATE TABLE lexical_terms (
             term text COLLATE "C" PRIMARY KEY,
-            df bigint NOT NULL
+            df bigint NOT NULL,
+            max_tf integer NOT NULL,
+            min_len integer NOT NULL
         )
         """,
         """

@@ -117,6 +117,8 @@ class _Batch:
     changed: dict[str, int] = field(default_factory=dict)
     deleted: dict[str, int] = field(default_factory=dict)
     df: Counter[str] = field(default_factory=Counter)  # pending document-frequency deltas
+    # Per term, the largest count and the shortest text it occurs in (MaxScore's bounds).
+    bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
     texts: int = 0
     total_len: int = 0
     vector_sets: dict[str, tuple[int, int]] | None = None  # model -> (set id, dim)
@@ -433,13 +435,22 @@ class PostgresStore(BaseStore):
         """Write the pending term statistics (before a search reads them, and at commit)."""
         deltas = sorted((t, d) for t, d in state.df.items() if d)
         if deltas:
+            bounds = [state.bounds.get(t, (0, 2**31 - 1)) for t, _ in deltas]
             conn.execute(
-                "INSERT INTO lexical_terms (term, df) "
-                "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
-                "ON CONFLICT (term) DO UPDATE SET df = lexical_terms.df + excluded.df",
-                ([t for t, _ in deltas], [d for _, d in deltas]),
+                "INSERT INTO lexical_terms (term, df, max_tf, min_len) "
+                "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::int[], %s::int[]) "
+                "ON CONFLICT (term) DO UPDATE SET df = lexical_terms.df + excluded.df, "
+                "max_tf = greatest(lexical_terms.max_tf, excluded.max_tf), "
+                "min_len = least(lexical_terms.min_len, excluded.min_len)",
+                (
+                    [t for t, _ in deltas],
+                    [d for _, d in deltas],
+                    [b[0] for b in bounds],
+                    [b[1] for b in bounds],
+                ),
             )
         state.df.clear()
+        state.bounds.clear()
         if state.texts or state.total_len:
             conn.execute(
                 "UPDATE loom_meta SET value = (value::bigint + CASE key WHEN 'texts' THEN %s "
@@ -552,6 +563,11 @@ class PostgresStore(BaseStore):
         counts = _pg_lexical.term_counts(analyzed)
         if analyzed:
             state.df.update(dict.fromkeys(counts, 1))
+            length = len(analyzed)
+            bounds = state.bounds
+            for term, count in counts.items():
+                tf, shortest = bounds.get(term, (0, length))
+                bounds[term] = (max(tf, min(count, _MAX_TF)), min(shortest, length))
             state.texts += 1
             state.total_len += len(analyzed)
         return counts, len(analyzed)
