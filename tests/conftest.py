@@ -8,7 +8,9 @@ shared and noisy, and speed is measured in `bench/`, never asserted in tests.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 import loomctx.agent.llm
@@ -28,3 +30,22 @@ settings.register_profile(
     "dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# --- PostgreSQL (tests/_postgres.py): one server per run, one database per test -------------
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """A PostgreSQL server with pgvector the tests may create databases on."""
+    from tests import _postgres
+
+    return _postgres.server()
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """The URL of a fresh, empty database of its own, dropped after the test."""
+    from tests import _postgres
+
+    yield from _postgres.fresh_database(postgres_admin_url)

@@ -110,6 +110,7 @@ from loomctx.session.controller import ContextController
 from loomctx.session.options import SessionOptions
 from loomctx.session.persist import L4Persister
 from loomctx.session.session import Session, SessionState
+from loomctx.stores import open_store
 from loomctx.stores.base import MemoryStore, Record
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import (
@@ -251,6 +252,7 @@ __all__ = [
     "from_openai",
     "llm_from_env",
     "load_skills",
+    "open_store",
     "result_reader",
     "run_tool_calls",
     "split_units",

@@ -38,7 +38,7 @@ from loomctx import (
 )
 from loomctx.session import topics
 from loomctx.session._layout import Layout
-from loomctx.stores.base import Namespace, Record
+from loomctx.stores.base import BaseStore, Namespace, Record
 from tests.session._helpers import Recorder
 
 COUNTER = TiktokenCounter()
@@ -125,8 +125,15 @@ async def assert_memory_reads_nothing_of(reader: LoomMemory, tag: str, own: str)
     assert markers(text, own)  # the sources did read: the reader's own tasks are there
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
+    """The shared store every reader and writer uses: each backend in turn."""
+    if request.param == "postgres":
+        from loomctx.stores.postgres import PostgresStore
+
+        with PostgresStore(request.getfixturevalue("postgres_url")) as pg:
+            yield pg
+        return
     with SQLiteStore(tmp_path / "shared.db") as store:
         yield store
 
@@ -144,7 +151,7 @@ PAIRS = [
 
 @pytest.mark.parametrize(("writer_ns", "reader_ns"), PAIRS)
 async def test_a_memory_reads_nothing_of_another_namespace(
-    store: SQLiteStore, writer_ns: Namespace, reader_ns: Namespace
+    store: BaseStore, writer_ns: Namespace, reader_ns: Namespace
 ) -> None:
     writer = LoomMemory(
         "writer", store=store, namespace=writer_ns, max_l1_size=3, max_l2_size=2, embedder=None
@@ -163,7 +170,7 @@ async def test_a_memory_reads_nothing_of_another_namespace(
     await assert_memory_reads_nothing_of(writer, "b", "a")
 
 
-async def test_a_wider_read_is_explicit_and_reads_only_search(store: SQLiteStore) -> None:
+async def test_a_wider_read_is_explicit_and_reads_only_search(store: BaseStore) -> None:
     fill(LoomMemory("s1", store=store, namespace=("acme", "bot", "s1"), embedder=None), "a")
     wide = LoomMemory(
         "all",
@@ -190,7 +197,7 @@ async def test_a_wider_read_is_explicit_and_reads_only_search(store: SQLiteStore
 
 
 async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
-    store: SQLiteStore,
+    store: BaseStore,
 ) -> None:
     # The defaults: a controller of agent "agent" in tenant "default", and LoomMemory("agent").
     async with ContextController(store, counter=COUNTER) as controller:
@@ -212,7 +219,7 @@ async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
 
 
 async def test_a_controllers_sessions_read_nothing_of_a_standalone_memory(
-    store: SQLiteStore,
+    store: BaseStore,
 ) -> None:
     fill(LoomMemory("agent", store=store, embedder=None), "a")
     fill(
@@ -234,7 +241,7 @@ async def test_a_controllers_sessions_read_nothing_of_a_standalone_memory(
         assert {s.task_id for s in agent.get_l3_summaries()} == {"b-0", "b-1"}
 
 
-async def test_two_agents_of_one_tenant_never_meet(store: SQLiteStore) -> None:
+async def test_two_agents_of_one_tenant_never_meet(store: BaseStore) -> None:
     async with (
         ContextController(store, agent_id="x", counter=COUNTER) as x,
         ContextController(store, agent_id="y", counter=COUNTER) as y,
@@ -268,7 +275,7 @@ async def test_two_agents_of_one_tenant_never_meet(store: SQLiteStore) -> None:
 
 
 async def test_records_below_a_controllers_namespaces_are_none_of_its_own(
-    store: SQLiteStore,
+    store: BaseStore,
 ) -> None:
     """Whatever is stored below a session's namespaces (by another application, or a layout
     of the future) is not read as the session's records, queue, or list of sessions."""
@@ -328,7 +335,7 @@ def test_no_default_namespace_lies_below_another() -> None:
 # --- knowledge bases ----------------------------------------------------------------------------
 
 
-async def test_a_knowledge_base_reads_exactly_its_namespace(store: SQLiteStore) -> None:
+async def test_a_knowledge_base_reads_exactly_its_namespace(store: BaseStore) -> None:
     docs = KnowledgeBase("docs", store=store)
     docs.add_text(f"leakb0x the handbook on {TOPIC}", document_id="handbook")
     KnowledgeBase("doc", store=store).add_text(f"leaka1x a look-alike base on {TOPIC}")

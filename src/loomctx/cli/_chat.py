@@ -43,7 +43,7 @@ from loomctx.context.block import ContextSource
 from loomctx.context.report import ContextReport
 from loomctx.errors import ConfigError, LoomError
 from loomctx.knowledge import IngestProgress
-from loomctx.stores.sqlite import SQLiteStore
+from loomctx.stores.base import BaseStore
 
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
@@ -112,7 +112,7 @@ class _Printer:
 
 
 def _knowledge(
-    console: Console, db: SQLiteStore, name: str, folder: str | None, embedder: Embedder | None
+    console: Console, db: BaseStore, name: str, folder: str | None, embedder: Embedder | None
 ) -> tuple[list[ContextSource], str]:
     """The knowledge source (if the knowledge base has documents) and a line about it."""
     kb = open_knowledge(db, name, embedder)

@@ -31,7 +31,11 @@ ConfigOption = Annotated[
 ]
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", help="The SQLite file to use (setting `store`, env LOOM_STORE)."),
+    typer.Option(
+        "--store",
+        help="The store: a SQLite file (or sqlite:///PATH) or a postgresql:// URL "
+        "(setting `store`, env LOOM_STORE).",
+    ),
 ]
 
 

