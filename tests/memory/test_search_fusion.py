@@ -231,9 +231,7 @@ def test_scores_stay_in_0_1_best_first(
 
 def test_a_summarized_task_is_found_once_as_itself(store: SQLiteStore) -> None:
     # Nothing is important enough for L2, so what leaves L1 is summarized into L3.
-    memory = LoomMemory(
-        "session", store=store, max_l1_size=2, promote_threshold=1.0, embedder=None
-    )
+    memory = LoomMemory("session", store=store, max_l1_size=2, promote_threshold=1.0, embedder=None)
     remember(memory, CHAT)
     memory.promote_tasks()  # what left L1 is summarized into L3 (and stays in L4)
     assert memory.get_l3_summaries()
