@@ -396,17 +396,32 @@ def _stages(dense: bool, stages: bool) -> tuple[str, ...]:
 # --- LoCoMo ----------------------------------------------------------------------------------
 
 
+def _locomo_date(value: str) -> datetime | None:
+    """``1:56 pm on 8 May, 2023`` as a UTC datetime; None if empty or in another form."""
+    try:
+        return datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def _locomo_tasks(conv: LocomoConversation, *, date_in_text: bool) -> list[Task]:
+    """One Task per turn, recorded when its session took place (a second apart per turn) if
+    the file says when: memory items show that date in the window, as they would live."""
     tasks = []
+    turn_of: dict[int, int] = {}
     for t in conv.turns:
         content = t.text
         if date_in_text and t.date:
             content = f"[{t.date}] {content}"
+        date = _locomo_date(t.date)
+        n = turn_of[t.session] = turn_of.get(t.session, -1) + 1
+        when = {} if date is None else {"created_at": date + timedelta(seconds=n)}
         tasks.append(
             Task(
                 task_id=t.dia_id,
                 action=ASSISTANT_MESSAGE if t.speaker == conv.speakers[1] else USER_MESSAGE,
                 parameters={"content": content, "speaker": t.speaker, "session_date": t.date},
+                **when,  # type: ignore[arg-type]
             )
         )
     return tasks
