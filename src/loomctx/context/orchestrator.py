@@ -23,6 +23,7 @@ history stays append-only across them.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -291,6 +292,22 @@ class ContextOrchestrator:
             token_count=token_count,
             report=report,
             layout=layout,
+        )
+
+    def build_sync(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+        """`build` for code without an event loop (a script, a Flask view, a notebook cell
+        run with no loop): runs it to the end on a loop of its own.
+
+        Inside a running event loop (an ``async def``, Jupyter's own loop) it raises
+        `ConfigError`: blocking that loop until the build ends would stall everything else
+        on it; ``await orchestrator.build(...)`` there instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.build(query, ctx=ctx))
+        raise ConfigError(
+            "`build_sync` was called inside a running event loop (an `async def`, or a "
+            "notebook); use `await orchestrator.build(...)` there instead"
         )
 
     def _cost(self, block: ContextBlock) -> int:
