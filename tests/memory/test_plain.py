@@ -63,8 +63,10 @@ def test_add_openai_messages_and_recall_plain_data(memory: LoomMemory) -> None:
     assert len(ids) == 3  # the system message is not remembered; the call and result are one
     found = memory.recall("Lisbon aisle seat", limit=3)
     assert isinstance(found, Recall)
-    assert found.search == "hybrid" and found.note == ""
-    assert found.items[0].role == "user" and "aisle" in found.items[0].content
+    assert found.search == "hybrid"
+    assert found.note == ""
+    assert found.items[0].role == "user"
+    assert "aisle" in found.items[0].content
     assert {i.role for i in found} <= {"user", "assistant", "tool"}
     data = found.to_dict()
     assert json.loads(json.dumps(data)) == data  # JSON types only
@@ -74,7 +76,8 @@ def test_add_openai_messages_and_recall_plain_data(memory: LoomMemory) -> None:
 def test_just_added_items_are_found_by_vectors_at_once(memory: LoomMemory) -> None:
     memory.add([{"role": "user", "content": "My cat Miso hates thunderstorms."}])
     found = memory.recall("Miso thunderstorms")
-    assert found.items and "dense" in found.items[0].via
+    assert found.items
+    assert "dense" in found.items[0].via
     assert found.note == ""
 
 
@@ -102,7 +105,8 @@ def test_anthropic_messages_are_told_from_their_blocks(memory: LoomMemory) -> No
     ids = memory.add(ANTHROPIC)
     assert len(ids) == 3  # user, the assistant's text, the tool call with its result
     tool = [i for i in memory.recall("Oslo weather snow", limit=5) if i.role == "tool"]
-    assert tool and tool[0].content == "snow, -4 C"
+    assert tool
+    assert tool[0].content == "snow, -4 C"
 
 
 def test_strings_and_loom_messages_and_a_named_format() -> None:
@@ -112,7 +116,8 @@ def test_strings_and_loom_messages_and_a_named_format() -> None:
         memory.add([Message.assistant("Noted: no peanuts.")], session_id="s1")
         memory.add([{"role": "user", "content": "Plain dicts read the same."}], format="anthropic")
         found = memory.recall("peanuts")
-        assert found.search == "lexical" and "no embedder" in found.note
+        assert found.search == "lexical"
+        assert "no embedder" in found.note
         assert [i.role for i in found] == ["user", "assistant"] or [i.role for i in found] == [
             "assistant",
             "user",
@@ -162,7 +167,7 @@ def test_build_sync_without_a_loop_and_its_error_inside_one() -> None:
         async def inside() -> None:
             orchestrator.build_sync("again")
 
-        with pytest.raises(ConfigError, match="await orchestrator.build"):
+        with pytest.raises(ConfigError, match=r"await orchestrator\.build"):
             asyncio.run(inside())
     finally:
         memory.close()

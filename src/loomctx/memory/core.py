@@ -38,6 +38,7 @@ The store is the truth, and the tiers a cache of it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -328,16 +329,13 @@ class LoomMemory:
         and says so in `Recall.note`. An embedder that fails leaves the items to the
         background too (they are stored either way).
         """
-        tasks = tasks_from_messages(
-            messages_of(messages, format=format), session_id=session_id
-        )
+        tasks = tasks_from_messages(messages_of(messages, format=format), session_id=session_id)
         self.add_tasks(tasks)
         now = embed if embed is not None else len(tasks) <= SYNC_EMBED_LIMIT
         if now and tasks and self.background is not None:
-            try:
+            # Stored either way; on failure the background embedder retries, `recall` says so.
+            with contextlib.suppress(EmbeddingError):
                 self.background.drain()
-            except EmbeddingError:
-                pass  # stored; the background embedder retries, and `recall` says so
         return [t.task_id for t in tasks]
 
     def recall(self, query: str, *, limit: int = 5) -> Recall:

@@ -36,18 +36,17 @@ _WORD: Final = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _CJK: Final = re.compile(r"[\u4e00-\u9fff]")
 
 # Words that make up small talk: a message of these alone says nothing to remember.
-_PHATIC: Final = frozenset(
-    """
+_PHATIC_WORDS: Final = """
     a an and the so very really too just all well oh ah aw aww wow yay yeah yes yep yup ya no
     nope nah ok okay k kk sure fine cool nice great awesome amazing wonderful fantastic perfect
     lovely sweet good glad happy fun sounds sound like love it that's that this is was be will
     thanks thank thx ty you u much lot lots again bye goodbye cya later see soon hi hello hey
     morning evening night afternoon day care take same here totally absolutely definitely
-    indeed agreed agree true right exactly haha hahaha hehe lol lmao omg hmm um uh me to for
-    of in on at with we i i'm im it's its do does did have has had your yours my our talk
-    catch chat cheers welcome congrats congratulations best luck wish wishes keep up work
-    """.split()
-)
+    indeed agreed agree true right exactly haha hahaha hehe lol lmao omg hmm um uh me to for of
+    in on at with we i i'm im it's its do does did have has had your yours my our talk catch
+    chat cheers welcome congrats congratulations best luck wish wishes keep up work
+"""
+_PHATIC: Final = frozenset(_PHATIC_WORDS.split())
 _PHATIC_ZH: Final = re.compile(
     r"^(好的?|嗯+|哈+|谢谢|多谢|是的|对|没问题|好吧|再见|你好|收到|明白了?|太好了|不错)+$"
 )
@@ -76,7 +75,8 @@ _DECISION: Final = re.compile(
 )
 _CORRECTION: Final = re.compile(
     r"\b(actually|correction|i meant|i mean|not\s+\w+(\s+\w+)?\s+but|instead|changed|"
-    r"no longer|anymore|wrong|mistake|update:|scratch that|rather than)\b|其实|更正|不是.+而是|改成",
+    r"no longer|anymore|wrong|mistake|update:|scratch that|rather than)\b|"
+    r"其实|更正|不是.+而是|改成",
     re.IGNORECASE,
 )
 _FIRST_PERSON_FACT: Final = re.compile(
@@ -143,8 +143,6 @@ def message_importance(prior: float, text: str) -> float:
     """The seed's `prior` moved by `content_score(text)`: scaled down below neutral (small
     talk keeps 0.37 of it), moved toward 1 above it. Stays in 0..1."""
     s = content_score(text)
-    if s < _NEUTRAL:
-        value = prior * (0.3 + 1.4 * s)
-    else:
-        value = prior + (1.0 - prior) * (s - _NEUTRAL)
+    up = prior + (1.0 - prior) * (s - _NEUTRAL)
+    value = prior * (0.3 + 1.4 * s) if s < _NEUTRAL else up
     return round(max(0.0, min(1.0, value)), 4)
