@@ -362,7 +362,7 @@ def task_line(task: Task) -> str:
     return task_text(task)
 
 
-def said_at(when: datetime) -> str:
+def said_at(when: datetime, *, time: bool = True) -> str:
     """When something was said, as a memory item's label in a prompt: ``"8 May 2023 13:56"``
     (UTC when the time has a zone). A date lets the model resolve "yesterday" or "last week"
     in a remembered turn; it costs 12 tokens, less than the 32-character id it replaces (21).
@@ -370,7 +370,7 @@ def said_at(when: datetime) -> str:
     break nothing but the cache, and the model knows how to count back from a date."""
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
-    return f"{when.day} {when:%b %Y %H:%M}"
+    return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"
 
 
 def task_body(task: Task) -> str:

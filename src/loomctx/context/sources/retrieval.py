@@ -92,7 +92,9 @@ class RetrievalInjector:
             if c.origin == MEMORY_ORIGIN:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
-                meta["label"] = said_at(c.item.created_at) if isinstance(c.item, Task) else ""
+                meta["label"] = (
+                    said_at(c.item.created_at, time=False) if isinstance(c.item, Task) else ""
+                )
             yield ContextBlock(
                 source=source,
                 section="context",
