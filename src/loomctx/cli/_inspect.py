@@ -221,6 +221,6 @@ def inspect(
                 ("  call ", "dim"),
                 str(saved.call),
                 (f"  {saved.prompt[:200]!r}" if saved.prompt else "", "dim"),
-            )  # fmt: skip
+            )
         )
         console.print(report_view(saved.report, width=console.width))
