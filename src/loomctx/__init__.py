@@ -82,6 +82,7 @@ from loomctx.knowledge import (
 )
 from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
+from loomctx.memory.plain import Recall, Recalled
 from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
@@ -118,6 +119,7 @@ from loomctx.tokens import (
     HuggingFaceCounter,
     TiktokenCounter,
     TokenCounter,
+    UsageCalibration,
     counter_for_model,
     encoding_for_model,
 )
@@ -206,6 +208,8 @@ __all__ = [
     "QuarantinedRecord",
     "QueryOverlapSignal",
     "QueryRewriter",
+    "Recall",
+    "Recalled",
     "Record",
     "Reranker",
     "RetrievalInjector",
@@ -238,6 +242,7 @@ __all__ = [
     "ToolResult",
     "ToolSource",
     "UnifiedRetrievalSource",
+    "UsageCalibration",
     "UnifiedRetriever",
     "Usage",
     "UserInputSource",
