@@ -82,8 +82,8 @@ from loomctx.knowledge import (
 )
 from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
-from loomctx.memory.plain import Recall, Recalled
 from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
+from loomctx.memory.plain import Recall, Recalled
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loomctx.messages import (
@@ -242,9 +242,9 @@ __all__ = [
     "ToolResult",
     "ToolSource",
     "UnifiedRetrievalSource",
-    "UsageCalibration",
     "UnifiedRetriever",
     "Usage",
+    "UsageCalibration",
     "UserInputSource",
     "VectorScoreSignal",
     "complete",
