@@ -362,12 +362,12 @@ def task_line(task: Task) -> str:
     return task_text(task)
 
 
-def said_at(when: datetime, *, time: bool = True) -> str:
-    """When something was said, as a memory item's label in a prompt: ``"8 May 2023 13:56"``
-    (UTC when the time has a zone). A date lets the model resolve "yesterday" or "last week"
-    in a remembered turn; it costs 12 tokens, less than the 32-character id it replaces (21).
-    Relative hints ("2 days ago") are left to the model: they would change every day and
-    break nothing but the cache, and the model knows how to count back from a date."""
+def said_at(when: datetime, *, time: bool = False) -> str:
+    """When something was said, as a memory item's label in a prompt: ``"8 May 2023"``
+    (with `time`, ``"8 May 2023 13:56"``; UTC when the time has a zone). A date lets the
+    model resolve "yesterday" or "last week" in a remembered turn, for 8 tokens in brackets
+    (the time of day adds 4; the 32-character id it replaces cost 21). Relative hints ("2 days
+    ago") are the model's job: they would change every day for nothing."""
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
     return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"

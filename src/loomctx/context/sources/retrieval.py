@@ -45,7 +45,7 @@ class RetrievalInjector:
     The block's priority is its score relative to the best candidate's; its id is the
     candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
     also its label in the window); memory items are labelled with when they were said
-    (``[8 May 2023 13:56] speaker: text``, `said_at`), never with their task id.
+    (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
     """
 
     def blocks(
@@ -92,9 +92,7 @@ class RetrievalInjector:
             if c.origin == MEMORY_ORIGIN:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
-                meta["label"] = (
-                    said_at(c.item.created_at, time=False) if isinstance(c.item, Task) else ""
-                )
+                meta["label"] = said_at(c.item.created_at) if isinstance(c.item, Task) else ""
             yield ContextBlock(
                 source=source,
                 section="context",
