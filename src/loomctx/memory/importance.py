@@ -20,9 +20,13 @@ toward 1 by the excess (a user's fact stays at 0.9 or more; an assistant's decis
 depends on the task, not on its wording. English and Chinese cue words; anything else is
 scored by its numbers, names and length.
 
-Measured on LoCoMo (``loomctx bench locomo``'s data, 1,895 turns of 5 conversations): see
-`tests/memory/test_importance.py` and the closing note of issue 17 for the share of gold
-evidence turns above the threshold before and after.
+Measured without a model, on the gold evidence of the benchmarks' data (an L2 of 100 filled
+by importance, most important and then newest first, as `LoomMemory` ranks it): on LoCoMo (5
+conversations, 2,760 turns, 685 of them evidence) the share of evidence turns in L2 rose from
+22.4% (seed rule) to 41.8%, and evidence turns above the threshold from 49.8% to 79.1%; on
+LongMemEval_S (60 haystacks, 29,322 turns, 102 holding the answer) the answer turns an L2
+holds rose from 40 to 73. The retrieval benchmarks' windows do not read L2, so their numbers
+do not move.
 """
 
 from __future__ import annotations
