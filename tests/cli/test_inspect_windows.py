@@ -20,6 +20,7 @@ from loomctx.cli._workspace import open_knowledge, open_store, save_report
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.report import ContextReport, SourceReport
 from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
+from loomctx.errors import ConfigError
 from loomctx.messages import Message
 from loomctx.tokens import TiktokenCounter
 from tests.agent._servers import (
@@ -128,6 +129,21 @@ def test_every_call_is_saved_with_the_exact_messages_sent(
     gone = runner.invoke(app, ["inspect", "--session", "s7", "--store", "s.db", "--turn", "9"])
     assert gone.exit_code == 1
     assert "saved windows (turn.call): 1.1, 2.1, 2.2" in gone.output
+
+    # A window whose stored messages were removed by hand says so.
+    store = open_store(tmp_path / "s.db")
+    try:
+        key = next(
+            r.key
+            for r in store.scan(("cli", "windows", "s7"), kind="window_message")
+            if r.key.startswith("message:")
+        )
+        store.delete(("cli", "windows", "s7"), key)
+        with pytest.raises(ConfigError, match="stored message"):  # noqa: PT012
+            for turn, call in [(1, 1), (2, 1), (2, 2)]:
+                load_window(store, "s7", turn=turn, call=call)
+    finally:
+        store.close()
 
 
 def test_list_shows_knowledge_bases_and_sessions_of_earlier_versions(

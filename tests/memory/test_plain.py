@@ -171,3 +171,14 @@ def test_build_sync_without_a_loop_and_its_error_inside_one() -> None:
             asyncio.run(inside())
     finally:
         memory.close()
+
+
+def test_one_loom_message_and_the_length_of_a_recall() -> None:
+    memory = LoomMemory("plain-one")
+    try:
+        memory.add(Message.user("The staging port is 8443."))
+        found = memory.recall("staging port")
+        assert len(found) == 1
+        assert found.items[0].content == "The staging port is 8443."
+    finally:
+        memory.close()

@@ -1,7 +1,7 @@
 """`CachedEmbedder`: an embedder whose vectors persist on disk between benchmark runs.
 
 Embedding a LoCoMo conversation with the default model takes minutes on two cores, and the 20
-LongMemEval questions of the docs' example an hour (9,500 turns of ~290 tokens); the texts do
+LongMemEval questions of the docs' example hours (9,500 turns of ~290 tokens); the texts do
 not change between runs, so their vectors are kept under a cache folder, one subfolder per
 model `name`, keyed by a hash of the kind (``query`` / ``document``) and the text. New vectors
 are written as small `.npz` shards (append only, so two runs at once never corrupt each
