@@ -83,6 +83,7 @@ from loomctx.knowledge import (
 from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
+from loomctx.memory.plain import Recall, Recalled
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loomctx.messages import (
@@ -119,6 +120,7 @@ from loomctx.tokens import (
     HuggingFaceCounter,
     TiktokenCounter,
     TokenCounter,
+    UsageCalibration,
     counter_for_model,
     encoding_for_model,
 )
@@ -207,6 +209,8 @@ __all__ = [
     "QuarantinedRecord",
     "QueryOverlapSignal",
     "QueryRewriter",
+    "Recall",
+    "Recalled",
     "Record",
     "Reranker",
     "RetrievalInjector",
@@ -241,6 +245,7 @@ __all__ = [
     "UnifiedRetrievalSource",
     "UnifiedRetriever",
     "Usage",
+    "UsageCalibration",
     "UserInputSource",
     "VectorScoreSignal",
     "complete",

@@ -175,11 +175,11 @@ def test_context_assembled_from_report() -> None:
         token_counter="o200k_base",
         sources=(
             SourceReport(
-                name="memory", priority=0.5, allocated=400, requested=900, used=450,
+                name="memory", priority=0.5, allocated=400, offered=900, used=450,
                 blocks_offered=3, blocks_kept=2,
             ),
             SourceReport(
-                name="kb", priority=0.4, allocated=100, requested=0, used=0, blocks_offered=0,
+                name="kb", priority=0.4, allocated=100, offered=0, used=0, blocks_offered=0,
                 blocks_kept=0, status="timeout", error="timed out",
             ),
         ),

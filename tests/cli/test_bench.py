@@ -174,3 +174,28 @@ def test_bench_cost_prints_each_strategy_and_writes_json(
     data = json.loads(out.read_text())
     assert data["strategies"]["loom"]["over_budget"] == 0
     assert data["config"]["window"] == 600
+
+
+def test_bench_longmemeval_caches_vectors_by_default_and_shows_an_estimate(
+    runner: CliRunner, longmemeval: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    first = runner.invoke(app, ["bench", "longmemeval", str(longmemeval)])
+    assert first.exit_code == 0, first.output
+    shards = list((tmp_path / "xdg" / "loomctx" / "bench-vectors").glob("*/*.npz"))
+    assert shards  # the documented default location
+    assert "to embed (the rest are cached)" in first.stderr
+    assert "longmemeval 2/2" in first.stderr
+    assert "elapsed, about" in first.stderr  # an estimate once a question is done
+    again = runner.invoke(app, ["bench", "longmemeval", str(longmemeval)])
+    assert again.exit_code == 0, again.output
+    assert ", 0 to embed" in again.stderr
+    assert again.stdout == first.stdout  # the same numbers from cached vectors
+    off = runner.invoke(app, ["bench", "longmemeval", str(longmemeval), "--no-cache"])
+    assert off.exit_code == 0, off.output
+    assert "to embed" in off.stderr
+    both = runner.invoke(
+        app, ["bench", "longmemeval", str(longmemeval), "--no-cache", "--cache", "x"]
+    )
+    assert both.exit_code == 1
+    assert "not both" in both.output

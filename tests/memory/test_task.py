@@ -63,12 +63,15 @@ def test_status_given_as_text_is_converted() -> None:
 
 
 def test_importance_rules_of_seed_004() -> None:
-    assert importance_of(Task(action=USER_MESSAGE, source_agent="user")) == 0.9
+    # A message that says something plain (no cue either way) keeps the seed's prior.
+    plain = {"content": "The build runs on the second server in the rack near the window."}
+    assert importance_of(Task(action=USER_MESSAGE, source_agent="user", parameters=plain)) >= 0.9
     assert importance_of(Task(action="sql", status=TaskStatus.FAILED)) == 0.8
     assert importance_of(Task(action="sql", status=TaskStatus.COMPLETED)) == 0.7
     assert importance_of(Task(action="sql", parent_task_id="p")) == 0.5
     assert importance_of(Task(action="sql")) == 0.5
-    assert importance_of(Task(action=ASSISTANT_MESSAGE, status=TaskStatus.COMPLETED)) == 0.5
+    assistant = Task(action=ASSISTANT_MESSAGE, status=TaskStatus.COMPLETED, parameters=plain)
+    assert 0.5 <= importance_of(assistant) < 0.6
     assert importance_of(Task(action="sql", metadata={"importance": 0.95})) == 0.95
 
 

@@ -52,8 +52,25 @@ StagesOption = Annotated[
 ]
 CacheOption = Annotated[
     Path | None,
-    typer.Option("--cache", help="Keep document and query vectors in this folder between runs."),
+    typer.Option(
+        "--cache",
+        help="Keep document and query vectors in this folder between runs (default: "
+        "$LOOM_BENCH_CACHE, else ~/.cache/loomctx/bench-vectors).",
+    ),
 ]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Embed everything anew; keep no vectors.")
+]
+
+
+def _cache_dir(cache: Path | None, no_cache: bool) -> Path | None:
+    if no_cache and cache is not None:
+        raise ConfigError("give `--cache DIR` or `--no-cache`, not both")
+    if no_cache:
+        return None
+    from loomctx.evaluation._vector_cache import default_cache_dir
+
+    return cache or default_cache_dir()
 
 
 def _progress(message: str) -> None:
@@ -92,6 +109,7 @@ def locomo(
     lexical: LexicalOption = False,
     stages: StagesOption = False,
     cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
     budgets: Annotated[
         str, typer.Option("--budgets", help="Window budgets for evidence-in-window, in tokens.")
     ] = "2000,4000",
@@ -104,7 +122,7 @@ def locomo(
         limit=limit,
         budgets=sizes,
         stages=stages,
-        cache_dir=cache,
+        cache_dir=None if lexical else _cache_dir(cache, no_cache),
         progress=_progress,
     )
     columns = ["questions", "r@5", "r@10", "r@20", "ndcg@10", *(f"window@{b}" for b in sizes)]
@@ -126,10 +144,16 @@ def longmemeval(
     lexical: LexicalOption = False,
     stages: StagesOption = False,
     cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Session recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file."""
     result = evaluate_longmemeval(
-        path, dense=not lexical, limit=limit, stages=stages, cache_dir=cache, progress=_progress
+        path,
+        dense=not lexical,
+        limit=limit,
+        stages=stages,
+        cache_dir=None if lexical else _cache_dir(cache, no_cache),
+        progress=_progress,
     )
     rows: list[tuple[str, dict[str, Any]]] = [("all", result)]
     rows += list(result["by_question_type"].items())

@@ -26,18 +26,17 @@ from rich.text import Text
 
 from loomctx.agent.events import AgentEvent, ToolCallEvent, ToolResultEvent
 from loomctx.agent.executor import Agent
-from loomctx.cli._agent import ask, choose_llm
+from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._common import ConfigOption, StoreOption, out_console, progress_bar, settings_from
 from loomctx.cli._render import report_view
+from loomctx.cli._reports import next_turn, save_window
 from loomctx.cli._tools import load_tools
 from loomctx.cli._workspace import (
     embedder_for,
     knowledge_source,
-    next_report_turn,
     open_knowledge,
     open_memory,
     open_store,
-    save_report,
 )
 from loomctx.context.block import ContextSource
 from loomctx.context.report import ContextReport
@@ -179,7 +178,17 @@ class _Chat:
                 continue
             printer.end()
             self.last = answer.report
-            save_report(store, self.session, self.turn, answer.report.to_dict())
+            for n, sent in enumerate(answer.calls, 1):
+                save_window(
+                    store,
+                    session=self.session,
+                    turn=self.turn,
+                    call=n,
+                    prompt=line,
+                    report=sent.report,
+                    messages=sent.messages,
+                    tools=sent.tools,
+                )
             self.turn += 1
 
 
@@ -229,6 +238,7 @@ def chat(
     )
     console = out_console()
     llm, described = choose_llm(settings.model, os.environ, offline=offline)
+    llm = RecordingLLM(llm)  # each window is saved with the exact messages sent
     agent_tools = load_tools(settings.tools) if settings.tools else []
     session_id = settings.session or f"chat-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
@@ -265,5 +275,5 @@ def chat(
                 console.print(Text.assemble((f"{label:<10}", "dim"), value))
         console.print("/help for commands, /exit to leave", style="dim")
         log = stack.enter_context(events.open("a", encoding="utf-8")) if events else None
-        turn = next_report_turn(db, session_id)
+        turn = next_turn(db, session_id)
         asyncio.run(_Chat(console, agent, session_id, turn).run(log))

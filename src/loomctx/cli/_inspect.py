@@ -1,43 +1,146 @@
-"""`loomctx inspect`: draw a context window's report, from a file or a session.
+"""`loomctx inspect`: what a context window held, what it did not, why, and the exact text sent.
 
-``loomctx inspect FILE`` reads a report's JSON (`ContextReport.to_dict()`), a
-`context_assembled` event, or a run's event log (what ``loomctx chat --events`` writes), and shows
-the last window in it, or window ``--turn N``. ``loomctx inspect --session ID`` shows the last
-window `loomctx chat` built in that session. ``--json`` prints the report as JSON instead.
+- ``loomctx inspect FILE`` reads a report's JSON (`ContextReport.to_dict()`), a
+  `context_assembled` event, or a run's event log (what ``loomctx chat --events`` writes), and
+  shows the last window in it, or window ``--turn N``.
+- ``loomctx inspect --list`` lists the sessions with saved windows and the knowledge bases in
+  the store.
+- ``loomctx inspect --session ID`` shows a window `loomctx chat` saved: the last one, or user
+  turn ``--turn N`` (its last model call, or call ``--call N`` of it: a turn with tool calls
+  builds a window before each). ``--text`` prints the exact messages and tools that were sent
+  instead of the report; the answer to "what exactly did the model see on turn 7?" is
+  ``loomctx inspect --session ID --turn 7 --text``.
+- ``--json`` prints the report (with ``--text``: the window, messages included) as JSON.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
 
 from loomctx.cli._common import ConfigOption, StoreOption, out_console, settings_from
 from loomctx.cli._render import report_view
-from loomctx.cli._reports import load_reports, report_from_payload
-from loomctx.cli._workspace import latest_report, open_store
-from loomctx.context.report import ContextReport
+from loomctx.cli._reports import (
+    SavedWindow,
+    list_knowledge_bases,
+    list_sessions,
+    list_windows,
+    load_reports,
+    load_window,
+)
+from loomctx.cli._workspace import open_store
 from loomctx.errors import ConfigError
+from loomctx.messages import to_openai, to_openai_tools
 
 __all__ = ["inspect"]
 
 
-def _from_session(session: str, store_path: str) -> ContextReport:
+def _open(store_path: str) -> Any:
     if "://" not in store_path and not Path(store_path).is_file():
         raise ConfigError(f"no store at {store_path!r}; run `loomctx chat` first or pass `--store`")
-    store = open_store(store_path)
+    return open_store(store_path)
+
+
+def _window(store_path: str, session: str, turn: int | None, call: int | None) -> SavedWindow:
+    store = _open(store_path)
     try:
-        data = latest_report(store, session)
+        saved = load_window(store, session, turn=turn, call=call)
+        if saved is None:
+            have = list_windows(store, session)
     finally:
         store.close()
-    if data is None:
+    if saved is not None:
+        return saved
+    if not have and turn is None and call is None:
         raise ConfigError(
             f"session {session!r} has no saved window in {store_path!r}; chat in it first "
-            f"(`loomctx chat --session {session}`)"
+            f"(`loomctx chat --session {session}`), or list the sessions with `loomctx inspect "
+            f"--list`"
         )
-    return report_from_payload(data)
+    shown = ", ".join(f"{t}.{c}" for t, c in have[-12:]) or "none"
+    asked = f"turn {turn}" if turn is not None else "the last turn"
+    raise ConfigError(
+        f"session {session!r} has no window for {asked}"
+        + (f", call {call}" if call is not None else "")
+        + f"; saved windows (turn.call): {shown}"
+    )
+
+
+def _listing(store_path: str, as_json: bool) -> None:
+    store = _open(store_path)
+    try:
+        sessions = list_sessions(store)
+        bases = list_knowledge_bases(store)
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps({"sessions": sessions, "knowledge_bases": bases}, indent=2))
+        return
+    console = out_console()
+    table = Table(title="sessions", title_justify="left", header_style="bold", box=None)
+    for name, justify in (("session", "left"), ("turns", "right"), ("windows", "right"),
+                          ("last", "left")):  # fmt: skip
+        table.add_column(name, justify=justify, no_wrap=name == "session")  # type: ignore[arg-type]
+    for s in sessions:
+        last = str(s.get("last_at") or "")[:19].replace("T", " ")
+        table.add_row(s["session"], str(s["turns"]), str(s["windows"]), last)
+    kbs = Table(title="knowledge bases", title_justify="left", header_style="bold", box=None)
+    kbs.add_column("name", no_wrap=True)
+    kbs.add_column("documents", justify="right")
+    for kb in bases:
+        kbs.add_row(kb["name"], str(kb["documents"]))
+    console.print(table if sessions else Text("no saved sessions", style="dim"))
+    console.print(kbs if bases else Text("no knowledge bases", style="dim"))
+
+
+def _text_view(saved: SavedWindow) -> Group:
+    """The messages as sent, one after another, each under a rule naming its role."""
+    parts: list[Any] = [
+        Text.assemble(
+            ("session ", "dim"),
+            saved.session,
+            ("  turn ", "dim"),
+            str(saved.turn),
+            ("  call ", "dim"),
+            str(saved.call),
+            ("  tokens ", "dim"),
+            f"{saved.report.token_count:,}",
+        )
+    ]
+    if not saved.messages:
+        parts.append(Text("this window was saved without its messages (an older version)"))
+    if saved.tools:
+        names = ", ".join(t.get("name") or t.get("function", {}).get("name", "?")
+                          for t in saved.tools)  # fmt: skip
+        parts.append(Text.assemble(("tools: ", "bold"), names))
+    for i, m in enumerate(saved.messages, 1):
+        title = m.role if m.role != "tool" else f"tool result ({m.name or m.tool_call_id})"
+        parts.append(Rule(f"{i} {title}", align="left", style="dim"))
+        if m.content:
+            parts.append(Text(m.content))
+        for call in m.tool_calls:
+            parts.append(Text(f"→ {call.name}({call.arguments_json()})", style="cyan"))
+    return Group(*parts)
+
+
+def _window_json(saved: SavedWindow) -> dict[str, Any]:
+    return {
+        "session": saved.session,
+        "turn": saved.turn,
+        "call": saved.call,
+        "prompt": saved.prompt,
+        "saved_at": saved.saved_at,
+        "report": saved.report.to_dict(),
+        "messages": to_openai(saved.messages),
+        "tools": to_openai_tools(saved.tools) if saved.tools else [],
+    }
 
 
 def inspect(
@@ -51,23 +154,43 @@ def inspect(
     ] = None,
     session: Annotated[
         str | None,
-        typer.Option(
-            "--session", help="Show the last window `loomctx chat` built in this session."
-        ),
+        typer.Option("--session", help="Show a window `loomctx chat` saved in this session."),
     ] = None,
+    listing: Annotated[
+        bool,
+        typer.Option("--list", help="List the saved sessions and the knowledge bases."),
+    ] = False,
     turn: Annotated[
         int | None,
         typer.Option(
-            "--turn", min=1, help="Which window of the file (1 = the first); default last."
+            "--turn",
+            min=1,
+            help="FILE: which window (1 = the first). --session: which user turn. Default last.",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    call: Annotated[
+        int | None,
+        typer.Option(
+            "--call", min=1, help="--session: which model call of the turn; default its last."
+        ),
+    ] = None,
+    text: Annotated[
+        bool,
+        typer.Option("--text", help="--session: print the exact messages and tools sent."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     store: StoreOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Show what went into a context window, what did not, and why."""
-    if (path is None) == (session is None):
-        raise typer.BadParameter("give a FILE or `--session ID` (one of them)")
+    """Show what went into a context window, what did not, why, and the text sent."""
+    if sum((path is not None, session is not None, listing)) != 1:
+        raise typer.BadParameter("give a FILE, `--session ID` or `--list` (one of them)")
+    if path is not None and (call is not None or text):
+        raise typer.BadParameter("`--call` and `--text` read a session's saved windows")
+    if listing:
+        _listing(settings_from(config, store=store).store, as_json)
+        return
+    console = out_console()
     if path is not None:
         reports = load_reports(path)
         index = len(reports) if turn is None else turn
@@ -76,11 +199,28 @@ def inspect(
                 f"{str(path)!r} has {len(reports)} window(s); `--turn {turn}` is past them"
             )
         report = reports[index - 1]
-    else:
-        assert session is not None
-        report = _from_session(session, settings_from(config, store=store).store)
-    if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        if as_json:
+            typer.echo(json.dumps(report.to_dict(), indent=2))
+        else:
+            console.print(report_view(report, width=console.width))
         return
-    console = out_console()
-    console.print(report_view(report, width=console.width))
+    assert session is not None
+    saved = _window(settings_from(config, store=store).store, session, turn, call)
+    if as_json:
+        data = _window_json(saved) if text else saved.report.to_dict()
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    elif text:
+        console.print(_text_view(saved))
+    else:
+        console.print(
+            Text.assemble(
+                ("session ", "dim"),
+                saved.session,
+                ("  turn ", "dim"),
+                str(saved.turn),
+                ("  call ", "dim"),
+                str(saved.call),
+                (f"  {saved.prompt[:200]!r}" if saved.prompt else "", "dim"),
+            )
+        )
+        console.print(report_view(saved.report, width=console.width))

@@ -21,6 +21,7 @@ __all__ = [
     "left_out",
     "print_table",
     "report_view",
+    "source_notes",
     "source_table",
     "totals_line",
 ]
@@ -37,7 +38,8 @@ _PALETTE: Final = (
     "#9c755f",
 )
 _FREE: Final = "grey23"
-_NUMBER: Final = re.compile(r"\d[\d,]*")
+# A number in a reason, elided to group reasons alike; not digits inside a name ("L1_recent").
+_NUMBER: Final = re.compile(r"(?<![\w`.:-])\d[\d,]*(?![\w`])")
 
 
 def _n(value: int) -> str:
@@ -98,26 +100,47 @@ def composition_bar(report: ContextReport, width: int) -> Text:
 
 
 def source_table(report: ContextReport) -> Table:
-    """Per source: its allocation, what it offered, what it got, blocks kept, its status."""
+    """Per source: its allocation, what it offered, what it used, blocks kept, its status.
+    Names are never cut (the status column wraps instead); a source with nothing to offer
+    this build says so ("idle", its blocks "–") rather than showing 0/0."""
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    table.add_column("source")
-    for name in ("allocated", "offered", "used", "blocks kept"):
-        table.add_column(name, justify="right")
-    table.add_column("status")
+    longest = max((len(s.name) for s in report.sources), default=6) + 2
+    table.add_column("source", no_wrap=True, min_width=longest)
+    for name in ("allocated", "offered", "used", "kept"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    table.add_column("status", ratio=1, min_width=6)
     colours = _colours(report)
     for s in report.sources:
-        status = s.status if s.status == "ok" else f"{s.status}: {s.error or ''}".strip()
-        idle = s.blocks_offered == 0 and s.status == "ok"
+        idle = s.blocks_offered == 0 and s.status == "ok" and s.used == 0
+        if s.status != "ok":
+            status = Text(f"{s.status}: {s.error or ''}".strip(), style="red")
+        elif idle:
+            status = Text("idle", style="dim")  # nothing to offer this build
+        else:
+            status = Text("ok", style="green")
         table.add_row(
             Text("■ ", style=colours[s.name]) + Text(s.name),
             _n(s.allocated),
-            _n(s.requested),
-            _n(s.used),
-            f"{s.blocks_kept}/{s.blocks_offered}",
-            Text(status, style="green" if s.status == "ok" else "red"),
+            _n(s.offered),
+            _n(s.used) + ("*" if s.note else ""),
+            "–" if idle else f"{s.blocks_kept}/{s.blocks_offered}",
+            status,
             style="dim" if idle else None,
         )
     return table
+
+
+def source_notes(report: ContextReport) -> RenderableType | None:
+    """Why a source used more than it offered or was allocated (the starred numbers)."""
+    notes = [(s.name, s.note) for s in report.sources if s.note]
+    if not notes:
+        return None
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(style="dim", ratio=1)
+    for name, note in notes:
+        grid.add_row(f"* {name}", note)
+    return grid
 
 
 def left_out(report: ContextReport, *, limit: int = 6) -> RenderableType | None:
@@ -171,6 +194,9 @@ def report_view(
         composition_bar(report, max(10, width)),
         source_table(report),
     ]
+    notes = source_notes(report)
+    if notes is not None:
+        parts.append(notes)
     out = left_out(report)
     if out is not None:
         parts.append(Text("not in the window whole:", style="bold"))

@@ -23,6 +23,7 @@ history stays append-only across them.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -313,6 +314,22 @@ class ContextOrchestrator:
                 "instructions, or raise `model_context_window`",
             )
 
+    def build_sync(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+        """`build` for code without an event loop (a script, a Flask view, a notebook cell
+        run with no loop): runs it to the end on a loop of its own.
+
+        Inside a running event loop (an ``async def``, Jupyter's own loop) it raises
+        `ConfigError`: blocking that loop until the build ends would stall everything else
+        on it; ``await orchestrator.build(...)`` there instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.build(query, ctx=ctx))
+        raise ConfigError(
+            "`build_sync` was called inside a running event loop (an `async def`, or a "
+            "notebook); use `await orchestrator.build(...)` there instead"
+        )
+
     def _cost(self, block: ContextBlock) -> int:
         """`block_cost`, remembered for message tuples a source hands over again and again
         (a history's units): keyed by identity, holding the tuple so its id is not reused."""
@@ -343,23 +360,39 @@ class ContextOrchestrator:
         decisions: Sequence[Decision] = compaction.decisions
         used: dict[str, int] = {}
         kept: dict[str, int] = {}
+        summary: dict[str, int] = {}
+        pinned: set[str] = set()
         for d in decisions:
             src = d.block.source
             used[src] = used.get(src, 0) + d.cost
             if d.status in ("kept", "truncated"):
                 kept[src] = kept.get(src, 0) + 1
+                if d.block.pinned:
+                    pinned.add(src)
+            if d.block.metadata.get("kind") == "summary" and d.candidate.order < 0:
+                # The frozen summary of earlier compactions: in the window, never offered.
+                summary[src] = summary.get(src, 0) + d.cost
+        deferred = {n.source for n in compaction.notes if n.action == "deferred"}
         sources = tuple(
             SourceReport(
                 name=item.source.name,
                 priority=item.source.priority,
                 allocated=grants[item.source.name].tokens,
-                requested=requested[item.source.name],
+                offered=requested[item.source.name],
                 used=used.get(item.source.name, 0),
                 blocks_offered=len(item.blocks),
                 blocks_kept=kept.get(item.source.name, 0),
                 status=item.status,
                 error=item.error,
                 elapsed_ms=round(item.elapsed_ms, 3),
+                summary_tokens=summary.get(item.source.name, 0),
+                note=_source_note(
+                    allocated=grants[item.source.name].tokens,
+                    used=used.get(item.source.name, 0),
+                    summary=summary.get(item.source.name, 0),
+                    deferred=item.source.name in deferred,
+                    pinned=item.source.name in pinned,
+                ),
             )
             for item in collected
         )
@@ -387,3 +420,28 @@ class ContextOrchestrator:
             reused_prefix_tokens=reused,
             compactions=compaction.notes,
         )
+
+
+def _source_note(*, allocated: int, used: int, summary: int, deferred: bool, pinned: bool) -> str:
+    """Why a source holds more than it offered or was allocated, in words ("" if it does
+    not): see `loomctx.context.report`."""
+    parts = []
+    if summary:
+        parts.append(
+            f"{summary} of the tokens used are the summary of compacted history (in the "
+            f"window, not among the blocks offered)"
+        )
+    if used > allocated:
+        over = used - allocated
+        if deferred:
+            parts.append(
+                f"{over} over its allocation: history outgrew it a little and was left whole "
+                f"so the cached prefix survives (compaction deferred)"
+            )
+        elif pinned:
+            parts.append(f"{over} over its allocation: pinned content is kept whole")
+        else:
+            parts.append(
+                f"{over} over its allocation: budget other sources left unused flowed to it"
+            )
+    return "; ".join(parts)

@@ -3,6 +3,20 @@
 It is the payload of the CONTEXT_ASSEMBLED event, what `loomctx inspect` draws, and what a user
 reads when asking "why did the model not see X?". `to_dict()` gives plain JSON types with
 stable field names; `from_dict()` reads them back.
+
+The words, per source, and how they relate:
+
+- `allocated`: the source's share of the input budget for this build (after framing);
+- `offered`: the tokens of the blocks the source offered (before selection);
+- `used`: the tokens of the window that the source holds.
+
+`used` may exceed `offered` only by `summary_tokens`: a history source holds the frozen
+summary of what was compacted in earlier builds, which it did not offer this time. `used` may
+exceed `allocated` when budget that other sources left unused flowed to it (no tokens are
+stranded), when history outgrew its share a little and was left whole so that the cached
+prefix survives (a "deferred" compaction), or for pinned content; `note` says which, in words.
+(Reports saved before this field was named `offered` call it `requested`; `from_dict` reads
+both.)
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ __all__ = [
     "ContextReport",
     "SourceReport",
     "SourceStatus",
+    "source_fields",
 ]
 
 BlockStatus = Literal["kept", "truncated", "summarized", "dropped"]
@@ -38,18 +53,26 @@ class BlockReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceReport:
-    """One source: its allocation, what it offered (`requested`), and what it got (`used`)."""
+    """One source: its allocation, what it offered, and what it got (`used`); see the module
+    docstring for how they relate, `note` for why `used` is above either."""
 
     name: str
     priority: float
     allocated: int
-    requested: int
+    offered: int
     used: int
     blocks_offered: int
     blocks_kept: int
     status: SourceStatus = "ok"
     error: str | None = None
     elapsed_ms: float = 0.0
+    summary_tokens: int = 0
+    note: str = ""
+
+    @property
+    def requested(self) -> int:
+        """The earlier name of `offered`."""
+        return self.offered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,7 +131,7 @@ class ContextReport:
 
     def summary(self) -> dict[str, Any]:
         """The short form carried by events: totals, counts and overflow."""
-        offered = sum(s.requested for s in self.sources)
+        offered = sum(s.offered for s in self.sources)
         return {
             "total_tokens": self.token_count,
             "available": self.available,
@@ -137,9 +160,16 @@ class ContextReport:
         """The inverse of `to_dict` (for reports saved as JSON)."""
         values = {k: v for k, v in data.items() if k not in ("utilization", "new_tokens")}
         values["compactions"] = tuple(CompactionNote(**c) for c in data.get("compactions", ()))
-        values["sources"] = tuple(SourceReport(**s) for s in data["sources"])
+        values["sources"] = tuple(SourceReport(**source_fields(s)) for s in data["sources"])
         values["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
         return cls(**values)
+
+
+def source_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A source's saved fields, with the earlier name `requested` read as `offered`."""
+    if "requested" in data and "offered" not in data:
+        data = {k: v for k, v in data.items() if k != "requested"} | {"offered": data["requested"]}
+    return data
 
 
 _BLOCK_FIELDS = tuple(f.name for f in fields(BlockReport))

@@ -1,10 +1,16 @@
 """`CachedEmbedder`: an embedder whose vectors persist on disk between benchmark runs.
 
-Embedding a LoCoMo conversation with the default model takes minutes on two cores; the texts do
-not change between runs, so their vectors are kept under a cache folder (default
-``~/.cache/loom-bench/``), one subfolder per model `name`, keyed by a hash of the kind
-(``query`` / ``document``) and the text. New vectors are written as small `.npz` shards (append
-only, so two runs at once never corrupt each other); all shards are read at start.
+Embedding a LoCoMo conversation with the default model takes minutes on two cores, and the 20
+LongMemEval questions of the docs' example hours (9,500 turns of ~290 tokens); the texts do
+not change between runs, so their vectors are kept under a cache folder, one subfolder per
+model `name`, keyed by a hash of the kind (``query`` / ``document``) and the text. New vectors
+are written as small `.npz` shards (append only, so two runs at once never corrupt each
+other); all shards are read at start.
+
+`loomctx bench` uses the cache by default: `DEFAULT_CACHE_DIR` is ``$LOOM_BENCH_CACHE`` if set,
+else ``$XDG_CACHE_HOME/loomctx/bench-vectors`` (``~/.cache/loomctx/bench-vectors``); ``--cache
+DIR`` picks another folder and ``--no-cache`` turns it off. Delete the folder to reclaim the
+space (about 1.6 KB per text with the default 384-dimension model).
 """
 
 from __future__ import annotations
@@ -21,9 +27,19 @@ from numpy.typing import NDArray
 
 from loomctx.embeddings import Embedder, EmbedKind
 
-__all__ = ["DEFAULT_CACHE_DIR", "CachedEmbedder"]
+__all__ = ["DEFAULT_CACHE_DIR", "CachedEmbedder", "default_cache_dir"]
 
-DEFAULT_CACHE_DIR = Path(os.environ.get("LOOM_BENCH_CACHE", "~/.cache/loom-bench")).expanduser()
+
+def default_cache_dir() -> Path:
+    """Where `loomctx bench` keeps vectors unless told otherwise (read from the environment
+    when called)."""
+    if os.environ.get("LOOM_BENCH_CACHE"):
+        return Path(os.environ["LOOM_BENCH_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "loomctx" / "bench-vectors"
+
+
+DEFAULT_CACHE_DIR = default_cache_dir()
 _FLUSH_EVERY = 256
 
 
@@ -60,6 +76,10 @@ class CachedEmbedder:
     @property
     def dim(self) -> int:
         return self.inner.dim
+
+    def missing(self, texts: Sequence[str], *, kind: EmbedKind = "document") -> int:
+        """How many distinct `texts` are not cached yet (what `embed` would compute)."""
+        return len({k for k in (_key(kind, t) for t in texts) if k not in self._vectors})
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind = "document") -> NDArray[np.float32]:
         if isinstance(texts, str):  # let the inner embedder refuse it with its message

@@ -42,6 +42,7 @@ import gzip
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -389,6 +390,33 @@ def _close(rankers: _Rankers, embedder: Any) -> None:
         embedder.save()
 
 
+class _Clock:
+    """Elapsed time and an estimate of what is left, from the work done so far."""
+
+    def __init__(self, total: float) -> None:
+        self.total = total
+        self.start = time.perf_counter()
+
+    def line(self, done: float) -> str:
+        """``"1m05s elapsed, about 3m20s left"`` once something is done."""
+        elapsed = time.perf_counter() - self.start
+        if done <= 0:
+            return f"{_duration(elapsed)} elapsed"
+        left = elapsed / done * max(0.0, self.total - done)
+        return f"{_duration(elapsed)} elapsed, about {_duration(left)} left"
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _uncached(embedder: Any, kind: str, texts: Sequence[str]) -> int:
+    """How many of `texts` the embedder must still embed (all, without a cache)."""
+    missing = getattr(embedder, "missing", None)
+    return int(missing(texts, kind=kind)) if callable(missing) else len(texts)
+
+
 def _stages(dense: bool, stages: bool) -> tuple[str, ...]:
     if not stages:
         return (MAIN_STAGE,)
@@ -398,17 +426,32 @@ def _stages(dense: bool, stages: bool) -> tuple[str, ...]:
 # --- LoCoMo ----------------------------------------------------------------------------------
 
 
+def _locomo_date(value: str) -> datetime | None:
+    """``1:56 pm on 8 May, 2023`` as a UTC datetime; None if empty or in another form."""
+    try:
+        return datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def _locomo_tasks(conv: LocomoConversation, *, date_in_text: bool) -> list[Task]:
+    """One Task per turn, recorded when its session took place (a second apart per turn) if
+    the file says when: memory items show that date in the window, as they would live."""
     tasks = []
+    turn_of: dict[int, int] = {}
     for t in conv.turns:
         content = t.text
         if date_in_text and t.date:
             content = f"[{t.date}] {content}"
+        date = _locomo_date(t.date)
+        n = turn_of[t.session] = turn_of.get(t.session, -1) + 1
+        when = {} if date is None else {"created_at": date + timedelta(seconds=n)}
         tasks.append(
             Task(
                 task_id=t.dia_id,
                 action=ASSISTANT_MESSAGE if t.speaker == conv.speakers[1] else USER_MESSAGE,
                 parameters={"content": content, "speaker": t.speaker, "session_date": t.date},
+                **when,  # type: ignore[arg-type]
             )
         )
     return tasks
@@ -518,6 +561,8 @@ def evaluate_locomo(
     stage_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in run_stages}
     skipped = 0
     left = limit
+    clock = _Clock(total=sum(len(c.turns) for c in conversations))
+    done = 0
     for conv in conversations:
         if left is not None and left <= 0:
             break
@@ -529,7 +574,11 @@ def evaluate_locomo(
         if not usable:
             continue
         if progress:
-            progress(f"locomo {conv.sample_id}: {len(conv.turns)} turns, {len(usable)} questions")
+            progress(
+                f"locomo {conv.sample_id}: {len(conv.turns)} turns, {len(usable)} questions "
+                f"({clock.line(done)})"
+            )
+        done += len(conv.turns)
         tasks = _locomo_tasks(conv, date_in_text=date_in_text)
         texts = {t.task_id: str(t.parameters["content"]) for t in tasks}
         rankers = _open(conv.sample_id, tasks, emb)
@@ -651,10 +700,27 @@ def evaluate_longmemeval(
     run_stages = _stages(dense, stages)
     main = MAIN_STAGE
     stage_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in run_stages}
+    # The estimate counts turns to embed (the cost that dominates), not questions.
+    work = [
+        sum(len(s) for s in q.sessions)
+        if emb is None
+        else _uncached(emb, "document", [c for s in q.sessions for _, c in s]) + 1
+        for q in usable
+    ]
+    clock = _Clock(total=sum(work))
+    if progress and emb is not None:
+        turns = sum(len(s) for q in usable for s in q.sessions)
+        progress(
+            f"longmemeval: {len(usable)} questions, {turns:,} turns, {sum(work) - len(work):,} "
+            f"to embed (the rest are cached)"
+        )
     for i, q in enumerate(usable):
         if progress:
             turns = sum(len(s) for s in q.sessions)
-            progress(f"longmemeval {i + 1}/{len(usable)} {q.question_id}: {turns} turns")
+            progress(
+                f"longmemeval {i + 1}/{len(usable)} {q.question_id}: {turns} turns "
+                f"({clock.line(sum(work[:i]))})"
+            )
         rankers = _open(f"lme-{q.question_id}", _lme_tasks(q), emb, q.question_date)
         try:
             for stage in run_stages:

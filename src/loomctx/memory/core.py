@@ -38,6 +38,7 @@ The store is the truth, and the tiers a cache of it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -50,8 +51,9 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, ConflictError, check_unit
+from loomctx.errors import ConfigError, ConflictError, EmbeddingError, check_unit
 from loomctx.memory.enrichment import BackgroundEmbedder
+from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
     ASSISTANT_MESSAGE,
@@ -62,6 +64,7 @@ from loomctx.memory.task import (
     importance_of,
     task_arguments,
     task_text,
+    tasks_from_messages,
 )
 from loomctx.memory.timeref import time_spans
 from loomctx.messages import valid_text
@@ -76,6 +79,7 @@ from loomctx.stores.base import (
     Record,
     Scan,
     Search,
+    Unembedded,
     VectorSearch,
     Version,
     check_namespace,
@@ -139,6 +143,10 @@ TASK: Final = "task"
 SUMMARY: Final = "summary"
 _DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
 _ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
+SYNC_EMBED_LIMIT: Final = 64
+"""`add` embeds at most this many new items before it returns (about a second on two cores
+with the default model); a larger add leaves them to the background embedder."""
+_PENDING_SHOWN: Final = 1_000  # not-yet-embedded items counted for `recall`'s note
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -356,6 +364,77 @@ class LoomMemory:
         bulk import, only the newest are summarized: `add_tasks` sends the rest to the
         archive as they are.)"""
         self._write(self._plan_promotion)
+
+    # --- the plain path: messages in, plain data out ----------------------------------------
+
+    def add(
+        self,
+        messages: object,
+        *,
+        format: MessageFormat = "auto",
+        session_id: str | None = None,
+        embed: bool | None = None,
+    ) -> list[str]:
+        """Remember a conversation; returns the ids of the items recorded, in order.
+
+        `messages`: Loom `Message`s, OpenAI chat messages, Anthropic messages, plain
+        ``{"role", "content"}`` dicts, or one string (a user message); `format` names the
+        format when telling it from the payload is not wanted. System messages are not
+        remembered; a tool call is remembered with its result, as one item.
+
+        With an embedder, `recall` must see what was just added: `embed` (default: when at
+        most `SYNC_EMBED_LIMIT` items are new) embeds them before returning. Otherwise they
+        are embedded in the background, and until then `recall` finds them by their words
+        and says so in `Recall.note`. An embedder that fails leaves the items to the
+        background too (they are stored either way).
+        """
+        tasks = tasks_from_messages(messages_of(messages, format=format), session_id=session_id)
+        self.add_tasks(tasks)
+        now = embed if embed is not None else len(tasks) <= SYNC_EMBED_LIMIT
+        if now and tasks and self.background is not None:
+            # Stored either way; on failure the background embedder retries, `recall` says so.
+            with contextlib.suppress(EmbeddingError):
+                self.background.drain()
+        return [t.task_id for t in tasks]
+
+    def recall(self, query: str, *, limit: int = 5) -> Recall:
+        """What memory holds about `query`, best first, as plain data (`Recall`, whose
+        items are `Recalled` values with `to_dict()`): the plain counterpart of `search`.
+
+        Every recorded item is searched by its words at once; with an embedder, by vectors
+        too. Items not embedded yet (a large `add`, a failing embedder) are found by their
+        words only, and `Recall.note` says how many."""
+        if not isinstance(query, str):
+            raise ConfigError(f"`recall` takes the query as a string, got {type(query).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"`limit` must be an int >= 1, got {limit!r}")
+        hits = self.search(query, limit=limit)
+        items = tuple(recalled_of(h.task, h.score, h.via) for h in hits)
+        if self.embedder is None:
+            return Recall(
+                query=query,
+                items=items,
+                search="lexical",
+                note="no embedder: searched by words only (give LoomMemory an `embedder=`)",
+            )
+        pending: list[Record] = self.store.batch(
+            [
+                Unembedded(
+                    model=self.embedder.name,
+                    prefix=self.search_scope,
+                    exact=self._search_exact,
+                    limit=_PENDING_SHOWN,
+                )
+            ]
+        )[0]
+        note = ""
+        if pending:
+            many = f"{len(pending)}+" if len(pending) >= _PENDING_SHOWN else str(len(pending))
+            note = (
+                f"{many} item(s) not embedded yet were searched by their words only; "
+                f"`memory.background.drain()` embeds them now"
+            )
+        return Recall(query=query, items=items, search="hybrid", note=note)
 
     # --- search -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from loomctx.errors import ConfigError
+from loomctx.memory.importance import message_importance
 from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "TaskStatus",
     "TaskSummary",
     "importance_of",
+    "said_at",
     "task_arguments",
     "task_body",
     "task_line",
@@ -254,11 +256,21 @@ def _content(task: Task, key: str) -> str:
 
 
 def importance_of(task: Task) -> float:
-    """Seed 004's rule: `metadata['importance']` if set; else a user's task 0.9, a failed
-    task 0.8, a completed one 0.7, a subtask 0.5, anything else 0.5."""
+    """`metadata['importance']` if set; else seed 004's rule as the prior (a user's task
+    0.9, a failed task 0.8, a completed one 0.7, a subtask 0.5, anything else 0.5), moved by
+    what a message says (`loomctx.memory.importance`): a fact, a name, a number, a
+    preference, a decision or a correction keeps or raises it, small talk ("Sounds great!")
+    lowers it below the promotion threshold. Tool calls keep the prior."""
     imp = task.metadata.get("importance")
     if imp is not None:
         return float(imp)
+    if task.action in (USER_MESSAGE, ASSISTANT_MESSAGE):
+        return message_importance(_seed_importance(task), _content(task, "content"))
+    return _seed_importance(task)
+
+
+def _seed_importance(task: Task) -> float:
+    """Seed 004's rule, by who made the task and how it ended."""
     if task.source_agent == "user" or task.action == USER_MESSAGE:
         return IMPORTANCE_USER
     if task.status is TaskStatus.FAILED:
@@ -348,6 +360,17 @@ def task_line(task: Task) -> str:
                                             "assistant")  # fmt: skip
         return f"{who}: {_content(task, 'content')}"
     return task_text(task)
+
+
+def said_at(when: datetime, *, time: bool = False) -> str:
+    """When something was said, as a memory item's label in a prompt: ``"8 May 2023"``
+    (with `time`, ``"8 May 2023 13:56"``; UTC when the time has a zone). A date lets the
+    model resolve "yesterday" or "last week" in a remembered turn, for 8 tokens in brackets
+    (the time of day adds 4; the 32-character id it replaces cost 21). Relative hints ("2 days
+    ago") are the model's job: they would change every day for nothing."""
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"
 
 
 def task_body(task: Task) -> str:

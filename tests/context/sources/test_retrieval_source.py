@@ -4,6 +4,7 @@ reranked once, injected within the ceiling."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,12 +272,14 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
     assert context.count("</context>") == 1
     kept = [b for b in window.blocks if b.source == "unified_retrieval"]
     assert len(kept) > 3
-    for b in kept:  # knowledge labelled with its chunk, memory items as "speaker: text"
+    for b in kept:  # knowledge labelled with its chunk, memory items with the day they were said
         label = b.id.removeprefix("unified_retrieval:")
-        expected = f"[{label}] {b.content}" if label.startswith("knowledge:") else b.content
-        assert f"\n{expected}\n" in context
+        if not label.startswith("knowledge:"):
+            label = b.metadata["label"]
+            assert re.fullmatch(r"\d{1,2} [A-Z][a-z]{2} \d{4}", label)
+        assert f"\n[{label}] {b.content}\n" in context
     assert "[knowledge:runbook:rollback#0] Rollback runbook\n" in context
-    assert "\nuser: " in context
+    assert re.search(r"\n\[\d{1,2} \w{3} \d{4}\] user: ", context)
     assert window.token_count == COUNTER.count_messages(window.messages)
     assert window.token_count <= orchestrator.available
 

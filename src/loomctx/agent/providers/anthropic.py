@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import urlsplit
 
@@ -19,6 +19,7 @@ from loomctx.agent.providers._assembly import (
 from loomctx.agent.providers._base import SDKProvider, check_settings, import_sdk
 from loomctx.errors import ConfigError
 from loomctx.messages import Message, mark_anthropic_cache, to_anthropic, to_anthropic_tools
+from loomctx.tokens import TiktokenCounter, TokenCounter, UsageCalibration
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,6 +64,12 @@ class AnthropicLLM(SDKProvider):
     prompt and those places are marked with ``cache_control``. Stop reasons are mapped to Loom's
     finish reasons by `STOP_REASONS`. Close the provider with ``await llm.aclose()`` (or
     ``async with``) when done.
+
+    Loom's token counts for Claude are an estimate (o200k by default; see `loomctx.tokens`).
+    With `calibration` (a `UsageCalibration`), each call's request is counted with
+    `counter` (default o200k, as the context engine counts) and recorded beside the input
+    tokens Anthropic reports, so `calibration.safe_window(model, window)` learns the margin
+    this model needs.
     """
 
     provider: ClassVar[str] = "anthropic"
@@ -78,8 +85,17 @@ class AnthropicLLM(SDKProvider):
         max_tokens: int = 4096,
         max_retries: int = 3,
         timeout: float = 60.0,
+        calibration: UsageCalibration | None = None,
+        counter: TokenCounter | None = None,
         **default_options: Any,
     ) -> None:
+        if calibration is not None and not isinstance(calibration, UsageCalibration):
+            raise ConfigError(
+                f"`calibration` must be a UsageCalibration, got {type(calibration).__name__}"
+            )
+        self.calibration = calibration
+        """Where each call's counted and reported input tokens are recorded, if anywhere."""
+        self.counter: TokenCounter = counter or TiktokenCounter()
         sdk = import_sdk("anthropic", feature="`AnthropicLLM`", extra="anthropic")
         check_settings("AnthropicLLM", model, max_retries, timeout)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -124,6 +140,23 @@ class AnthropicLLM(SDKProvider):
         )
         self.max_tokens = max_tokens
         """The output limit sent when a call's options set none."""
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        options: LLMOptions | None = None,
+    ) -> AsyncIterator[LLMChunk]:
+        """As `SDKProvider.stream`; with `calibration`, the reported usage is recorded
+        beside Loom's count of the request."""
+        calibration = self.calibration
+        counted = self.counter.count_messages(messages, tools=tools) if calibration else 0
+        async for chunk in super().stream(messages, tools=tools, options=options):
+            if calibration is not None and chunk.kind == "usage":
+                model = self.default_options.merged(options).model or self.model
+                calibration.record(model, counted=counted, reported=chunk.input_tokens)
+            yield chunk
 
     def _request(
         self,

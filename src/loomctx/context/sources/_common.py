@@ -46,6 +46,13 @@ def billed(counter: TokenCounter, messages: Sequence[Message]) -> int:
     return counter.count_messages(messages) - TOKENS_REPLY_PRIMING
 
 
+def label_tokens(block: ContextBlock, counter: TokenCounter) -> int:
+    """Tokens a block's ``metadata["label"]`` adds in the window (``[label] ``; 0 without
+    one): what the source must count against its ceiling beside the content."""
+    label = block.metadata.get("label")
+    return counter.count(f"[{label}] ") if label else 0
+
+
 def fit_ceiling(
     blocks: Iterable[ContextBlock], ceiling: int, counter: TokenCounter, *, min_room: int = 0
 ) -> list[ContextBlock]:
@@ -58,22 +65,24 @@ def fit_ceiling(
 
     `blocks` are read one at a time, and no further once the room left is below `min_room`
     (default 0: to the end), so a generator builds only the blocks that may still go in.
+    A block's label (`label_tokens`) counts against the ceiling too.
     """
     out: list[ContextBlock] = []
     room = ceiling
     if room < min_room:
         return out
     for block in blocks:
-        if block.token_count <= room:
+        label = label_tokens(block, counter)
+        if block.token_count + label <= room:
             out.append(block)
-            room -= block.token_count
-        elif block.truncatable and room >= MIN_CUT_TOKENS:
-            cut = truncate_text(counter, block.content, room)
+            room -= block.token_count + label
+        elif block.truncatable and room - label >= MIN_CUT_TOKENS:
+            cut = truncate_text(counter, block.content, room - label)
             if cut:
                 tokens = counter.count(cut)
                 metadata = {**block.metadata, "truncated_from": block.token_count}
                 out.append(replace(block, content=cut, token_count=tokens, metadata=metadata))
-                room -= tokens
+                room -= tokens + label
         if room < min_room:
             break
     return out

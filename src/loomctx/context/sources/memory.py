@@ -31,7 +31,14 @@ from loomctx.context.excerpt import (
 from loomctx.context.sources._common import billed
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, importance_of, task_body, task_line, task_messages
+from loomctx.memory.task import (
+    Task,
+    importance_of,
+    said_at,
+    task_body,
+    task_line,
+    task_messages,
+)
 from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
 
@@ -69,15 +76,22 @@ def _text_blocks(
     budget: TokenBudget,
     ctx: BuildContext,
 ) -> list[ContextBlock]:
-    """One truncatable context block per task, best first, within the ceiling."""
+    """One truncatable context block per task, best first, within the ceiling.
+
+    Each is labelled in the window with when it was said (`said_at`), never with its id: a
+    32-character task id means nothing to the model and costs 21 tokens an item, while the
+    date lets it resolve "yesterday" in a remembered turn. The id stays in the block's id and
+    metadata, and so in the report."""
     blocks: list[ContextBlock] = []
     room = budget.ceiling
     for task, priority, meta in tasks:
+        label = said_at(task.created_at)
         text = task_line(task)
         tokens = ctx.counter.count(text)
-        if tokens > room:
+        shown = ctx.counter.count(f"[{label}] {text}")  # as `render.item` shows it
+        if shown > room:
             continue
-        room -= tokens
+        room -= shown
         blocks.append(
             ContextBlock(
                 source=source,
@@ -87,7 +101,7 @@ def _text_blocks(
                 token_count=tokens,
                 priority=max(0.01, min(1.0, priority)),
                 truncatable=True,
-                metadata={"task_id": task.task_id, **meta},
+                metadata={"task_id": task.task_id, "label": label, **meta},
             )
         )
     return blocks

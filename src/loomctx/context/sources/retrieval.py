@@ -20,7 +20,7 @@ from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_unit
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import task_text
+from loomctx.memory.task import Task, said_at, task_text
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
 from loomctx.retrieval.recall import recall
 from loomctx.retrieval.reranker import Reranker
@@ -44,7 +44,8 @@ class RetrievalInjector:
     recall scores and every signal's score, in its metadata (and so in the `ContextReport`).
     The block's priority is its score relative to the best candidate's; its id is the
     candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
-    also its label in the window); memory items go in unlabelled (``speaker: text``).
+    also its label in the window); memory items are labelled with when they were said
+    (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
     """
 
     def blocks(
@@ -89,7 +90,9 @@ class RetrievalInjector:
             if c.lexical_score is not None:
                 meta["lexical_score"] = round(c.lexical_score, 4)
             if c.origin == MEMORY_ORIGIN:
-                meta["label"] = ""  # "speaker: text" says what it is; a task id is ~12 tokens
+                # "speaker: text" says what it is; when it was said lets the model resolve
+                # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
+                meta["label"] = said_at(c.item.created_at) if isinstance(c.item, Task) else ""
             yield ContextBlock(
                 source=source,
                 section="context",

@@ -1,0 +1,85 @@
+"""Importance from content: the seed's rule is the prior, small talk falls below the
+promotion threshold, facts, names, numbers, preferences, decisions and corrections stay above."""
+
+from __future__ import annotations
+
+import pytest
+
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.importance import content_score, message_importance
+from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus, importance_of
+
+SMALL_TALK = [
+    "Sounds great!",
+    "Thanks a lot, see you soon!",
+    "haha ok",
+    "Me too, it was fun.",
+    "Bye!",
+    "好的，谢谢",
+    "",
+    "   ",
+]
+WORTH_KEEPING = [
+    "I moved from Sweden 4 years ago.",  # a fact with a name and a number
+    "Actually, the deadline is Friday, not Monday.",  # a correction
+    "I prefer tea over coffee.",  # a preference
+    "We decided to ship the Postgres backend first.",  # a decision, a name
+    "My daughter's birthday is on 13 August.",
+    "我对花生过敏",  # an allergy, in Chinese
+]
+
+
+@pytest.mark.parametrize("text", SMALL_TALK)
+def test_small_talk_falls_below_the_promotion_threshold(text: str) -> None:
+    assert content_score(text) < 0.1
+    task = Task(action=USER_MESSAGE, source_agent="user", parameters={"content": text})
+    assert importance_of(task) < 0.6
+
+
+@pytest.mark.parametrize("text", WORTH_KEEPING)
+def test_what_a_later_turn_needs_keeps_the_users_prior(text: str) -> None:
+    assert content_score(text) > 0.5
+    task = Task(action=USER_MESSAGE, source_agent="user", parameters={"content": text})
+    assert importance_of(task) >= 0.9
+
+
+def test_an_assistants_decision_or_correction_rises_above_its_prior() -> None:
+    said = "Actually I'll move the launch to 3 June: the venue changed."
+    task = Task(action=ASSISTANT_MESSAGE, status=TaskStatus.COMPLETED, parameters={"content": said})
+    assert importance_of(task) > 0.6
+    chat = Task(action=ASSISTANT_MESSAGE, parameters={"content": "Sounds great!"})
+    assert importance_of(chat) < 0.5
+
+
+def test_the_prior_bounds_the_result_and_stays_in_unit_range() -> None:
+    for prior in (0.0, 0.5, 0.9, 1.0):
+        for text in SMALL_TALK + WORTH_KEEPING:
+            value = message_importance(prior, text)
+            assert 0.0 <= value <= 1.0
+            assert value <= prior if content_score(text) < 0.5 else value >= prior
+
+
+def test_explicit_importance_and_tool_calls_are_not_rescored() -> None:
+    chat = {"content": "ok thanks"}
+    assert (
+        importance_of(Task(action=USER_MESSAGE, parameters=chat, metadata={"importance": 0.95}))
+        == 0.95
+    )
+    # A tool's result is data: its worth is the seed's rule, whatever its wording.
+    tool = Task(action="sql", status=TaskStatus.COMPLETED, result="ok thanks")
+    assert importance_of(tool) == 0.7
+
+
+def test_l2_holds_the_fact_not_the_small_talk() -> None:
+    memory = LoomMemory("imp")
+    try:
+        turns = ["Sounds great!", "My flight to Lisbon leaves at 7:40 on Tuesday.", "haha ok",
+                 "Thanks!", "Cool, bye!"]  # fmt: skip
+        memory.add_tasks(
+            Task(action=USER_MESSAGE, source_agent="user", parameters={"content": t}) for t in turns
+        )
+        memory.promote_tasks()
+        l2 = [t.parameters["content"] for t in memory.get_l2_tasks()]
+        assert l2 == ["My flight to Lisbon leaves at 7:40 on Tuesday."]
+    finally:
+        memory.close()
