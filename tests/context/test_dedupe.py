@@ -76,23 +76,7 @@ async def test_a_task_in_the_history_never_comes_again_as_context(
             assert line.reason.endswith("(from `L1_recent`)")
 
 
-@pytest.mark.parametrize(
-    "size",
-    [
-        pytest.param(
-            size,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known edge, not yet diagnosed (issue 17 closing note): with dated "
-                "memory items (8 tokens more each), the next candidate (25 tokens) is not "
-                "given the room the duplicates free, though the window has 41 tokens unused",
-            ),
-        )
-        if size == 375
-        else size
-        for size in WINDOWS
-    ],
-)
+@pytest.mark.parametrize("size", WINDOWS)
 async def test_offering_a_task_twice_costs_the_window_nothing(
     memory: LoomMemory, size: int
 ) -> None:

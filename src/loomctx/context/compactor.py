@@ -321,6 +321,10 @@ class ContextCompactor:
         # blocks.
         if self._drop_duplicates([c for c in candidates if c.order in decided], decided):
             free = budget - sum(d.cost for d in decided.values()) - sum(d.cost for d in extra)
+            # A dropped copy in the dynamic context gives its share of the cap back too.
+            dynamic_left[0] = cap - sum(
+                d.cost for d in decided.values() if d.block.section == "context"
+            )
             seen = {_task_of(d.block) for d in decided.values()} - {None}
             for c in ranked:
                 key = _task_of(c.block)
