@@ -498,7 +498,7 @@ async def test_close_without_drain_releases_waiting_publishers() -> None:
 
 
 async def test_route_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loomctx.session.bus as bus_module
+    import loomctx.session.bus_inprocess as bus_module
 
     monkeypatch.setattr(bus_module, "_ROUTE_CACHE_SIZE", 2)
     async with InProcessEventBus() as bus:
