@@ -28,7 +28,9 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
   at the group's ``since`` (when the group was first subscribed, by the subscriber's clock),
   so an event published after subscribing is delivered even if its topic is found later.
 - **At least once.** A consumer reads with XREADGROUP (up to `max_pending` at a time, which
-  bounds what it holds locally) and XACKs an event after its handler returned. An event whose
+  bounds what it holds locally) and XACKs an event after its handler returned (the acks of
+  one read go together in one MULTI, at most 64 at a time, so a crash may redeliver up to
+  that many handled events; the dedupe set is written with them). An event whose
   handler raised, or whose consumer died, stays pending in the group; every consumer runs
   XAUTOCLAIM every few seconds and takes over what has been pending longer than `claim_idle`
   seconds (a SIGKILLed worker's events go to a live one). So a handler may see an event
@@ -138,6 +140,7 @@ _TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, ConnectionError, O
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _TRIM_EVERY: Final = 1000  # acks between trims of a dedupe set
+_ACK_BATCH: Final = 64  # handled events acknowledged together, at most
 # URL query parameters that are the bus's own options, not redis-py's.
 _OPTIONS: Final = {
     "prefix": str,
@@ -148,6 +151,7 @@ _OPTIONS: Final = {
     "max_pending": int,
     "block": float,
     "refresh": float,
+    "max_connections": int,
 }
 
 # The subscription whose handler is running in this context: a publish from a handler is
@@ -461,41 +465,52 @@ class RedisSubscription:
         return counts
 
     async def _handle_buffer(self, client: aioredis.Redis) -> None:
-        while self._buffer:
-            if self._stopping and not self._drain_buffer:
-                return
-            batch = list(self._buffer)
-            events: list[Event | None] = []
-            for _, _, fields in batch:
-                try:
-                    events.append(Event.from_dict(json.loads(fields["event"])))
-                except (KeyError, ValueError, TypeError, MessageFormatError):
-                    events.append(None)
-            ids = [e.id for e in events if e is not None]
-            seen = set()
-            if ids:
-                scores = await client.zmscore(self._bus._key("seen", self._name), ids)
-                seen = {i for i, s in zip(ids, scores, strict=True) if s is not None}
-            for (key, entry_id, fields), event in zip(batch, events, strict=True):
+        """Handle what was read, in order; acknowledge in one MULTI per batch (at most
+        `_ACK_BATCH` handled events wait for their XACK)."""
+        acks: list[tuple[str, str, str | None]] = []  # stream, entry id, event id to remember
+        try:
+            while self._buffer:
                 if self._stopping and not self._drain_buffer:
                     return
-                self._buffer.popleft()
-                if event is None:
-                    await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
-                elif event.id in seen or (
-                    event.topic == HANDLER_FAILED
-                    and event.payload.get("subscription") == self._name
-                ):
-                    # Handled before (a retried publish, a lost ack), or a report of our own
-                    # failure (it goes to the *other* subscriptions).
-                    if event.id in seen:
+                batch = list(self._buffer)
+                events: list[Event | None] = []
+                for _, _, fields in batch:
+                    try:
+                        events.append(Event.from_dict(json.loads(fields["event"])))
+                    except (KeyError, ValueError, TypeError, MessageFormatError):
+                        events.append(None)
+                ids = [e.id for e in events if e is not None]
+                seen = set()
+                if ids:
+                    scores = await client.zmscore(self._bus._key("seen", self._name), ids)
+                    seen = {i for i, s in zip(ids, scores, strict=True) if s is not None}
+                for (key, entry_id, fields), event in zip(batch, events, strict=True):
+                    if self._stopping and not self._drain_buffer:
+                        return
+                    self._buffer.popleft()
+                    if event is None:
+                        await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
+                    elif event.id in seen:
+                        # Handled before: a retried publish, or an ack lost in a crash.
                         self._duplicates += 1
-                    await client.xack(key, self._name, entry_id)
-                else:
-                    if await self._deliver(client, key, entry_id, event):
+                        acks.append((key, entry_id, None))
+                    elif (
+                        event.topic == HANDLER_FAILED
+                        and event.payload.get("subscription") == self._name
+                    ):
+                        acks.append((key, entry_id, None))  # for the *other* subscriptions
+                    elif await self._deliver(entry_id, event):
                         seen.add(event.id)
+                        acks.append((key, entry_id, event.id))
+                    if len(acks) >= _ACK_BATCH:
+                        await self._ack(client, acks)
+                        acks = []
+        finally:
+            if acks:
+                await asyncio.shield(self._ack(client, acks))
 
-    async def _deliver(self, client: aioredis.Redis, key: str, entry_id: str, event: Event) -> bool:
+    async def _deliver(self, entry_id: str, event: Event) -> bool:
+        """Run the handler on `event`: True if it returned, False if it raised."""
         self._handling = True
         try:
             result = self._handler(event)
@@ -515,7 +530,6 @@ class RedisSubscription:
             self._handling = False
         self._delivered += 1
         self._errors.pop(entry_id, None)
-        await self._ack(client, key, entry_id, event.id)
         return True
 
     async def _failure(self, entry_id: str, event: Event, exc: BaseException) -> None:
@@ -525,16 +539,24 @@ class RedisSubscription:
         self._errors[entry_id] = f"{type(exc).__qualname__}: {exc}"
         await self._bus._report(self, event, exc)
 
-    async def _ack(self, client: aioredis.Redis, key: str, entry_id: str, event_id: str) -> None:
+    async def _ack(self, client: aioredis.Redis, acks: list[tuple[str, str, str | None]]) -> None:
+        """XACK the entries and remember the handled event ids, in one MULTI."""
         bus = self._bus
         seen = bus._key("seen", self._name)
         now = time.time()
+        handled = {event_id: now for _, _, event_id in acks if event_id is not None}
+        by_stream: dict[str, list[str]] = {}
+        for key, entry_id, _ in acks:
+            by_stream.setdefault(key, []).append(entry_id)
         async with client.pipeline(transaction=True) as pipe:
-            pipe.zadd(seen, {event_id: now})
-            pipe.pexpire(seen, int(bus.dedupe_ttl * 1000))
-            pipe.xack(key, self._name, entry_id)
-            self._acks += 1
-            if self._acks % _TRIM_EVERY == 0:
+            if handled:
+                pipe.zadd(seen, handled)
+                pipe.pexpire(seen, int(bus.dedupe_ttl * 1000))
+            for key, entry_ids in by_stream.items():
+                pipe.xack(key, self._name, *entry_ids)
+            self._acks += len(acks)
+            if self._acks >= _TRIM_EVERY:
+                self._acks = 0
                 pipe.zremrangebyscore(seen, "-inf", now - bus.dedupe_ttl)
             await pipe.execute()
 
@@ -587,7 +609,8 @@ class RedisStreamsBus:
     `dedupe_ttl` seconds a handled event id is remembered; `max_pending` events a consumer
     reads at a time; `block` seconds a read waits for news (also how fast a stop is seen);
     `refresh` seconds between reads of the topic registry; `consumer`, this bus's consumer
-    name in every group (default: host, pid and a random suffix).
+    name in every group (default: host, pid and a random suffix); `max_connections` the
+    client's pool (each consumer holds one while it reads; publishers wait for one).
     """
 
     def __init__(
@@ -605,6 +628,7 @@ class RedisStreamsBus:
         refresh: float = 1.0,
         failures_kept: int = 100,
         consumer: str | None = None,
+        max_connections: int = 64,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigError(f"`url` must be a redis:// URL, got {url!r}.")
@@ -619,6 +643,7 @@ class RedisStreamsBus:
         self.claim_interval = min(5.0, self.claim_idle / 2)
         """Seconds between a consumer's XAUTOCLAIM passes."""
         self._max_pending = check_capacity(max_pending, "max_pending")
+        self.max_connections = check_capacity(max_connections, "max_connections")
         token = uuid.uuid4().hex[:8]
         if consumer is not None and (not isinstance(consumer, str) or not consumer):
             raise ConfigError(f"`consumer` must be a non-empty string, got {consumer!r}.")
@@ -862,12 +887,17 @@ class RedisStreamsBus:
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = aioredis.Redis.from_url(
+            # A blocking pool: past `max_connections`, a publish waits for a connection (a
+            # plain pool raises "Too many connections", which the retries would spin on).
+            pool = aioredis.BlockingConnectionPool.from_url(
                 self.url,
+                max_connections=self.max_connections,
+                timeout=None,
                 decode_responses=True,
                 retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 6),
                 retry_on_error=[RedisConnectionError, RedisTimeoutError],
             )
+            self._redis = aioredis.Redis.from_pool(pool)
         return self._redis
 
     def _bind(self) -> None:
