@@ -140,6 +140,7 @@ _TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, ConnectionError, O
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _TRIM_EVERY: Final = 1000  # acks between trims of a dedupe set
+_PUBLISH_ATTEMPTS: Final = 8  # about 6 s of backoff before `publish` gives up
 _ACK_BATCH: Final = 64  # handled events acknowledged together, at most
 # URL query parameters that are the bus's own options, not redis-py's.
 _OPTIONS: Final = {
@@ -942,15 +943,28 @@ class RedisStreamsBus:
 
     async def _add(self, event: Event) -> None:
         data = json.dumps(event.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        client = self._client()
         new_topic = event.topic not in self._registered
-        async with client.pipeline(transaction=True) as pipe:
-            if new_topic:
-                pipe.sadd(self._key("topics"), event.topic)
-            pipe.xadd(
-                self._stream(event.topic), {"event": data}, maxlen=self.maxlen, approximate=True
-            )
-            await pipe.execute()
+        delay = _BACKOFF_MIN
+        for attempt in range(_PUBLISH_ATTEMPTS):
+            try:
+                async with self._client().pipeline(transaction=True) as pipe:
+                    if new_topic:
+                        pipe.sadd(self._key("topics"), event.topic)
+                    pipe.xadd(
+                        self._stream(event.topic),
+                        {"event": data},
+                        maxlen=self.maxlen,
+                        approximate=True,
+                    )
+                    await pipe.execute()
+                break
+            except _TRANSIENT:
+                # A connection dropped (Redis restarting, a killed client): try again. If the
+                # first attempt did land, the copy has the same event id and is deduped.
+                if attempt == _PUBLISH_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, _BACKOFF_MAX)
         if new_topic:
             self._registered.add(event.topic)
             self._topics_version += 1
