@@ -28,9 +28,10 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
   at the group's ``since`` (when the group was first subscribed, by the subscriber's clock),
   so an event published after subscribing is delivered even if its topic is found later.
 - **At least once.** A consumer reads with XREADGROUP (up to `max_pending` at a time, which
-  bounds what it holds locally) and XACKs an event after its handler returned (the acks of
-  one read go together in one MULTI, at most 64 at a time, so a crash may redeliver up to
-  that many handled events; the dedupe set is written with them). An event whose
+  bounds what it holds locally) and XACKs an event after its handler returned. The acks (and
+  the dedupe ids) travel with the consumer's next read, in one round trip, at most 64 waiting:
+  a crash may redeliver up to that many handled events, which handlers then see again. An
+  event whose
   handler raised, or whose consumer died, stays pending in the group; every consumer runs
   XAUTOCLAIM every few seconds and takes over what has been pending longer than `claim_idle`
   seconds (a SIGKILLed worker's events go to a live one). So a handler may see an event
@@ -223,6 +224,7 @@ class RedisSubscription:
         self._next_claim = 0.0
         self._quiet_epoch = -1  # the bus epoch at the start of the last read that found nothing
         self._acks = 0
+        self._acks_due: list[tuple[str, str, str | None]] = []  # stream, entry, event id
         self._delivered = 0
         self._failed = 0
         self._dropped = 0
@@ -342,6 +344,13 @@ class RedisSubscription:
             # What was read and not handled stays pending in Redis for another consumer.
             self._dropped += len(self._buffer)
             self._buffer.clear()
+            if self._acks_due and self._bus._redis is not None:
+                try:
+                    await asyncio.shield(self._flush(self._bus._redis))
+                except (*_TRANSIENT, ResponseError) as exc:  # they are redelivered, then deduped
+                    LOG.warning(
+                        "redis bus: %r could not acknowledge on stopping: %s", self._name, exc
+                    )
 
     async def _step(self) -> None:
         bus = self._bus
@@ -362,16 +371,25 @@ class RedisSubscription:
             await asyncio.sleep(bus._read_block())
             self._quiet_epoch = epoch
             return
+        due, self._acks_due = self._acks_due, []
         try:
-            reply: Any = await client.xreadgroup(
-                self._name,
-                bus.consumer,
-                dict.fromkeys(self._streams, ">"),
-                count=self._capacity,
-                block=max(1, int(bus._read_block() * 1000)),
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            # The acks of what was handled travel with the next read: one round trip.
+            async with client.pipeline(transaction=False) as pipe:
+                self._ack_ops(pipe, due)
+                pipe.xreadgroup(
+                    self._name,
+                    bus.consumer,
+                    dict.fromkeys(self._streams, ">"),
+                    count=self._capacity,
+                    block=max(1, int(bus._read_block() * 1000)),
+                )
+                replies: Any = await pipe.execute()
+            reply = replies[-1]
+        except BaseException as exc:
+            self._acks_due = due + self._acks_due
+            if not isinstance(exc, ResponseError) or not (
+                "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc)
+            ):
                 raise
             # A stream or group was deleted under us (a trim to nothing, an admin): remake.
             LOG.warning("redis bus: group %r vanished; recreating it", self._name)
@@ -466,49 +484,44 @@ class RedisSubscription:
         return counts
 
     async def _handle_buffer(self, client: aioredis.Redis) -> None:
-        """Handle what was read, in order; acknowledge in one MULTI per batch (at most
-        `_ACK_BATCH` handled events wait for their XACK)."""
-        acks: list[tuple[str, str, str | None]] = []  # stream, entry id, event id to remember
-        try:
-            while self._buffer:
+        """Handle what was read, in order. Acks wait for the next read (or `_ACK_BATCH`)."""
+        acks = self._acks_due
+        while self._buffer:
+            if self._stopping and not self._drain_buffer:
+                return
+            batch = list(self._buffer)
+            events: list[Event | None] = []
+            for _, _, fields in batch:
+                try:
+                    events.append(Event.from_dict(json.loads(fields["event"])))
+                except (KeyError, ValueError, TypeError, MessageFormatError):
+                    events.append(None)
+            ids = [e.id for e in events if e is not None]
+            seen = set()
+            if ids:
+                scores = await client.zmscore(self._bus._key("seen", self._name), ids)
+                seen = {i for i, s in zip(ids, scores, strict=True) if s is not None}
+            for (key, entry_id, fields), event in zip(batch, events, strict=True):
                 if self._stopping and not self._drain_buffer:
                     return
-                batch = list(self._buffer)
-                events: list[Event | None] = []
-                for _, _, fields in batch:
-                    try:
-                        events.append(Event.from_dict(json.loads(fields["event"])))
-                    except (KeyError, ValueError, TypeError, MessageFormatError):
-                        events.append(None)
-                ids = [e.id for e in events if e is not None]
-                seen = set()
-                if ids:
-                    scores = await client.zmscore(self._bus._key("seen", self._name), ids)
-                    seen = {i for i, s in zip(ids, scores, strict=True) if s is not None}
-                for (key, entry_id, fields), event in zip(batch, events, strict=True):
-                    if self._stopping and not self._drain_buffer:
-                        return
-                    self._buffer.popleft()
-                    if event is None:
-                        await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
-                    elif event.id in seen:
-                        # Handled before: a retried publish, or an ack lost in a crash.
-                        self._duplicates += 1
-                        acks.append((key, entry_id, None))
-                    elif (
-                        event.topic == HANDLER_FAILED
-                        and event.payload.get("subscription") == self._name
-                    ):
-                        acks.append((key, entry_id, None))  # for the *other* subscriptions
-                    elif await self._deliver(entry_id, event):
-                        seen.add(event.id)
-                        acks.append((key, entry_id, event.id))
-                    if len(acks) >= _ACK_BATCH:
-                        await self._ack(client, acks)
-                        acks = []
-        finally:
-            if acks:
-                await asyncio.shield(self._ack(client, acks))
+                self._buffer.popleft()
+                if event is None:
+                    await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
+                elif event.id in seen:
+                    # Handled before: a retried publish, or an ack lost in a crash.
+                    self._duplicates += 1
+                    acks.append((key, entry_id, None))
+                elif (
+                    event.topic == HANDLER_FAILED
+                    and event.payload.get("subscription") == self._name
+                ):
+                    acks.append((key, entry_id, None))  # for the *other* subscriptions
+                elif await self._deliver(entry_id, event):
+                    seen.add(event.id)
+                    acks.append((key, entry_id, event.id))
+                if len(acks) >= _ACK_BATCH:
+                    await self._flush(client)
+                    acks = self._acks_due
 
     async def _deliver(self, entry_id: str, event: Event) -> bool:
         """Run the handler on `event`: True if it returned, False if it raised."""
@@ -540,8 +553,23 @@ class RedisSubscription:
         self._errors[entry_id] = f"{type(exc).__qualname__}: {exc}"
         await self._bus._report(self, event, exc)
 
-    async def _ack(self, client: aioredis.Redis, acks: list[tuple[str, str, str | None]]) -> None:
-        """XACK the entries and remember the handled event ids, in one MULTI."""
+    async def _flush(self, client: aioredis.Redis) -> None:
+        """Send the acks due now, in one MULTI."""
+        due, self._acks_due = self._acks_due, []
+        if not due:
+            return
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                self._ack_ops(pipe, due)
+                await pipe.execute()
+        except BaseException:
+            self._acks_due = due + self._acks_due
+            raise
+
+    def _ack_ops(self, pipe: Any, acks: list[tuple[str, str, str | None]]) -> None:
+        """Queue on `pipe`: XACK the entries, and remember the handled event ids."""
+        if not acks:
+            return
         bus = self._bus
         seen = bus._key("seen", self._name)
         now = time.time()
@@ -549,17 +577,15 @@ class RedisSubscription:
         by_stream: dict[str, list[str]] = {}
         for key, entry_id, _ in acks:
             by_stream.setdefault(key, []).append(entry_id)
-        async with client.pipeline(transaction=True) as pipe:
-            if handled:
-                pipe.zadd(seen, handled)
-                pipe.pexpire(seen, int(bus.dedupe_ttl * 1000))
-            for key, entry_ids in by_stream.items():
-                pipe.xack(key, self._name, *entry_ids)
-            self._acks += len(acks)
-            if self._acks >= _TRIM_EVERY:
-                self._acks = 0
-                pipe.zremrangebyscore(seen, "-inf", now - bus.dedupe_ttl)
-            await pipe.execute()
+        if handled:
+            pipe.zadd(seen, handled)
+            pipe.pexpire(seen, int(bus.dedupe_ttl * 1000))
+        for key, entry_ids in by_stream.items():
+            pipe.xack(key, self._name, *entry_ids)
+        self._acks += len(acks)
+        if self._acks >= _TRIM_EVERY:
+            self._acks = 0
+            pipe.zremrangebyscore(seen, "-inf", now - bus.dedupe_ttl)
 
     async def _dead_letter(
         self,
