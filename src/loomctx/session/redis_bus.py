@@ -40,14 +40,17 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
   each time, or its consumers kept dying) is copied to ``{prefix}:dead`` with the
   subscription, stream, entry id, delivery count and the last error this bus saw, and acked.
   `dead_letters()` reads them. A malformed entry (not JSON of an event) goes there at once.
-- **Idempotent by event id.** Before an event is handled, its id is looked up in the
-  subscription's dedupe set; after the handler succeeds, the id is added (with the XACK, in one
-  MULTI). A publisher that retries with the same `event_id`, or a redelivery of an event whose
-  handler had completed but whose ack was lost, is acked without running the handler again
-  (counted in `duplicates`). Ids are kept `dedupe_ttl` seconds (default one day): the set is
-  trimmed by score and expires when idle. Not covered: a handler interrupted mid-way runs
-  again, and two consumers given two copies of one id at the same instant may both run; a
-  handler whose effect must happen once must itself be idempotent (the session handlers are).
+- **Idempotent by event id.** After a handler succeeds, the event id goes into the
+  subscription's dedupe set (with the XACK). Before an event that may repeat is handled, its id
+  is looked up there: an entry published with a given `event_id`, one that `publish` wrote
+  again after a dropped connection (both marked ``check`` in the entry), and every redelivery
+  (XAUTOCLAIM). A publisher that retries with the same `event_id`, or a redelivery of an event
+  whose handler completed but whose ack was lost, is acked without running the handler again
+  (counted in `duplicates`). A fresh id the bus made (uuid4) is not looked up: it cannot have
+  been handled. Ids are kept `dedupe_ttl` seconds (default one day): the set is trimmed by
+  score and expires when idle. Not covered: a handler interrupted mid-way runs again, and two
+  consumers given two copies of one id at the same instant may both run; a handler whose
+  effect must happen once must itself be idempotent (the session handlers are).
 - **Bounded streams.** XADD trims each stream with ``MAXLEN ~ maxlen`` (default 100,000). An
   entry trimmed before every group read it is lost to the groups that had not: size `maxlen`
   above what the slowest group may lag. An entry trimmed while *pending* is reported by
@@ -142,7 +145,9 @@ _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _TRIM_EVERY: Final = 1000  # acks between trims of a dedupe set
 _PUBLISH_ATTEMPTS: Final = 8  # about 6 s of backoff before `publish` gives up
-_ACK_BATCH: Final = 64  # handled events acknowledged together, at most
+_ACK_BATCH: Final = 64
+# An entry field marking an event whose id may have been handled before (see `_handle_buffer`).
+_CHECK: Final = "check"  # handled events acknowledged together, at most
 # URL query parameters that are the bus's own options, not redis-py's.
 _OPTIONS: Final = {
     "prefix": str,
@@ -465,7 +470,7 @@ class RedisSubscription:
                                 client, key, entry_id, fields, counts[entry_id], None
                             )
                         else:
-                            self._buffer.append((key, entry_id, fields))
+                            self._buffer.append((key, entry_id, {**fields, _CHECK: "1"}))
                     await self._handle_buffer(client)
                 if start == "0-0":
                     break
@@ -496,7 +501,13 @@ class RedisSubscription:
                     events.append(Event.from_dict(json.loads(fields["event"])))
                 except (KeyError, ValueError, TypeError, MessageFormatError):
                     events.append(None)
-            ids = [e.id for e in events if e is not None]
+            # Only what may repeat is looked up: a given or retried id, or a redelivery. A
+            # fresh id the bus made itself (uuid4) cannot have been handled before.
+            ids = [
+                e.id
+                for e, (_, _, f) in zip(events, batch, strict=True)
+                if e is not None and f.get(_CHECK)
+            ]
             seen = set()
             if ids:
                 scores = await client.zmscore(self._bus._key("seen", self._name), ids)
@@ -809,7 +820,7 @@ class RedisStreamsBus:
             payload={} if payload is None else payload,
             source=source,
         )
-        await self._add(event)
+        await self._add(event, given=event_id is not None)
         return event
 
     async def close(
@@ -967,22 +978,23 @@ class RedisStreamsBus:
             del self._subs[sub.name]
             self._retired[sub.name] = sub
 
-    async def _add(self, event: Event) -> None:
+    async def _add(self, event: Event, *, given: bool = False) -> None:
         data = json.dumps(event.to_dict(), ensure_ascii=False, separators=(",", ":"))
         new_topic = event.topic not in self._registered
         delay = _BACKOFF_MIN
         for attempt in range(_PUBLISH_ATTEMPTS):
             try:
-                async with self._client().pipeline(transaction=True) as pipe:
-                    if new_topic:
+                fields: dict[Any, Any] = {"event": data}
+                if given or attempt:
+                    fields[_CHECK] = "1"
+                stream = self._stream(event.topic)
+                if new_topic:  # registered with its first event, atomically
+                    async with self._client().pipeline(transaction=True) as pipe:
                         pipe.sadd(self._key("topics"), event.topic)
-                    pipe.xadd(
-                        self._stream(event.topic),
-                        {"event": data},
-                        maxlen=self.maxlen,
-                        approximate=True,
-                    )
-                    await pipe.execute()
+                        pipe.xadd(stream, fields, maxlen=self.maxlen, approximate=True)
+                        await pipe.execute()
+                else:
+                    await self._client().xadd(stream, fields, maxlen=self.maxlen, approximate=True)
                 break
             except _TRANSIENT:
                 # A connection dropped (Redis restarting, a killed client): try again. If the
