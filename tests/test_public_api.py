@@ -136,6 +136,7 @@ EXPECTED = [
     "from_openai",
     "llm_from_env",
     "load_skills",
+    "open_bus",
     "result_reader",
     "run_tool_calls",
     "split_units",
