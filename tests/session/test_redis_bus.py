@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from loomctx.errors import BusClosedError, ConfigError, MissingExtraError
+from loomctx.errors import BusClosedError, BusLoopError, ConfigError, MissingExtraError
 from loomctx.session.bus import Event, InProcessEventBus, open_bus
 from loomctx.session.redis_bus import RedisStreamsBus
 
@@ -299,3 +299,70 @@ def test_open_bus_names_the_extra_when_redis_is_missing(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'loomctx\[redis\]'"):
         open_bus("redis://127.0.0.1:6379/0")
+
+
+async def test_unsubscribe_stops_and_an_unnamed_group_is_deleted(
+    redis_url: str, redis_prefix: str
+) -> None:
+    got: list[int] = []
+    once: list[int] = []
+    bus = bus_of(redis_url, redis_prefix)
+    sub = bus.subscribe("u", lambda e: got.append(e.payload["i"]))
+
+    async def first_only(event: Event) -> None:
+        once.append(event.payload["i"])
+        await own.unsubscribe()  # from its own handler: returns at once
+
+    own = bus.subscribe("u", first_only, name="own")
+    assert "own" in repr(own)
+    assert "RedisStreamsBus" in repr(bus)
+    async with bus:
+        await bus.publish("u", {"i": 0})
+        await until(lambda: got == [0] and once == [0])
+        await sub.unsubscribe()
+        await bus.publish("u", {"i": 1})
+        await asyncio.sleep(0.1)
+        assert bus.stats().subscriptions.keys() == {sub.name, "own"}
+    assert got == [0]
+    assert once == [0]
+    assert (sub.delivered, sub.pending, sub.duplicates) == (1, 0, 0)
+    groups = {g["name"] for g in sync_client(redis_url).xinfo_groups(f"{redis_prefix}:stream:u")}
+    assert groups == {"own"}  # the unnamed group went with its subscription
+
+
+def test_the_bus_follows_a_new_event_loop_and_refuses_a_second_open_one(
+    redis_url: str, redis_prefix: str
+) -> None:
+    bus = bus_of(redis_url, redis_prefix, claim_idle=0.2)
+    got: list[int] = []
+    bus.subscribe("l", lambda e: got.append(e.payload["i"]), name="l")
+
+    async def first() -> None:
+        await bus.publish("l", {"i": 0})
+        await until(lambda: got == [0])
+
+        # Another loop, while this one is open with consumers on it: refused at once.
+        def other_thread() -> None:
+            async def use() -> None:
+                await bus.publish("l")
+
+            asyncio.run(use())
+
+        with pytest.raises(BusLoopError):
+            await asyncio.to_thread(other_thread)
+        # Leave this loop without closing the bus (a test framework's loop per test).
+        for sub in bus._subs.values():
+            sub._stop(drain=False)
+        await bus._join(list(bus._subs.values()), None)
+        for sub in bus._subs.values():
+            sub._stopping = False
+        await bus._redis.aclose()  # type: ignore[union-attr]
+
+    async def second() -> None:
+        async with bus:
+            await bus.publish("l", {"i": 1})
+            await until(lambda: got == [0, 1])
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert got == [0, 1]
