@@ -860,7 +860,7 @@ class RedisStreamsBus:
                 sub._stop(drain=False)
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             await self._join(subs, remaining)
-            await self._forget([*subs, *self._retired.values()])
+            await self._forget(subs)  # the retired ones were tidied when they unsubscribed
         except asyncio.CancelledError:
             self._state = "closed"
             for sub in [*self._subs.values(), *self._retired.values()]:
