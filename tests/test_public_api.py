@@ -139,6 +139,7 @@ EXPECTED = [
     "from_openai",
     "llm_from_env",
     "load_skills",
+    "open_bus",
     "open_store",
     "result_reader",
     "run_tool_calls",

@@ -106,7 +106,7 @@ from loomctx.retrieval import (
     Signal,
     VectorScoreSignal,
 )
-from loomctx.session.bus import Event, EventBus, InProcessEventBus
+from loomctx.session.bus import Event, EventBus, InProcessEventBus, open_bus
 from loomctx.session.controller import ContextController
 from loomctx.session.options import SessionOptions
 from loomctx.session.persist import L4Persister
@@ -257,6 +257,7 @@ __all__ = [
     "from_openai",
     "llm_from_env",
     "load_skills",
+    "open_bus",
     "open_store",
     "result_reader",
     "run_tool_calls",

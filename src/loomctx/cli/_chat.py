@@ -42,6 +42,8 @@ from loomctx.context.block import ContextSource
 from loomctx.context.report import ContextReport
 from loomctx.errors import ConfigError, LoomError
 from loomctx.knowledge import IngestProgress
+from loomctx.session import topics
+from loomctx.session.bus import open_bus
 from loomctx.stores.base import BaseStore
 
 if TYPE_CHECKING:
@@ -132,12 +134,17 @@ def _knowledge(
 
 
 class _Chat:
-    def __init__(self, console: Console, agent: Agent, session: str, turn: int) -> None:
+    def __init__(
+        self, console: Console, agent: Agent, session: str, turn: int, bus: str | None = None
+    ) -> None:
         self.console = console
         self.agent = agent
         self.session = session
         self.turn = turn
         self.last: ContextReport | None = None
+        # The `bus` setting: each turn's window is announced there (``context.assembled``),
+        # for whatever other process follows the conversation. Unset: no bus at all.
+        self.bus = open_bus(bus) if bus else None
 
     def command(self, line: str) -> bool:
         """Run a /command; False to leave."""
@@ -158,6 +165,13 @@ class _Chat:
         return True
 
     async def run(self, events: IO[str] | None) -> None:
+        try:
+            await self._turns(events)
+        finally:
+            if self.bus is not None:
+                await self.bus.close()
+
+    async def _turns(self, events: IO[str] | None) -> None:
         store = self.agent.memory.store
         while (line := await asyncio.to_thread(_read, self.console)) is not None:
             line = line.strip()
@@ -188,6 +202,17 @@ class _Chat:
                     report=sent.report,
                     messages=sent.messages,
                     tools=sent.tools,
+                )
+            if self.bus is not None:
+                await self.bus.publish(
+                    topics.CONTEXT_ASSEMBLED,
+                    {
+                        "session_ids": [self.session],
+                        "query": line,
+                        "strategy": None,
+                        "report": answer.report.summary(),
+                    },
+                    source=f"chat:{self.session}",
                 )
             self.turn += 1
 
@@ -276,4 +301,4 @@ def chat(
         console.print("/help for commands, /exit to leave", style="dim")
         log = stack.enter_context(events.open("a", encoding="utf-8")) if events else None
         turn = next_turn(db, session_id)
-        asyncio.run(_Chat(console, agent, session_id, turn).run(log))
+        asyncio.run(_Chat(console, agent, session_id, turn, settings.bus).run(log))

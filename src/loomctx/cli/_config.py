@@ -6,6 +6,7 @@ a ``loom.toml`` file, the default. The file is ``--config PATH``, else ``$LOOM_C
 
     store = ".loom/loom.db"      # memory, knowledge and reports: a SQLite file (or sqlite:///PATH)
                                  # or a PostgreSQL URL (postgresql://user@host/db)
+    bus = "redis://host:6379/0"  # the event bus (unset or "memory://": none across processes)
     model = "openai/gpt-4o-mini" # provider/model; unset: the offline responder
     window = 8000                # the model's context window, in tokens
     output_reserve = 0.2         # the share of the window kept for the reply
@@ -45,6 +46,7 @@ class Settings:
     """The resolved settings, and where each value came from (`origin`)."""
 
     store: str = ".loom/loom.db"
+    bus: str | None = None
     model: str | None = None
     window: int = 8000
     output_reserve: float = 0.2
@@ -105,6 +107,17 @@ def _embedder(value: Any, where: str) -> str:
     return str(value)
 
 
+def _bus(value: Any, where: str) -> str:
+    url = _text(value, where)
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in ("memory", "redis", "rediss", "unix"):
+        raise ConfigError(
+            f'{where} must be an event bus URL, "memory://" (in process, the default) or '
+            f'"redis://host:6379/0" (Redis Streams, shared by many workers), got {value!r}'
+        )
+    return url
+
+
 def _kb(value: Any, where: str) -> str:
     name = _text(value, where)
     if "/" in name:
@@ -114,6 +127,7 @@ def _kb(value: Any, where: str) -> str:
 
 _CHECKS: Final[Mapping[str, Callable[[Any, str], Any]]] = {
     "store": _text,
+    "bus": _bus,
     "model": _text,
     "window": _int(256),
     "output_reserve": _ratio,

@@ -16,6 +16,14 @@ Memory scopes and the promotion triggers of seed 003, as wired here:
 (When Tasks arrive faster than the L1 -> L2 subscriber runs, `Session.add_task` promotes
 inline before an add would push an important, unpromoted Task out of L1.)
 
+**Many workers.** Several processes may each run a controller of the same agent on one store
+and one shared bus (`RedisStreamsBus`, see `open_bus`). The two triggers subscribe under names
+that are the same in every worker, ``promote:{tenant}/{agent}`` and ``l4:{tenant}/{agent}``,
+so on a bus with consumer groups each ``task.added`` and ``memory.persist`` event is handled
+by *one* worker, not by every worker: the promoting worker reopens the session from the store
+if it has not loaded it, and the tiers are read through from the store (`LoomMemory` catches
+up when another worker wrote). Both handlers are idempotent, as at-least-once delivery needs.
+
 Isolation (DESIGN.md invariant 6): each session reads exactly its own namespace, and no
 namespace of the layout lies below another (`loomctx.session._layout`), so a Task reaches
 another session's window only through `distribute_task`, `broadcast` or
@@ -384,14 +392,22 @@ class ContextController:
             await self._persist_due(None, "timer")
 
     async def _promote(self, event: Event) -> None:
-        """The importance trigger: promote a session that received an important Task (once
-        for all the Tasks that arrived before this event is handled)."""
-        session = self._sessions.get(str(event.payload["session_id"]))
-        if (
-            session is not None
-            and session.needs_promotion
-            and session.state is not SessionState.ENDED
-        ):
+        """The importance trigger: promote a session that holds an important Task not yet in
+        L2 (once for all the Tasks that arrived before this event is handled).
+
+        It runs in whichever worker's controller the bus hands the event to (one per event
+        with a shared bus, see the module docstring), so it reopens the session from the store
+        if this process has not loaded it, and judges from the store: its stored state, and
+        its tiers (which `LoomMemory` re-reads when another worker changed them).
+        """
+        session_id = event.payload.get("session_id")
+        if self._state == "closed" or not isinstance(session_id, str):
+            return
+        stored = self._stored_or_none(session_id)
+        if stored is None or stored.data["state"] != SessionState.ACTIVE.value:
+            return  # another agent's session on a shared bus, or no longer active
+        session = self.get_session(session_id)
+        if session.state is SessionState.ACTIVE and session.refresh_promotion_need():
             await session.promote_tasks()
 
     # --- internals ------------------------------------------------------------------------
@@ -401,6 +417,12 @@ class ContextController:
             [Get(namespace=self.layout.sessions, key=self.layout.session_key(session_id))]
         )[0]
         return found
+
+    def _stored_or_none(self, session_id: str) -> Record | None:
+        try:
+            return self._stored(check_id(session_id, "session_id"))
+        except ConfigError:
+            return None  # not an id of ours
 
     def _require_open(self) -> None:
         if self._state == "closed":

@@ -141,12 +141,9 @@ class Session:
             [Scan(prefix=layout.queue(session_id), kind=QUEUED_KIND, exact=True)]
         )[0]
         self._queue = [Task.from_dict(r.data["task"]) for r in found]
-        l2 = {t.task_id for t in self.memory.get_l2_tasks()}
-        self.needs_promotion = any(
-            importance_of(t) > self.memory.promote_threshold and t.task_id not in l2
-            for t in self.memory.get_l1_tasks(options.max_l1_size)
-        )
+        self.needs_promotion = False
         """Whether L1 holds a Task above the promotion threshold that is not in L2 yet."""
+        self.refresh_promotion_need()
         self.needs_persist = False
         """Whether Tasks arrived since L4 persistence was last requested for it."""
 
@@ -213,6 +210,16 @@ class Session:
         self.memory.add_task(task)
         await self._announce_promoted(promoted)
         await self._announce([task])
+
+    def refresh_promotion_need(self) -> bool:
+        """Work `needs_promotion` out from the tiers as stored (another worker may have added
+        or promoted Tasks since this object last looked), and return it."""
+        l2 = {t.task_id for t in self.memory.get_l2_tasks()}
+        self.needs_promotion = any(
+            importance_of(t) > self.memory.promote_threshold and t.task_id not in l2
+            for t in self.memory.get_l1_tasks(self.memory.max_l1_size)
+        )
+        return self.needs_promotion
 
     async def promote_tasks(self) -> list[str]:
         """Move L1 Tasks with importance above 0.6 into L2 (coroutine; seed 003's L1 -> L2)

@@ -1,0 +1,651 @@
+"""`InProcessEventBus`: the asyncio `EventBus` of one process (protocol: `bus_base`).
+
+How `InProcessEventBus` works, and why:
+
+- One bounded mailbox and one worker task per subscription; the worker runs the handler on one
+  event at a time. The bus owns every worker (a long-lived service cannot scope them in a
+  `TaskGroup`, because subscriptions come and go over its life); `close()` awaits them all, and
+  `async with InProcessEventBus() as bus:` gives the structured scope.
+- **Backpressure**: `publish` places the event in every matching mailbox *in one synchronous
+  step* (so concurrent publishers cannot interleave differently in different subscriptions),
+  queueing it in FIFO order behind the mailbox when the mailbox is full, and then awaits until
+  every matching mailbox has admitted it. A slow subscriber therefore slows exactly the publishers
+  of topics it matches, and memory stays bounded by `max_pending` per subscription plus one event
+  per suspended `publish` call. If `publish` is cancelled while waiting, the event is withdrawn
+  from the subscriptions that have not admitted it yet (counted as dropped), so timeouts around
+  `publish` shed load.
+- **Publishes from handlers never deadlock.** A handler that publishes while a target mailbox is
+  full would normally wait for that target's worker; if the target's worker is (transitively)
+  waiting on the publishing subscription's worker, or is that worker itself, waiting would
+  deadlock. The bus keeps the wait-for graph between workers and, exactly in that case, queues the
+  event without waiting (still in order, beyond `max_pending`); otherwise the handler waits like
+  any publisher, so backpressure propagates along handler pipelines.
+- **Failures are isolated and reported**: an exception in a handler never stops its worker or
+  reaches other subscribers. It is counted (`Subscription.failed`), kept in `bus.failures` (the
+  last `failures_kept`, as `HandlerFailure` tuples), logged on ``loomctx.session.bus``, and
+  published as a `"bus.handler_failed"` event to every *other* matching subscription. Failures
+  of handlers on `bus.*` events are counted, kept and logged but not published, so failures
+  cannot cascade.
+- **Handlers** are async functions (or any callable returning an awaitable). A plain function is
+  accepted too and called on the event loop, in order like any handler, with its failures
+  isolated the same way; it must not block (do slow work in an `async def` handler, with
+  `asyncio.to_thread`).
+- **One event loop at a time.** Workers, futures and waits belong to the loop they were made on.
+  The bus binds to the loop it is first used from (`publish`, `close`, `unsubscribe`); used from
+  another loop after that one has closed (a second `asyncio.run`, a test framework's loop per
+  test), it moves there: what the old loop's teardown left queued is delivered by new workers,
+  and what was lost with the old loop (an event a handler was running when the loop closed, a
+  publisher that was waiting there) is counted as dropped. Used from another loop while the
+  first is still open with workers on it (two threads, say), it raises `BusLoopError` at once
+  instead of hanging: the bus is not thread-safe, and those workers cannot be moved.
+- **Shutdown**: `close(drain=True)` refuses new publishes from outside (`BusClosedError`) and
+  delivers everything accepted, including what handlers publish while draining (the consequences
+  of accepted events); `close(drain=False)` drops what is queued (counted in `dropped`) and lets
+  running handlers finish. `timeout` bounds the whole close: on expiry what is left is dropped and
+  workers are cancelled. (`timeout` is a parameter rather than the caller's `asyncio.timeout`
+  because expiry is not an abandonment: close still drops, cancels and awaits, then returns.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from loomctx.errors import BusClosedError, BusLoopError, ConfigError
+from loomctx.session.bus_base import (
+    HANDLER_FAILED,
+    LOG,
+    BusStats,
+    Event,
+    Handler,
+    HandlerFailure,
+    SubscriptionStats,
+    check_capacity,
+    check_pattern,
+    new_id,
+)
+
+__all__ = ["InProcessEventBus", "InProcessSubscription"]
+
+# Topics are few in practice, but may embed ids (`session.<id>.ended`): bound the route cache.
+_ROUTE_CACHE_SIZE = 4096
+
+# The subscription whose worker is running in this context (tasks a handler starts inherit it):
+# how the bus tells a handler's publish from an outside one.
+_ORIGIN: ContextVar[InProcessSubscription | None] = ContextVar("loom_bus_origin", default=None)
+
+
+class _Pending:
+    """An event waiting for room in a full mailbox; `future` is None when nobody waits on it."""
+
+    __slots__ = ("event", "future")
+
+    def __init__(self, event: Event, future: asyncio.Future[None] | None) -> None:
+        self.event = event
+        self.future = future
+
+
+class InProcessSubscription:
+    """A subscription of `InProcessEventBus`: a bounded mailbox and the worker that drains it."""
+
+    def __init__(
+        self, *, bus: InProcessEventBus, name: str, pattern: str, handler: Handler, capacity: int
+    ) -> None:
+        self._bus = bus
+        self._name = name
+        self._pattern = pattern
+        self._prefix = "" if pattern == "*" else pattern[:-1] if pattern.endswith(".*") else None
+        self._handler = handler
+        self._capacity = capacity
+        self._items: deque[Event] = deque()
+        self._waiting: deque[_Pending] = deque()
+        self._getter: asyncio.Future[None] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._handling = False  # the worker is running the handler on an event
+        self._stopping = False
+        # Mailboxes this worker's handler is waiting to publish into: the wait-for graph.
+        self._blocked_on: Counter[InProcessSubscription] = Counter()
+        self._delivered = 0
+        self._failed = 0
+        self._dropped = 0
+
+    def __repr__(self) -> str:
+        return f"InProcessSubscription(name={self._name!r}, pattern={self._pattern!r})"
+
+    @property
+    def name(self) -> str:
+        """Unique on its bus."""
+        return self._name
+
+    @property
+    def pattern(self) -> str:
+        """The topic pattern: an exact topic, `prefix.*` or `*`."""
+        return self._pattern
+
+    @property
+    def delivered(self) -> int:
+        """Events the handler completed without raising."""
+        return self._delivered
+
+    @property
+    def failed(self) -> int:
+        """Events on which the handler raised."""
+        return self._failed
+
+    @property
+    def dropped(self) -> int:
+        """Events accepted for this subscription but never handled."""
+        return self._dropped
+
+    @property
+    def pending(self) -> int:
+        """Events queued and not yet started, including those beyond `max_pending`."""
+        return len(self._items) + len(self._waiting)
+
+    def matches(self, topic: str) -> bool:
+        """Whether an event on `topic` goes to this subscription."""
+        if self._prefix is None:
+            return topic == self._pattern
+        return topic.startswith(self._prefix)
+
+    async def unsubscribe(
+        self,
+        *,
+        drain: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 - expiry drops and cancels, see module doc
+    ) -> None:
+        """Stop receiving events; deliver what is already queued unless `drain` is false.
+
+        Called from this subscription's own handler, it returns at once and the worker stops
+        after the queue is handled (or dropped).
+        """
+        self._bus._bind()
+        self._bus._retire(self)
+        if not drain:
+            self._drop_all()
+        self._stop()
+        await self._bus._join([self], timeout)
+
+    def _stats(self) -> SubscriptionStats:
+        return SubscriptionStats(
+            name=self._name,
+            pattern=self._pattern,
+            delivered=self._delivered,
+            failed=self._failed,
+            dropped=self._dropped,
+            pending=self.pending,
+        )
+
+    def _has_room(self) -> bool:
+        return not self._waiting and len(self._items) < self._capacity
+
+    def _offer(self, event: Event, *, wait: bool) -> _Pending | None:
+        """Queue `event`: None if admitted, else its place in line (with a future if `wait`)."""
+        self._bus._started(1)
+        if self._worker is None:
+            self._start()
+        if self._has_room():
+            self._items.append(event)
+            self._wake()
+            return None
+        future = asyncio.get_running_loop().create_future() if wait else None
+        pending = _Pending(event, future)
+        self._waiting.append(pending)
+        return pending
+
+    def _start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(
+            self._run(), name=f"loom-bus-worker:{self._name}"
+        )
+
+    def _rehome(self) -> None:
+        """Forget what belonged to the event loop the bus ran on before, now closed, and start
+        a worker on the running loop for what is still queued."""
+        worker = self._worker
+        if worker is not None and not worker.done():
+            # Its loop closed without cancelling it (`asyncio.run` would have): it never runs
+            # again. Keep it referenced, so that collecting it cannot run its `finally` blocks
+            # against the state the new worker uses.
+            self._bus._abandoned.append(worker)
+            if self._handling:  # the event it was running is lost with the loop
+                self._dropped += 1
+                self._bus._finished(1)
+        self._worker = None
+        self._getter = None
+        self._handling = False
+        self._blocked_on.clear()
+        # A publisher waiting for room was a task of the old loop: it is gone, as if cancelled.
+        orphans = [pending for pending in self._waiting if pending.future is not None]
+        for pending in orphans:
+            self._waiting.remove(pending)
+        self._dropped += len(orphans)
+        self._bus._finished(len(orphans))
+        if self._items or self._waiting:
+            self._start()
+
+    def _admit(self) -> None:
+        while self._waiting and len(self._items) < self._capacity:
+            pending = self._waiting.popleft()
+            if pending.future is not None:
+                if pending.future.cancelled():
+                    self._dropped += 1
+                    self._bus._finished(1)
+                    continue
+                pending.future.set_result(None)
+            self._items.append(pending.event)
+
+    def _withdraw(self, pending: _Pending) -> None:
+        try:
+            self._waiting.remove(pending)
+        except ValueError:  # already admitted, or dropped
+            return
+        self._dropped += 1
+        self._bus._finished(1)
+
+    def _drop_all(self) -> None:
+        n = len(self._items) + len(self._waiting)
+        self._items.clear()
+        for pending in self._waiting:
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(None)
+        self._waiting.clear()
+        self._dropped += n
+        self._bus._finished(n)
+
+    def _wake(self) -> None:
+        if self._getter is not None and not self._getter.done():
+            self._getter.set_result(None)
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._wake()
+
+    async def _next(self) -> Event | None:
+        while not self._items:
+            if self._stopping:
+                return None
+            self._getter = asyncio.get_running_loop().create_future()
+            try:
+                await self._getter
+            finally:
+                self._getter = None
+        event = self._items.popleft()
+        self._admit()
+        return event
+
+    async def _run(self) -> None:
+        _ORIGIN.set(self)
+        while (event := await self._next()) is not None:
+            self._handling = True
+            try:
+                await self._deliver(event)
+            finally:
+                self._handling = False
+                self._bus._finished(1)
+
+    async def _deliver(self, event: Event) -> None:
+        try:
+            result = self._handler(event)
+            if inspect.isawaitable(result):  # an async handler; a plain function is done
+                await result
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                self._dropped += 1
+                raise
+            # The handler itself raised CancelledError (e.g. it awaited a cancelled future):
+            # a failure of the handler, not a shutdown of the worker.
+            self._failed += 1
+            await self._bus._report(self, event, exc)
+        except Exception as exc:
+            self._failed += 1
+            await self._bus._report(self, event, exc)
+        else:
+            self._delivered += 1
+
+
+class InProcessEventBus:
+    """The asyncio `EventBus`: bounded mailboxes, one worker per subscription, in one process.
+
+    `max_pending` is the default mailbox size of a subscription (`subscribe(max_pending=...)`
+    overrides it); `failures_kept` bounds `failures`. See the module docstring for backpressure,
+    handler-originated publishes, failure reporting and shutdown.
+    """
+
+    def __init__(self, *, max_pending: int = 1000, failures_kept: int = 100) -> None:
+        self._max_pending = check_capacity(max_pending, "max_pending")
+        self.failures: deque[HandlerFailure] = deque(
+            maxlen=check_capacity(failures_kept, "failures_kept")
+        )
+        """The most recent handler failures, oldest first."""
+        self._subs: dict[str, InProcessSubscription] = {}
+        self._retired: dict[str, InProcessSubscription] = {}
+        self._routes: dict[str, tuple[InProcessSubscription, ...]] = {}
+        self._state: Literal["open", "closing", "closed"] = "open"
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the bus runs on
+        self._abandoned: list[asyncio.Task[None]] = []  # workers of closed loops, see _rehome
+        self._closed = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._unfinished = 0
+        self._published = 0
+        self._names = 0
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # After an error in the body, do not wait on handlers that may depend on what failed.
+        await self.close(drain=exc_type is None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` has been called."""
+        return self._state != "open"
+
+    def subscribe(
+        self,
+        pattern: str,
+        handler: Handler,
+        *,
+        name: str | None = None,
+        max_pending: int | None = None,
+    ) -> InProcessSubscription:
+        """Call `handler` with every event whose topic matches `pattern`, one at a time, in order.
+
+        `name` must be unique among the live subscriptions (default: the handler's name and a
+        number); `max_pending` overrides the bus's mailbox size for this subscription. The worker
+        starts with the first event, so subscribing needs no running event loop. `handler` is
+        an async callable; a plain function is called on the event loop and must not block.
+        """
+        if self._state != "open":
+            raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
+        check_pattern(pattern)
+        if not callable(handler):
+            raise ConfigError(
+                f"`handler` must be a callable taking the event (an `async def` function, or a "
+                f"plain function that does not block), got {handler!r}."
+            )
+        capacity = self._max_pending if max_pending is None else max_pending
+        check_capacity(capacity, "max_pending")
+        if name is None:
+            self._names += 1
+            label = getattr(handler, "__qualname__", type(handler).__name__)
+            name = f"{label}#{self._names}"
+        elif not isinstance(name, str) or not name:
+            raise ConfigError(f"`name` must be a non-empty string, got {name!r}.")
+        if name in self._subs:
+            raise ConfigError(f"a subscription named {name!r} already exists on this bus.")
+        sub = InProcessSubscription(
+            bus=self, name=name, pattern=pattern, handler=handler, capacity=capacity
+        )
+        self._subs[name] = sub
+        self._retired.pop(name, None)
+        self._routes.clear()
+        return sub
+
+    async def publish(
+        self,
+        topic: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        source: str = "",
+        event_id: str | None = None,
+    ) -> Event:
+        """Publish an event and return it once every matching subscription has admitted it.
+
+        `event_id` (default: a fresh uuid4 hex) is delivered as given, so a publisher that
+        retries with the same id lets handlers dedupe. Raises `ConfigError` for a bad topic or
+        a payload that is not JSON, `BusClosedError` once the bus is closing (except for
+        publishes from handlers while it drains), `BusLoopError` from a second event loop
+        while the first is open (see the module docstring).
+        """
+        origin = self._origin()
+        if self._state == "closed" or (self._state == "closing" and origin is None):
+            raise BusClosedError(f"the bus is closed; cannot publish on {topic!r}.")
+        self._bind()
+        event = Event(
+            id=new_id() if event_id is None else event_id,
+            topic=topic,
+            payload={} if payload is None else payload,
+            source=source,
+        )
+        await self._dispatch(event, origin=origin, exclude=None)
+        return event
+
+    async def close(
+        self,
+        *,
+        drain: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 - expiry drops and cancels, see module doc
+    ) -> None:
+        """Stop accepting publishes, deliver (or drop) what was accepted, stop every worker.
+
+        Idempotent: a second call waits for the first to finish. Must not be awaited from a
+        handler of this bus (it would wait for itself): `ConfigError`.
+        """
+        if self._origin() is not None:
+            raise ConfigError(
+                "`close()` was awaited from a handler of the same bus, which would wait for "
+                "itself; close the bus from outside its handlers."
+            )
+        self._bind()
+        if self._state != "open":
+            await self._closed.wait()
+            return
+        self._state = "closing"
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            drained = False
+            if drain:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        # Handlers may publish while the bus drains; idle means none is running.
+                        while self._unfinished:
+                            await self._idle.wait()
+                    drained = True
+                except TimeoutError:
+                    LOG.warning("event bus: drain timed out after %ss; dropping the rest", timeout)
+            self._state = "closed"
+            subs = list(self._subs.values())
+            for sub in subs:
+                self._retire(sub)
+                if not drained:
+                    sub._drop_all()
+                sub._stop()
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            await self._join(subs, remaining)
+        except asyncio.CancelledError:
+            # Cancelled mid-close: stop everything without waiting, then let it propagate.
+            self._state = "closed"
+            for sub in [*self._subs.values(), *self._retired.values()]:
+                self._retire(sub)
+                sub._drop_all()
+                sub._stop()
+                if sub._worker is not None:
+                    sub._worker.cancel()
+            raise
+        finally:
+            self._closed.set()
+
+    def stats(self) -> BusStats:
+        """Counters: events published, and per subscription (live or retired) their fate."""
+        subs = {**self._retired, **self._subs}
+        return BusStats(
+            published=self._published,
+            subscriptions={name: sub._stats() for name, sub in sorted(subs.items())},
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        """Run on the calling event loop: bind to it, or move to it from a closed one (see the
+        module docstring); `BusLoopError` while the loop the bus runs on is still open."""
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if old is loop:
+            return
+        subs = [*self._subs.values(), *self._retired.values()]
+        if old is not None and not old.is_closed():
+            busy = [sub.name for sub in subs if sub._worker is not None and not sub._worker.done()]
+            if busy:
+                raise BusLoopError(
+                    f"this event bus runs on another event loop, which is still open, with the "
+                    f"workers of {len(busy)} subscription(s) ({busy[0]!r}, ...) on it; an asyncio "
+                    "bus serves one loop at a time and is not thread-safe: close the bus there "
+                    "(`await bus.close()`) or close that loop first, or give each loop (each "
+                    "thread) a bus of its own"
+                )
+        self._loop = loop
+        if old is None:
+            return
+        # asyncio.Event binds to the loop that first waits on it: make new ones, same state.
+        closed, idle = asyncio.Event(), asyncio.Event()
+        if self._closed.is_set():
+            closed.set()
+        if self._idle.is_set():
+            idle.set()
+        self._closed, self._idle = closed, idle
+        for sub in subs:
+            sub._rehome()
+
+    def _origin(self) -> InProcessSubscription | None:
+        sub = _ORIGIN.get()
+        return sub if sub is not None and sub._bus is self else None
+
+    def _route(self, topic: str) -> tuple[InProcessSubscription, ...]:
+        subs = self._routes.get(topic)
+        if subs is None:
+            if len(self._routes) >= _ROUTE_CACHE_SIZE:
+                self._routes.clear()
+            subs = tuple(sub for sub in self._subs.values() if sub.matches(topic))
+            self._routes[topic] = subs
+        return subs
+
+    def _retire(self, sub: InProcessSubscription) -> None:
+        if self._subs.get(sub.name) is sub:
+            del self._subs[sub.name]
+            self._retired[sub.name] = sub
+            self._routes.clear()
+
+    def _started(self, n: int) -> None:
+        self._unfinished += n
+        self._idle.clear()
+
+    def _finished(self, n: int) -> None:
+        self._unfinished -= n
+        if not self._unfinished:
+            self._idle.set()
+
+    @staticmethod
+    def _waits_on(start: InProcessSubscription, goal: InProcessSubscription) -> bool:
+        """Whether `start`'s worker is, or transitively waits on, `goal`'s worker."""
+        stack = [start]
+        seen: set[InProcessSubscription] = set()
+        while stack:
+            sub = stack.pop()
+            if sub is goal:
+                return True
+            if sub not in seen:
+                seen.add(sub)
+                stack.extend(t for t, n in sub._blocked_on.items() if n > 0)
+        return False
+
+    async def _dispatch(
+        self,
+        event: Event,
+        *,
+        origin: InProcessSubscription | None,
+        exclude: InProcessSubscription | None,
+    ) -> None:
+        self._published += 1
+        # Every matching mailbox gets its place in line now, with no await in between: that is
+        # what makes the order the same in every subscription.
+        waits: list[tuple[InProcessSubscription, _Pending]] = []
+        for sub in self._route(event.topic):
+            if sub is exclude:
+                continue
+            # A handler must not wait on a worker that waits on it: that would deadlock.
+            wait = origin is None or sub._has_room() or not self._waits_on(sub, origin)
+            pending = sub._offer(event, wait=wait)
+            if pending is not None and pending.future is not None:
+                waits.append((sub, pending))
+        if not waits:
+            return
+        targets = [sub for sub, _ in waits]
+        if origin is not None:
+            origin._blocked_on.update(targets)
+        try:
+            for _, pending in waits:
+                assert pending.future is not None
+                await pending.future
+        except asyncio.CancelledError:
+            for sub, pending in waits:
+                assert pending.future is not None
+                if pending.future.cancelled() or not pending.future.done():
+                    sub._withdraw(pending)
+            raise
+        finally:
+            if origin is not None:
+                origin._blocked_on.subtract(targets)
+
+    async def _report(self, sub: InProcessSubscription, event: Event, exc: BaseException) -> None:
+        self.failures.append(HandlerFailure(sub.name, event, exc))
+        LOG.error(
+            "event bus: handler of subscription %r failed on event %s (%r)",
+            sub.name,
+            event.id,
+            event.topic,
+            exc_info=exc,
+        )
+        if event.topic.startswith("bus.") or self._state == "closed":
+            return
+        try:
+            message = str(exc)
+        except Exception:  # pragma: no cover - an exception whose __str__ raises
+            message = ""
+        failure = Event(
+            topic=HANDLER_FAILED,
+            source="bus",
+            payload={
+                "subscription": sub.name,
+                "pattern": sub.pattern,
+                "event_id": event.id,
+                "event_topic": event.topic,
+                "error_type": type(exc).__qualname__,
+                "error": message,
+            },
+        )
+        await self._dispatch(failure, origin=sub, exclude=sub)
+
+    async def _join(self, subs: Iterable[InProcessSubscription], grace: float | None) -> None:
+        """Wait for the workers of `subs` to stop; after `grace` s, drop their queues, cancel."""
+        current = asyncio.current_task()
+        workers = {
+            sub._worker: sub
+            for sub in subs
+            if sub._worker is not None and sub._worker is not current
+        }
+        if not workers:
+            return
+        _, late = await asyncio.wait(workers, timeout=grace)
+        if late:
+            LOG.warning("event bus: %d worker(s) still busy at the timeout; cancelling", len(late))
+            for worker in late:
+                workers[worker]._drop_all()
+                worker.cancel()
+            await asyncio.wait(late)
+        for worker in workers:
+            if not worker.cancelled() and worker.exception() is not None:  # pragma: no cover
+                LOG.error("event bus: worker crashed", exc_info=worker.exception())
