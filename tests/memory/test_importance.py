@@ -71,7 +71,7 @@ def test_explicit_importance_and_tool_calls_are_not_rescored() -> None:
 
 
 def test_l2_holds_the_fact_not_the_small_talk() -> None:
-    memory = LoomMemory("imp")
+    memory = LoomMemory("imp", embedder=None)
     try:
         turns = ["Sounds great!", "My flight to Lisbon leaves at 7:40 on Tuesday.", "haha ok",
                  "Thanks!", "Cool, bye!"]  # fmt: skip

@@ -110,7 +110,7 @@ def test_anthropic_messages_are_told_from_their_blocks(memory: LoomMemory) -> No
 
 
 def test_strings_and_loom_messages_and_a_named_format() -> None:
-    memory = LoomMemory("plain-lex")
+    memory = LoomMemory("plain-lex", embedder=None)
     try:
         memory.add("I am allergic to peanuts.")
         memory.add([Message.assistant("Noted: no peanuts.")], session_id="s1")
@@ -140,7 +140,7 @@ def test_strings_and_loom_messages_and_a_named_format() -> None:
 def test_bad_input_is_a_typed_error(
     payload: object, kwargs: dict[str, str], error: type[Exception], needle: str
 ) -> None:
-    memory = LoomMemory("plain-bad")
+    memory = LoomMemory("plain-bad", embedder=None)
     try:
         with pytest.raises(error, match=needle):
             memory.add(payload, **kwargs)  # type: ignore[arg-type]
@@ -153,7 +153,7 @@ def test_bad_input_is_a_typed_error(
 
 
 def test_build_sync_without_a_loop_and_its_error_inside_one() -> None:
-    memory = LoomMemory("plain-sync")
+    memory = LoomMemory("plain-sync", embedder=None)
     memory.add(OPENAI)
     orchestrator = ContextOrchestrator(
         sources=[PromptSource("You help."), L1RecentSource(memory), UserInputSource()],
@@ -174,7 +174,7 @@ def test_build_sync_without_a_loop_and_its_error_inside_one() -> None:
 
 
 def test_one_loom_message_and_the_length_of_a_recall() -> None:
-    memory = LoomMemory("plain-one")
+    memory = LoomMemory("plain-one", embedder=None)
     try:
         memory.add(Message.user("The staging port is 8443."))
         found = memory.recall("staging port")

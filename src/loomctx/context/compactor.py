@@ -253,8 +253,13 @@ class ContextCompactor:
             room = max(0, min(shares.get(source, 0), left))
             # What the other sources' own shares leave: a summary standing in for units that
             # cannot open the history may use it, and cut no one within their allocation.
+            # (Their redistributed shares, not their first grants: step 3 gives each source its
+            # share before a lower-priority one gets its allocation, so a summary using more
+            # than the shares leave would cut a source that stayed within its allocation.)
             spare = left - sum(
-                min(grants.get(name, 0), want) for name, want in wants.items() if name != source
+                min(max(shares.get(name, 0), grants.get(name, 0)), want)
+                for name, want in wants.items()
+                if name != source
             )
             kept, summary, note = await self._history(
                 source,

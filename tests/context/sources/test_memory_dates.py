@@ -66,7 +66,7 @@ def test_memory_blocks_carry_dates_and_no_hex_ids() -> None:
 
 
 def test_a_memory_block_fits_its_ceiling_with_its_label() -> None:
-    memory = LoomMemory("ceiling")
+    memory = LoomMemory("ceiling", embedder=None)
     try:
         memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "word " * 40},
                              created_at=WHEN))  # fmt: skip
