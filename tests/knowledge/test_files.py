@@ -146,6 +146,8 @@ def test_a_folder_is_ingested_with_progress_and_skips(tmp_path: Path) -> None:
     seen: list[IngestProgress] = []
     kb = KnowledgeBase("docs", embedder=HashingEmbedder(256), loaders={".rst": read_rst})
     summary = kb.add_folder(tmp_path, progress=seen.append)
+    chunks = [p for p in seen if p.kind == "chunks"]
+    seen = [p for p in seen if p.kind == "file"]
     files = [
         "auth.markdown",
         "billing.txt",
@@ -167,6 +169,8 @@ def test_a_folder_is_ingested_with_progress_and_skips(tmp_path: Path) -> None:
     assert "is not UTF-8 text" in summary.skipped[0].reason
     assert "no loader for" in summary.skipped[1].reason
     assert summary.chunks == sum(d.chunks for d in kb.documents()) == 11
+    # All 11 chunks fit in one batch of the embedder, embedded once every file is cut.
+    assert [(p.chunks, p.chunks_total, p.path) for p in chunks] == [(11, 11, "zh/cache.md")]
     empty = next(d for d in kb.documents() if d.document_id == "empty.txt")
     assert (empty.chunks, empty.metadata["title"]) == (0, "empty")
     hits = kb.search_sync("数据库备份保留多少天？", limit=1)
@@ -238,7 +242,9 @@ def test_large_folders_are_written_in_batches(tmp_path: Path) -> None:
     )
     seen: list[int] = []
     kb = KnowledgeBase("docs", embedder=HashingEmbedder(256))
-    summary = kb.add_folder(tmp_path, progress=lambda p: seen.append(p.done))
+    summary = kb.add_folder(
+        tmp_path, progress=lambda p: seen.append(p.done) if p.kind == "file" else None
+    )
     assert len(summary.added) == summary.chunks == 150
     assert seen == list(range(1, 151))
     assert [h.document_id for h in kb.search_sync("item149", limit=1)] == ["page149.md"]
