@@ -82,7 +82,8 @@ def _not_text(path: Path) -> str:
     [
         ("missing.md", None, None, "is not a file"),
         ("folder", "dir", None, "is not a file .*use `add_folder`"),
-        ("report.pdf", b"%PDF-1.7", None, r"no loader for `.*report\.pdf` \(suffix '\.pdf'"),
+        ("book.epub", b"PK", None, r"no loader for `.*book\.epub` \(suffix '\.epub'"),
+        ("scan.pdf", b"%PDF-1.7", None, r"could not convert `.*scan\.pdf` to text .*valid \.pdf"),
         ("Makefile", "all:", None, "suffix 'none'"),
         ("latin.txt", "café".encode("latin-1"), None, r"`.*latin\.txt` is not UTF-8 text"),
         ("bad.rst", "x", {".rst": _failing}, "the loader for '.rst' failed on .*converter crashed"),
@@ -167,7 +168,7 @@ def test_a_folder_is_ingested_with_progress_and_skips(tmp_path: Path) -> None:
     assert summary.updated == summary.unchanged == summary.deleted == ()
     assert [s.path for s in summary.skipped] == ["old.txt", "scan.pdf"]
     assert "is not UTF-8 text" in summary.skipped[0].reason
-    assert "no loader for" in summary.skipped[1].reason
+    assert "could not convert" in summary.skipped[1].reason  # a broken PDF
     assert summary.chunks == sum(d.chunks for d in kb.documents()) == 11
     # All 11 chunks fit in one batch of the embedder, embedded once every file is cut.
     assert [(p.chunks, p.chunks_total, p.path) for p in chunks] == [(11, 11, "zh/cache.md")]

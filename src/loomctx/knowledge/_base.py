@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from loomctx.embeddings import Embedder
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, MissingExtraError
 from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, iter_chunks
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
@@ -227,9 +227,12 @@ class KnowledgeBase:
                 tally.begin(rel, size)
                 try:
                     text = _normalise(load_file(file, self.loaders))
-                except ConfigError as error:
+                except (ConfigError, MissingExtraError) as error:
                     kind: SkipKind = (
-                        "no_loader" if file.suffix.lower() not in self.loaders else "unreadable"
+                        "no_loader"
+                        if isinstance(error, MissingExtraError)
+                        or file.suffix.lower() not in self.loaders
+                        else "unreadable"
                     )
                     skipped.append(SkippedFile(path=rel, reason=str(error), kind=kind))
                     tally.cut_whole(0, "skipped")
