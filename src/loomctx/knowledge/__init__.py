@@ -1,7 +1,8 @@
 """Knowledge bases: documents -> chunks -> lexical and dense indexes, searched before every call.
 
-- `KnowledgeBase`: add texts, files and folders (``.txt`` and Markdown built in; other formats
-  through `loaders`), incrementally; hybrid search (BM25 and vectors, fused into a 0..1 score);
+- `KnowledgeBase`: add texts, files and folders (text, Markdown, reStructuredText and code
+  built in; PDF, Word and HTML with the `loaders` extra; any other format through
+  `loaders`), incrementally, with progress; hybrid search (BM25 and vectors, fused into a 0..1 score);
   everything persisted in a `MemoryStore`.
 - `KnowledgeBaseProvider`: the protocol `UnifiedRetrievalSource` searches, and `KnowledgeHit`,
   what a search returns.
