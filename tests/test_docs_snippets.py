@@ -72,7 +72,8 @@ class Snippet:
 
     @property
     def id(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.line}"
 
 
 def snippets(page: Path) -> list[Snippet]:
@@ -292,17 +293,14 @@ def test_pages_are_found_and_hold_snippets() -> None:
     assert len(SHELL) >= 5
 
 
-def test_markers_are_read() -> None:
-    page = ROOT / "tests" / "_marker_page.md"
+def test_markers_are_read(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
     page.write_text(
         "text\n<!-- snippet: uses messages, client -->\n<!-- snippet: compile-only: needs "
         "OPENAI_API_KEY -->\n```python\nprint(1)\n```\n\n```toml\nx = 1\n```\n",
         encoding="utf-8",
     )
-    try:
-        (found,) = snippets(page)
-    finally:
-        page.unlink()
+    (found,) = snippets(page)
     assert (found.line, found.uses, found.compile_only) == (
         4,
         ("messages", "client"),
