@@ -23,18 +23,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The ci hypothesis profile runs every property test with >= 500 examples. Tests run in one
-# worker process per core (pytest-xdist; each test has its own temporary folder, store and
-# ports), and coverage is combined across them. `make test` (what CI runs) includes the tests
-# marked `slow` (soak, crash, examples); `make test-fast` leaves them out.
-PYTEST := HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n auto --dist worksteal
+# Tests run in one worker process per core (pytest-xdist; each test has its own temporary
+# folder, store and ports), and coverage is combined across them. `make test` (what CI runs)
+# includes the tests marked `slow` (soak, crash, the demo with the real embedder) and runs
+# every property test with >= 500 examples (the ci hypothesis profile); `make test-fast`
+# leaves the slow tests out and runs 100 examples (dev), for a quick check while working.
+PYTEST := $(BIN)/pytest -n auto --dist worksteal
 COVER  := --cov --cov-branch --cov-report=term --cov-fail-under=90
 
 test: lint typecheck
-	$(PYTEST) $(COVER)
+	HYPOTHESIS_PROFILE=ci $(PYTEST) $(COVER)
 
 test-fast: lint typecheck
-	$(PYTEST) -m "not slow"
+	HYPOTHESIS_PROFILE=dev $(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/tokens_bench.py
