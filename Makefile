@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The ci hypothesis profile runs every property test with >= 500 examples.
+# Tests run in one worker process per core (pytest-xdist; each test has its own temporary
+# folder, store and ports), and coverage is combined across them. `make test` (what CI runs)
+# includes the tests marked `slow` (soak, crash, the demo with the real embedder) and runs
+# every property test with >= 500 examples (the ci hypothesis profile); `make test-fast`
+# leaves the slow tests out and runs 100 examples (dev), for a quick check while working.
+PYTEST := $(BIN)/pytest -n auto --dist worksteal
+COVER  := --cov --cov-branch --cov-report=term --cov-fail-under=90
+
 test: lint typecheck
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest --cov --cov-branch --cov-report=term --cov-fail-under=90
+	HYPOTHESIS_PROFILE=ci $(PYTEST) $(COVER)
+
+test-fast: lint typecheck
+	HYPOTHESIS_PROFILE=dev $(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/tokens_bench.py

@@ -114,6 +114,9 @@ def test_loom_config_shows_each_value_and_its_origin(
 ) -> None:
     (tmp_path / "loom.toml").write_text('store = "team.db"\n')
     monkeypatch.setenv("LOOM_WINDOW", "12000")
+    # Wide enough for the origin's path, however deep the test's folder (pytest-xdist workers
+    # add a level).
+    monkeypatch.setenv("COLUMNS", str(120 + len(str(tmp_path))))
     result = runner.invoke(app, ["config"])
     assert result.exit_code == 0, result.output
     lines = {line.split()[0]: line.rstrip() for line in result.output.splitlines() if line.strip()}

@@ -188,10 +188,12 @@ def test_ingest_does_not_follow_links_out_of_the_folder_and_says_so(
     result = runner.invoke(app, ["ingest", "repo"])
     assert result.exit_code == 0, result.output
     assert "added             a.md\n" in result.stdout
-    assert (
-        f"skipped           leak.md (a symbolic link to a file outside the folder "
+    assert "skipped           1 file (below)\n" in result.stdout
+    table = " ".join(result.stdout.split("(below)", 1)[1].split())
+    assert table.startswith(
+        f"skipped why leak.md a symbolic link to a file outside the folder "
         f"(`{tmp_path / 'secret.md'}`): not followed"
-    ) in result.stdout
+    )
     as_json = json.loads(runner.invoke(app, ["ingest", "repo", "--json"]).stdout)
     assert [s["path"] for s in as_json["skipped"]] == ["leak.md"]
 
@@ -274,3 +276,30 @@ def test_odd_but_valid_shapes(tmp_path: Path) -> None:
 def test_anthropic_tool_blocks_are_recognised_without_a_system(tmp_path: Path) -> None:
     path = _write(tmp_path / "a.json", ANTHROPIC["messages"])
     assert read_conversation(path) == EXPECTED[1:]
+
+
+def test_ingest_lists_what_it_skipped_as_a_short_table(
+    runner: CliRunner, tmp_path: Path, lexical: None
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Deploys\n\nDeploy with make.\n")
+    for i in range(30):
+        (docs / f"img{i:02}.png").write_bytes(b"\x89PNG")
+    (docs / "logo.svg").write_bytes(b"<svg/>")
+    for i in range(12):
+        (docs / f"big{i:02}.md").write_text("x" * 200)
+    result = runner.invoke(app, ["ingest", "docs", "--max-file-size", "100"])
+    assert result.exit_code == 0, result.output
+    assert "skipped           43 files (below)\n" in result.stdout
+    rows = [" ".join(line.split()) for line in result.stdout.split("(below)", 1)[1].splitlines()]
+    rows = [row for row in rows if row]
+    assert rows[:3] == [
+        "skipped why",
+        "*.png (30 files) no loader for .png files",
+        "*.svg (1 file) no loader for .svg files",
+    ]
+    assert rows[3].startswith("big00.md 200 bytes, more than `max_file_bytes` (100)")
+    assert rows[-1] == "... 2 more --json lists every one"
+    assert "1/1 chunks" in result.stderr
+    assert "32/32 files" in result.stderr  # the 12 too large are left out by the walk

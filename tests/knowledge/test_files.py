@@ -82,7 +82,8 @@ def _not_text(path: Path) -> str:
     [
         ("missing.md", None, None, "is not a file"),
         ("folder", "dir", None, "is not a file .*use `add_folder`"),
-        ("report.pdf", b"%PDF-1.7", None, r"no loader for `.*report\.pdf` \(suffix '\.pdf'"),
+        ("book.epub", b"PK", None, r"no loader for `.*book\.epub` \(suffix '\.epub'"),
+        ("scan.pdf", b"%PDF-1.7", None, r"could not convert `.*scan\.pdf` to text .*valid \.pdf"),
         ("Makefile", "all:", None, "suffix 'none'"),
         ("latin.txt", "café".encode("latin-1"), None, r"`.*latin\.txt` is not UTF-8 text"),
         ("bad.rst", "x", {".rst": _failing}, "the loader for '.rst' failed on .*converter crashed"),
@@ -146,6 +147,8 @@ def test_a_folder_is_ingested_with_progress_and_skips(tmp_path: Path) -> None:
     seen: list[IngestProgress] = []
     kb = KnowledgeBase("docs", embedder=HashingEmbedder(256), loaders={".rst": read_rst})
     summary = kb.add_folder(tmp_path, progress=seen.append)
+    chunks = [p for p in seen if p.kind == "chunks"]
+    seen = [p for p in seen if p.kind == "file"]
     files = [
         "auth.markdown",
         "billing.txt",
@@ -165,8 +168,10 @@ def test_a_folder_is_ingested_with_progress_and_skips(tmp_path: Path) -> None:
     assert summary.updated == summary.unchanged == summary.deleted == ()
     assert [s.path for s in summary.skipped] == ["old.txt", "scan.pdf"]
     assert "is not UTF-8 text" in summary.skipped[0].reason
-    assert "no loader for" in summary.skipped[1].reason
+    assert "could not convert" in summary.skipped[1].reason  # a broken PDF
     assert summary.chunks == sum(d.chunks for d in kb.documents()) == 11
+    # All 11 chunks fit in one batch of the embedder, embedded once every file is cut.
+    assert [(p.chunks, p.chunks_total, p.path) for p in chunks] == [(11, 11, "zh/cache.md")]
     empty = next(d for d in kb.documents() if d.document_id == "empty.txt")
     assert (empty.chunks, empty.metadata["title"]) == (0, "empty")
     hits = kb.search_sync("数据库备份保留多少天？", limit=1)
@@ -238,7 +243,9 @@ def test_large_folders_are_written_in_batches(tmp_path: Path) -> None:
     )
     seen: list[int] = []
     kb = KnowledgeBase("docs", embedder=HashingEmbedder(256))
-    summary = kb.add_folder(tmp_path, progress=lambda p: seen.append(p.done))
+    summary = kb.add_folder(
+        tmp_path, progress=lambda p: seen.append(p.done) if p.kind == "file" else None
+    )
     assert len(summary.added) == summary.chunks == 150
     assert seen == list(range(1, 151))
     assert [h.document_id for h in kb.search_sync("item149", limit=1)] == ["page149.md"]

@@ -144,6 +144,7 @@ def test_a_file_over_the_size_limit_is_skipped_with_the_reason(tmp_path: Path) -
             path="dump.txt",
             reason="2,000 bytes, more than `max_file_bytes` (1,000); raise `max_file_bytes` "
             "to ingest it",
+            kind="too_large",
         ),
     )
 

@@ -5,7 +5,9 @@ knowledge base `kb` (``--kb``; again only what changed). A ``.json`` or ``.jsonl
 read as a conversation export (OpenAI or Anthropic messages, see `_conversations`) into the
 memory of session ``--session`` (default: the file's name), so ``loomctx chat --session`` picks
 it up. ``--as documents|conversation`` overrides the guess. Progress goes to stderr, the
-summary to stdout (``--json``: as one JSON object).
+summary to stdout (``--json``: as one JSON object). Documents show one bar in chunks (cut,
+and embedded with an embedder), with the rate, an estimate of the time left and the files
+done; files left out are listed as a short table, those without a loader one row per suffix.
 
 A folder may be a repository nobody has checked: symbolic links out of it are not followed
 (each is listed under ``skipped`` with its target), files over ``--max-file-size`` are skipped,
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,7 +28,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
 
 from loomctx.cli._common import (
     ConfigOption,
@@ -66,6 +73,7 @@ class Kind(StrEnum):
 
 _SIZE = re.compile(r"(\d+)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_SHOWN_SKIPS = 10  # rows of the skipped table before "... and N more"
 _OPTIONS = {
     "max_files": "--max-files",
     "max_file_bytes": "--max-file-size",
@@ -92,19 +100,47 @@ class _Limits:
     max_total_bytes: int
 
 
+def _chunk_bar(console: Console) -> Progress:
+    """One bar in chunks, with the rate, the time left and the files done."""
+    return Progress(
+        TextColumn("  {task.description:<14}"),
+        BarColumn(bar_width=30),
+        MofNCompleteColumn(),
+        TextColumn("chunks  {task.fields[info]}"),
+        console=console,
+    )
+
+
+def _info(p: IngestProgress) -> str:
+    """Rate, time left and files: ``"41.2/s  0:01:05 left  12/139 files"``."""
+    eta = "" if p.eta is None else f"{_clock(p.eta)} left  "
+    return f"{p.rate:,.1f}/s  {eta}{p.done}/{p.total} files"
+
+
+def _clock(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def _track(progress: Progress, what: str) -> Callable[[IngestProgress], None]:
+    task = progress.add_task(what, total=None, info="")
+
+    def advance(p: IngestProgress) -> None:
+        progress.update(task, completed=p.chunks, total=p.chunks_total or None, info=_info(p))
+
+    return advance
+
+
 def _documents(
     db: BaseStore, path: Path, kb_name: str, embedder: Any, limits: _Limits
 ) -> dict[str, Any]:
     kb = open_knowledge(db, kb_name, embedder)
     if path.is_file():
-        doc_id = kb.add_file(path)
+        with _chunk_bar(err_console()) as progress:
+            doc_id = kb.add_file(path, progress=_track(progress, "document"))
         return {"knowledge_base": kb_name, "added_or_updated": [doc_id]}
-    with progress_bar(err_console()) as progress:
-        task = progress.add_task("documents", total=None)
-
-        def advance(p: IngestProgress) -> None:
-            progress.update(task, completed=p.done, total=p.total)
-
+    with _chunk_bar(err_console()) as progress:
+        advance = _track(progress, "documents")
         try:
             summary = kb.add_folder(
                 path,
@@ -127,9 +163,27 @@ def _documents(
         "updated": list(summary.updated),
         "unchanged": list(summary.unchanged),
         "deleted": list(summary.deleted),
-        "skipped": [{"path": s.path, "reason": s.reason} for s in summary.skipped],
+        "skipped": [{"path": s.path, "reason": s.reason, "kind": s.kind} for s in summary.skipped],
         "chunks": summary.chunks,
     }
+
+
+def _skipped_table(skipped: list[dict[str, str]]) -> Table:
+    """What was left out, short: files without a loader one row per suffix, the others one
+    row each up to `_SHOWN_SKIPS`, then how many more (``--json`` lists every one)."""
+    table = Table("skipped", "why", box=None, padding=(0, 2, 0, 0), show_edge=False)
+    suffixes = Counter(
+        Path(s["path"]).suffix.lower() or "(none)" for s in skipped if s["kind"] == "no_loader"
+    )
+    for suffix, count in sorted(suffixes.items(), key=lambda item: (-item[1], item[0])):
+        files = f"{count} file{'s' if count > 1 else ''}"
+        table.add_row(escape(f"*{suffix} ({files})"), f"no loader for {escape(suffix)} files")
+    others = [s for s in skipped if s["kind"] != "no_loader"]
+    for s in others[:_SHOWN_SKIPS]:
+        table.add_row(escape(s["path"]), escape(s["reason"]))
+    if len(others) > _SHOWN_SKIPS:
+        table.add_row(f"... {len(others) - _SHOWN_SKIPS} more", "--json lists every one")
+    return table
 
 
 def _conversation(db: BaseStore, path: Path, session: str, embedder: Any) -> dict[str, Any]:
@@ -212,9 +266,12 @@ def ingest(
         typer.echo(json.dumps(result, indent=2))
         return
     console = out_console()
+    skipped = result.pop("skipped", [])
+    if skipped:
+        result["skipped"] = f"{len(skipped)} file{'s' if len(skipped) > 1 else ''} (below)"
     for key, value in result.items():
-        if key == "skipped":  # one per line, with the reason: a link not followed, say
-            shown = f"\n{'':<18}".join(f"{s['path']} ({s['reason']})" for s in value)
-        else:
-            shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
         console.print(f"[dim]{key:<18}[/]{escape(str(shown))}", soft_wrap=True, highlight=False)
+    if skipped:
+        console.print()
+        console.print(_skipped_table(skipped))

@@ -1,8 +1,9 @@
 """Knowledge bases: documents -> chunks -> lexical and dense indexes, searched before every call.
 
-- `KnowledgeBase`: add texts, files and folders (``.txt`` and Markdown built in; other formats
-  through `loaders`), incrementally; hybrid search (BM25 and vectors, fused into a 0..1 score);
-  everything persisted in a `MemoryStore`.
+- `KnowledgeBase`: add texts, files and folders (text, Markdown, reStructuredText and code
+  built in; PDF, Word and HTML with the `loaders` extra; any other format through
+  `loaders`), incrementally, with progress (`IngestProgress`); hybrid search (BM25 and
+  vectors, fused into a 0..1 score); everything persisted in a `MemoryStore`.
 - `KnowledgeBaseProvider`: the protocol `UnifiedRetrievalSource` searches, and `KnowledgeHit`,
   what a search returns.
 - `chunk_text`: the Markdown-aware chunker (headings, paragraphs, sentences, token limit,
@@ -21,11 +22,13 @@ from loomctx.knowledge._folder import (
 from loomctx.knowledge._loaders import Loader, read_text
 from loomctx.knowledge._types import (
     IngestProgress,
+    IngestProgressKind,
     IngestStatus,
     IngestSummary,
     KnowledgeBaseProvider,
     KnowledgeDocument,
     KnowledgeHit,
+    SkipKind,
     SkippedFile,
 )
 
@@ -35,6 +38,7 @@ __all__ = [
     "DEFAULT_MAX_TOTAL_BYTES",
     "Chunk",
     "IngestProgress",
+    "IngestProgressKind",
     "IngestStatus",
     "IngestSummary",
     "KnowledgeBase",
@@ -42,6 +46,7 @@ __all__ = [
     "KnowledgeDocument",
     "KnowledgeHit",
     "Loader",
+    "SkipKind",
     "SkippedFile",
     "chunk_text",
     "read_text",

@@ -10,8 +10,10 @@ What the store holds, under the namespace ``("knowledge", name)``:
   text, is lexically indexed, with the chunk's metadata and where its overlap lies.
 
 A document is written in one batch with its chunks, the deletion of its surplus old chunks
-and its vectors (embedded just before, in batches), so it is stored whole or not at all and
-fully searchable, lexically and densely, when `add_*` returns. Nothing lives only in memory:
+and its vectors (embedded just before, in full batches across documents: see
+`loomctx.knowledge._writer`), so it is stored whole or not at all and fully searchable,
+lexically and densely, when `add_*` returns; `progress` callbacks see chunks and files as
+they are done, with a rate and an estimate. Nothing lives only in memory:
 a `KnowledgeBase` opened on the same store and name, in any process, sees the same documents.
 
 Re-adding a document whose fingerprint is unchanged (and that has vectors of the current
@@ -27,13 +29,12 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from loomctx.embeddings import Embedder
-from loomctx.errors import ConfigError
-from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, chunk_text
+from loomctx.errors import ConfigError, MissingExtraError
+from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, iter_chunks
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
@@ -48,16 +49,16 @@ from loomctx.knowledge._types import (
     IngestSummary,
     KnowledgeDocument,
     KnowledgeHit,
+    SkipKind,
     SkippedFile,
 )
+from loomctx.knowledge._writer import Plan, Tally, Writer
 from loomctx.stores.base import (
     Delete,
     Get,
     Hit,
     MemoryStore,
     Op,
-    Put,
-    PutVectors,
     Record,
     Scan,
     Search,
@@ -72,27 +73,9 @@ __all__ = ["KnowledgeBase"]
 DOCUMENT: Final = "kb_document"
 CHUNK: Final = "kb_chunk"
 _CHUNKER_VERSION: Final = 1  # bump when chunking changes: documents re-chunk on their next add
-_FLUSH_CHUNKS: Final = 64  # a folder ingest writes (and embeds) about this many chunks at once
 _MIN_POOL: Final = 20  # the fewest candidates asked of each of lexical and dense search
-# The vectors of a batch are computed from the very texts the same batch writes, so no write
-# can come between: "read at" any seq at all.
-_SAME_BATCH: Final = 2**62
 
-
-@dataclass(slots=True)
-class _Plan:
-    """What storing one document takes: records to put (the document's first), chunk keys
-    to delete, and the chunk records that need vectors."""
-
-    status: IngestStatus
-    records: list[Record] = field(default_factory=list)
-    deletes: list[str] = field(default_factory=list)
-    embed: list[Record] = field(default_factory=list)
-
-    @property
-    def chunks(self) -> int:
-        """How many chunk records it writes."""
-        return max(0, len(self.records) - 1)
+Progress = Callable[[IngestProgress], object]
 
 
 class KnowledgeBase:
@@ -166,7 +149,7 @@ class KnowledgeBase:
         doc_id = _hash(text)[:16] if document_id is None else _check_id(document_id)
         meta = _check_metadata(metadata)
         with self._lock:
-            self._commit([self._plan(doc_id, text, meta, old=self._document(doc_id))])
+            self._store_one(self._plan(doc_id, text, meta, old=self._document(doc_id)), None)
         return doc_id
 
     def add_file(
@@ -175,9 +158,11 @@ class KnowledgeBase:
         *,
         metadata: Mapping[str, Any] | None = None,
         document_id: str | None = None,
+        progress: Progress | None = None,
     ) -> str:
         """Store a file, read by the loader of its suffix, as a document; its id is
-        `document_id` or the path as given. Returns the id."""
+        `document_id` or the path as given. Returns the id. `progress` receives an
+        `IngestProgress` as its chunks are cut and embedded (a large file takes a while)."""
         file = _check_path(path)
         if not file.is_file():
             raise ConfigError(
@@ -187,8 +172,11 @@ class KnowledgeBase:
         doc_id = file.as_posix() if document_id is None else _check_id(document_id)
         meta = {"source": str(file), **_check_metadata(metadata)}
         with self._lock:
+            tally = Tally(progress, sizes=[len(text)], embedding=self.embedder is not None)
+            tally.begin(doc_id, len(text))
             old = self._document(doc_id)
-            self._commit([self._plan(doc_id, text, meta, old=old, title=file.stem)])
+            plan = self._plan(doc_id, text, meta, old=old, title=file.stem, tally=tally)
+            self._store_one(plan, tally)
         return doc_id
 
     def add_folder(
@@ -196,7 +184,7 @@ class KnowledgeBase:
         path: str | Path,
         *,
         pattern: str = "**/*",
-        progress: Callable[[IngestProgress], object] | None = None,
+        progress: Progress | None = None,
         delete_missing: bool = True,
         max_files: int = DEFAULT_MAX_FILES,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -210,7 +198,8 @@ class KnowledgeBase:
         skipped and listed in the summary with the reason. More than `max_files` (10,000)
         files to read, or more than `max_total_bytes` (512 MiB) in all, raise
         `IngestLimitError` before anything is written; see `loomctx.knowledge._folder`.
-        `progress` receives an `IngestProgress` per file once it is stored. With
+        `progress` receives an `IngestProgress` as chunks are done (cut, and embedded with
+        an embedder) and once per file when it is stored or left out. With
         `delete_missing`, documents ingested from this folder before whose file no longer
         exists are deleted (a file that still exists but no longer matches is kept)."""
         folder = _check_path(path)
@@ -226,37 +215,28 @@ class KnowledgeBase:
         )
         files = found_files.files
         origin = str(folder.resolve())
-        found: dict[IngestStatus, list[str]] = {
-            "added": [], "updated": [], "unchanged": [], "skipped": []
-        }  # fmt: skip
         skipped: list[SkippedFile] = list(found_files.skipped)
-        chunks = 0
-        pending: list[_Plan] = []
-        events: list[tuple[str, IngestStatus]] = []
+        tally = Tally(progress, sizes=found_files.sizes, embedding=self.embedder is not None)
         with self._lock:
             existing = {
                 str(r.data["document_id"]): r
                 for r in self.store.batch([Scan(prefix=self.namespace, kind=DOCUMENT)])[0]
             }
-
-            def flush() -> None:
-                self._commit(pending)
-                pending.clear()
-                for rel, status in events:
-                    found[status].append(rel)
-                    if progress is not None:
-                        done = sum(len(ids) for ids in found.values())
-                        progress(
-                            IngestProgress(done=done, total=len(files), path=rel, status=status)
-                        )
-                events.clear()
-
-            for rel, file in files:
+            writer = Writer(self.store, self.namespace, self.embedder, tally)
+            for (rel, file), size in zip(files, found_files.sizes, strict=True):
+                tally.begin(rel, size)
                 try:
                     text = _normalise(load_file(file, self.loaders))
-                except ConfigError as error:
-                    skipped.append(SkippedFile(path=rel, reason=str(error)))
-                    events.append((rel, "skipped"))
+                except (ConfigError, MissingExtraError) as error:
+                    kind: SkipKind = (
+                        "no_loader"
+                        if isinstance(error, MissingExtraError)
+                        or file.suffix.lower() not in self.loaders
+                        else "unreadable"
+                    )
+                    skipped.append(SkippedFile(path=rel, reason=str(error), kind=kind))
+                    tally.cut_whole(0, "skipped")
+                    writer.add(Plan("skipped", rel))
                     continue
                 plan = self._plan(
                     rel,
@@ -265,13 +245,11 @@ class KnowledgeBase:
                     old=existing.get(rel),
                     origin=origin,
                     title=file.stem,
+                    tally=tally,
                 )
-                pending.append(plan)
-                events.append((rel, plan.status))
-                chunks += plan.chunks
-                if sum(p.chunks for p in pending) >= _FLUSH_CHUNKS:
-                    flush()
-            flush()
+                tally.cut_whole(plan.chunks, plan.status)
+                writer.add(plan)
+            written = writer.finish()
             deleted = []
             if delete_missing:
                 deleted = sorted(
@@ -280,13 +258,17 @@ class KnowledgeBase:
                     if record.data.get("folder") == origin and not (folder / doc_id).exists()
                 )
                 self.store.batch([op for d in deleted for op in self._deletes(existing[d])])
+        found: dict[IngestStatus, tuple[str, ...]] = {
+            status: tuple(p.path for p in written if p.status == status)
+            for status in ("added", "updated", "unchanged")
+        }
         return IngestSummary(
-            added=tuple(found["added"]),
-            updated=tuple(found["updated"]),
-            unchanged=tuple(found["unchanged"]),
+            added=found["added"],
+            updated=found["updated"],
+            unchanged=found["unchanged"],
             skipped=tuple(sorted(skipped, key=lambda s: s.path)),
             deleted=tuple(deleted),
-            chunks=chunks,
+            chunks=sum(p.chunks for p in written),
         )
 
     # --- reading and deleting -------------------------------------------------------------
@@ -402,7 +384,8 @@ class KnowledgeBase:
         old: Record | None,
         origin: str | None = None,
         title: str | None = None,
-    ) -> _Plan:
+        tally: Tally | None = None,
+    ) -> Plan:
         """What storing `text` as `document_id` takes, given the stored version `old`."""
         content_hash = _hash(text)
         fingerprint = _hash(
@@ -418,13 +401,17 @@ class KnowledgeBase:
             and old.data["fingerprint"] == fingerprint
             and (model is None or model in old.data["models"])
         ):
-            return _Plan("unchanged")
-        chunks = chunk_text(
+            return Plan("unchanged", document_id)
+        chunks: list[Chunk] = []
+        for chunk, share in iter_chunks(
             text,
             counter=self.counter,
             chunk_tokens=self.chunk_tokens,
             overlap_tokens=self.overlap_tokens,
-        )
+        ):
+            chunks.append(chunk)
+            if tally is not None:
+                tally.cutting(len(chunks), share)
         title = metadata.get("title") or next((c.headings[0] for c in chunks if c.headings), title)
         meta = {**metadata, "title": title} if title else dict(metadata)
         records = [
@@ -451,7 +438,7 @@ class KnowledgeBase:
             kept = {r.key for r, b in zip(embed, before, strict=False) if b and b.text == r.text}
             embed = [r for r in embed if r.key not in kept]
         status: IngestStatus = "added" if old is None else "updated"
-        return _Plan(status, records, deletes, embed)
+        return Plan(status, document_id, records, deletes, embed)
 
     def _document_record(self, data: dict[str, Any], origin: str | None) -> Record:
         if origin is not None:
@@ -488,19 +475,15 @@ class KnowledgeBase:
         ]
         return [Delete(namespace=self.namespace, key=document.key), *chunks]
 
-    def _commit(self, plans: list[_Plan]) -> None:
-        """Write `plans` in one batch, with the vectors of their new chunks."""
-        ops: list[Op] = []
-        for plan in plans:
-            ops += [Put(record=r) for r in plan.records]
-            ops += [Delete(namespace=self.namespace, key=k) for k in plan.deletes]
-        todo = [r for plan in plans for r in plan.embed]
-        if todo and self.embedder is not None:
-            vectors = self.embedder.embed([r.text for r in todo], kind="document")
-            items = [(self.namespace, r.key, _SAME_BATCH) for r in todo]
-            ops.append(PutVectors(model=self.embedder.name, items=items, vectors=vectors))
-        if ops:
-            self.store.batch(ops)
+    def _store_one(self, plan: Plan, tally: Tally | None) -> None:
+        """Embed and write one document's plan."""
+        if tally is None:
+            tally = Tally(None, sizes=[], embedding=self.embedder is not None)
+        else:
+            tally.cut_whole(plan.chunks, plan.status)
+        writer = Writer(self.store, self.namespace, self.embedder, tally)
+        writer.add(plan)
+        writer.finish()
 
     def close(self) -> None:
         """Close the store if this knowledge base created it."""

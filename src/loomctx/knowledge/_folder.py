@@ -36,7 +36,7 @@ from typing import Final
 
 from loomctx.errors import ConfigError, IngestLimitError
 from loomctx.knowledge._loaders import Loader
-from loomctx.knowledge._types import SkippedFile
+from loomctx.knowledge._types import SkipKind, SkippedFile
 from loomctx.messages import surrogate_at, valid_text
 
 __all__ = [
@@ -59,10 +59,11 @@ DEFAULT_MAX_TOTAL_BYTES: Final = 512 * 2**20
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FoundFiles:
     """What a walk found: the files to hand to the loaders, as ``(relative path, path)`` in
-    order, and what it left out, with why."""
+    order, their sizes, and what it left out, with why."""
 
     files: tuple[tuple[str, Path], ...]
     skipped: tuple[SkippedFile, ...]
+    sizes: tuple[int, ...]  # the bytes of each of `files` (0 for one without a loader)
 
 
 def check_limit(value: object, name: str) -> int:
@@ -128,7 +129,7 @@ class _Walk:
     max_files: int
     max_file_bytes: int
     max_total_bytes: int
-    files: list[tuple[tuple[str, ...], Path]]
+    files: list[tuple[tuple[str, ...], Path, int]]
     skipped: list[SkippedFile]
     count: int = 0
     total: int = 0
@@ -139,9 +140,11 @@ class _Walk:
     def matches(self, states: frozenset[int]) -> bool:
         return len(self.pattern) in states
 
-    def skip(self, parts: tuple[str, ...], reason: str, *, folder: bool = False) -> None:
+    def skip(
+        self, parts: tuple[str, ...], reason: str, kind: SkipKind, *, folder: bool = False
+    ) -> None:
         path = valid_text("/".join(parts)) + ("/" if folder else "")
-        self.skipped.append(SkippedFile(path=path, reason=reason))
+        self.skipped.append(SkippedFile(path=path, reason=reason, kind=kind))
 
     def add(self, parts: tuple[str, ...], path: Path, size: int) -> None:
         """Take a regular file the pattern matches, within the bounds."""
@@ -152,16 +155,18 @@ class _Walk:
                 parts,
                 f"its name is not valid UTF-8 (an undecodable byte at position {at}), so it "
                 "cannot be a document id; rename it",
+                "bad_name",
             )
             return
         if path.suffix.lower() not in self.loaders:
-            self.files.append((parts, path))  # reported as skipped by `load_file`, as before
+            self.files.append((parts, path, 0))  # reported as skipped by the ingest, as before
             return
         if size > self.max_file_bytes:
             self.skip(
                 parts,
                 f"{size:,} bytes, more than `max_file_bytes` ({self.max_file_bytes:,}); raise "
                 "`max_file_bytes` to ingest it",
+                "too_large",
             )
             return
         self.count += 1
@@ -185,7 +190,7 @@ class _Walk:
                 allowed=self.max_total_bytes,
                 found=self.total,
             )
-        self.files.append((parts, path))
+        self.files.append((parts, path, size))
 
 
 def find_files(
@@ -231,8 +236,9 @@ def find_files(
     walk.files.sort(key=lambda item: item[0])
     walk.skipped.sort(key=lambda s: s.path)
     return FoundFiles(
-        files=tuple(("/".join(parts), path) for parts, path in walk.files),
+        files=tuple(("/".join(parts), path) for parts, path, _ in walk.files),
         skipped=tuple(walk.skipped),
+        sizes=tuple(size for _, _, size in walk.files),
     )
 
 
@@ -250,7 +256,12 @@ def _entries(here: Path, parts: tuple[str, ...], walk: _Walk) -> list[os.DirEntr
             return sorted(entries, key=lambda e: e.name)
     except OSError as error:
         if parts:  # the folder itself was checked by the caller
-            walk.skip(parts, f"cannot read the folder: {error.strerror or error}", folder=True)
+            walk.skip(
+                parts,
+                f"cannot read the folder: {error.strerror or error}",
+                "unreadable",
+                folder=True,
+            )
         return []
 
 
@@ -283,7 +294,9 @@ def _visit(
         if info is None:
             if here:
                 walk.skip(
-                    parts, f"a symbolic link that leads nowhere (`{target}`: missing, or a loop)"
+                    parts,
+                    f"a symbolic link that leads nowhere (`{target}`: missing, or a loop)",
+                    "link",
                 )
             return
         if not _inside(target, root):
@@ -294,6 +307,7 @@ def _visit(
                     f"a symbolic link to {kind} outside the folder (`{target}`): not followed, "
                     "so that a repository cannot make Loom read files elsewhere; copy the file "
                     "into the folder to ingest it",
+                    "link",
                     folder=is_dir,
                 )
             return
@@ -310,7 +324,11 @@ def _visit(
         return
     if info is None:
         if here:
-            walk.skip(parts, "cannot read its details (`stat` failed); check its permissions")
+            walk.skip(
+                parts,
+                "cannot read its details (`stat` failed); check its permissions",
+                "unreadable",
+            )
         return
     if here and stat.S_ISREG(info.st_mode):  # not a pipe, socket or device: reading may block
         walk.add(parts, path, info.st_size)

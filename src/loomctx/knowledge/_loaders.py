@@ -1,9 +1,10 @@
 """Loaders: a file to its text, chosen by the file's suffix.
 
 Plain text (``.txt``) and Markdown (``.md``, ``.markdown``) are built in and read as UTF-8 (a
-byte-order mark is dropped). Any other format is a plain callable ``path -> str`` registered
-for its suffix, e.g. ``loaders={".rst": read_rst}``; built-ins are registered the same way and
-can be replaced.
+byte-order mark is dropped); so are reStructuredText and code, and PDF, Word and HTML are
+converted when the `loaders` extra is installed (see `loomctx.knowledge._converters`). Any
+other format is a plain callable ``path -> str`` registered for its suffix, e.g.
+``loaders={".epub": read_epub}``; built-ins are registered the same way and can be replaced.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeAlias
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, MissingExtraError
+from loomctx.knowledge._converters import (
+    CODE_SUFFIXES,
+    CONVERTED_SUFFIXES,
+    read_code,
+    read_converted,
+    read_rst,
+)
 from loomctx.messages import surrogate_at
 
 __all__ = ["Loader", "check_unicode", "load_file", "loaders_with", "read_text"]
@@ -49,7 +57,14 @@ def read_text(path: Path) -> str:
         ) from error
 
 
-_BUILT_IN: Mapping[str, Loader] = {".txt": read_text, ".md": read_text, ".markdown": read_text}
+_BUILT_IN: Mapping[str, Loader] = {
+    ".txt": read_text,
+    ".md": read_text,
+    ".markdown": read_text,
+    ".rst": read_rst,
+    **dict.fromkeys(sorted(CODE_SUFFIXES), read_code),
+    **dict.fromkeys(sorted(CONVERTED_SUFFIXES), read_converted),
+}
 
 
 def loaders_with(extra: Mapping[str, Loader] | None) -> dict[str, Loader]:
@@ -78,7 +93,8 @@ def loaders_with(extra: Mapping[str, Loader] | None) -> dict[str, Loader]:
 
 def load_file(path: Path, loaders: Mapping[str, Loader]) -> str:
     """The text of `path` by the loader of its suffix; `ConfigError` naming the file when
-    there is none, the loader fails, or it returns something other than a string."""
+    there is none, the loader fails, or it returns something other than a string, and
+    `MissingExtraError` when its loader needs an extra that is not installed."""
     suffix = path.suffix.lower()
     loader = loaders.get(suffix)
     if loader is None:
@@ -89,7 +105,7 @@ def load_file(path: Path, loaders: Mapping[str, Loader]) -> str:
         )
     try:
         text = loader(path)
-    except ConfigError:
+    except (ConfigError, MissingExtraError):
         raise
     except Exception as error:
         raise ConfigError(f"the loader for {suffix!r} failed on `{path}`: {error!r}") from error

@@ -8,16 +8,25 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 __all__ = [
     "IngestProgress",
+    "IngestProgressKind",
     "IngestStatus",
     "IngestSummary",
     "KnowledgeBaseProvider",
     "KnowledgeDocument",
     "KnowledgeHit",
+    "SkipKind",
     "SkippedFile",
 ]
 
 IngestStatus: TypeAlias = Literal["added", "updated", "unchanged", "skipped"]
 """What an ingest did with one file or text."""
+
+IngestProgressKind: TypeAlias = Literal["chunks", "file"]
+"""Why an `IngestProgress` was sent: more chunks are done, or a file is."""
+
+SkipKind: TypeAlias = Literal["no_loader", "too_large", "link", "bad_name", "unreadable"]
+"""Why a file was left out: no loader for its suffix, over `max_file_bytes`, a symbolic link
+out of the folder, a name that is not UTF-8, or it could not be read or converted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +82,50 @@ class KnowledgeDocument:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IngestProgress:
-    """Sent to a folder ingest's `progress` callback once per file, when it is stored:
-    `done` of `total` files handled so far, the file's `path` (relative to the folder, its
-    document id) and what was done with it."""
+    """Sent to an ingest's `progress` callback as it goes: when more chunks are done
+    (`kind` ``"chunks"``: each batch the embedder embeds, or every few dozen chunks cut
+    when there is no embedder) and when a file has been stored or left out (``"file"``).
+
+    `done` of `total` files are handled; `path` is the file last handled or being worked
+    on (relative to the folder: its document id) and `status` what is done with it.
+    `chunks` is how many chunks are done (cut, and embedded when the base has an embedder)
+    and `chunks_total` how many there are: exact once every file is cut, before that the
+    chunks cut so far plus an estimate for the rest from its size. `elapsed` is the seconds
+    since the ingest started; `rate` and `eta` follow from them.
+    """
 
     done: int
     total: int
     path: str
     status: IngestStatus
+    kind: IngestProgressKind = "file"
+    chunks: int = 0
+    chunks_total: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Chunks done per second so far (0 before the first)."""
+        return self.chunks / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left at the rate so far; None before a rate is known."""
+        if self.rate <= 0:
+            return None
+        return max(0.0, self.chunks_total - self.chunks) / self.rate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SkippedFile:
     """A file a folder ingest left out, and why: no loader for it, unreadable, not UTF-8,
     its loader failed, larger than `max_file_bytes`, a name that is not UTF-8, or a symbolic
-    link out of the folder (never followed; a folder link's `path` ends with ``/``)."""
+    link out of the folder (never followed; a folder link's `path` ends with ``/``).
+    `kind` says which, for grouping; `reason` says it in words, with the fix."""
 
     path: str
     reason: str
+    kind: SkipKind = "unreadable"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
