@@ -70,8 +70,11 @@ def serve_table(wire: WireServer, *, window: int = 2000, passthrough: bool = Tru
             },
         },
         "tenants": {
-            "acme": {"keys": [hash_key(ACME_KEY)], "knowledge": ["handbook"],
-                     "instructions": "You work for ACME."},  # fmt: skip
+            "acme": {
+                "keys": [hash_key(ACME_KEY)],
+                "knowledge": ["handbook"],
+                "instructions": "You work for ACME.",
+            },
             "globex": {"keys": [hash_key(GLOBEX_KEY)]},
         },
     }

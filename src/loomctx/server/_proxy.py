@@ -49,7 +49,7 @@ from loomctx.messages import Message, from_openai, split_units, to_openai, tool_
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._service import LoomService, check_session_id
-from loomctx.server._turns import Split, chain, split_request
+from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
@@ -66,7 +66,7 @@ class ChatRequest:
     body: Mapping[str, Any]
     model: ModelConfig
     system: str
-    conversation: tuple[Message, ...]
+    conversation: tuple[Mapping[str, Any], ...]
     tools: tuple[Mapping[str, Any], ...]
     stream: bool
     session: str
@@ -111,8 +111,15 @@ def parse_chat_request(
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError("`messages` must be a non-empty list of chat messages", param="messages")
+    for i, message in enumerate(raw):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise RequestError(
+                f"`messages[{i}]` must be an object with a `role`, got {message!r:.80}",
+                param="messages",
+            )
+    instructions = [m for m in raw if m["role"] in ("system", "developer")]
     try:
-        messages = from_openai(raw)
+        system = "\n\n".join(m.content for m in from_openai(instructions) if m.content)
         tools = body.get("tools") or []
         if not isinstance(tools, list):
             raise MessageFormatError("`tools` must be a list of tool schemas")
@@ -120,8 +127,7 @@ def parse_chat_request(
             tool_spec(tool)
     except ConfigError as exc:
         raise RequestError(str(exc), param="messages") from None
-    system = "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
-    conversation = tuple(m for m in messages if m.role != "system")
+    conversation = tuple(m for m in raw if m["role"] not in ("system", "developer"))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"`stream` must be true or false, got {stream!r}", param="stream")
@@ -166,12 +172,11 @@ class ChatProxy:
     def _tasks(self, split: Split, turn: str, session: str) -> list[Task]:
         """Tasks for what is new; those of the current turn tagged with its id. Raises
         `RequestError` for a history whose tool calls and results do not pair up."""
-        new_start = split.known
-        before = split.messages[new_start : max(new_start, split.turn_start)]
-        current = split.messages[max(new_start, split.turn_start) :]
         try:
-            old = tasks_from_messages(list(before), agent="assistant", session_id=session)
-            now = tasks_from_messages(list(current), agent="assistant", session_id=session)
+            old = tasks_from_messages(
+                list(split.before_turn), agent="assistant", session_id=session
+            )
+            now = tasks_from_messages(list(split.current), agent="assistant", session_id=session)
             split_units(list(split.in_flight))
         except MessageFormatError as exc:
             raise RequestError(f"`messages`: {exc}", param="messages") from None
@@ -183,10 +188,16 @@ class ChatProxy:
         session = request.session
         service.check_access(tenant.name, session)
         state = service.proxy_state(tenant.name, session)
-        split = split_request(
-            request.conversation, count=int(state.get("count", 0)), head=str(state.get("head", ""))
-        )
-        new_turn = split.turn_start < len(split.messages) and split.turn_start >= split.known
+        try:
+            split = split_request(
+                request.conversation,
+                count=int(state.get("count", 0)),
+                first=str(state.get("first", "")),
+                last=str(state.get("last", "")),
+            )
+        except ConfigError as exc:
+            raise RequestError(str(exc), param="messages") from None
+        new_turn = split.turn_start < split.total and split.turn_start >= split.known
         turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
         tasks = self._tasks(split, turn, session)  # checks before anything is stored
         service.claim(tenant.name, session)
@@ -200,8 +211,9 @@ class ChatProxy:
                 extra={"tenant": tenant.name, "session": session, "recorded_from": split.known},
             )
         state.update(
-            count=len(split.messages),
-            head=split.hashes[-1],
+            count=split.total,
+            first=split.first,
+            last=split.last,
             turn=turn,
             model=request.model.name,
             requests=int(state.get("requests", 0)) + 1,
@@ -260,7 +272,7 @@ class ChatProxy:
             session=session,
             new_session=False,
         )
-        split = split_request([Message.user(query)], count=0, head="")
+        split = split_request([{"role": "user", "content": query}], count=0, first="", last="")
         built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
         report = built.report.to_dict()
         report_id = self.service.save_report(tenant.name, session, config.name, report)
@@ -360,10 +372,9 @@ class ChatProxy:
         memory.add_tasks([task])
         memory.promote_tasks()
         state = service.proxy_state(tenant, session)
-        if state.get("head") == prepared.state.get("head"):
-            state.update(
-                count=int(state["count"]) + 1,
-                head=chain(str(state["head"]), message),
-                updated=time.time(),
-            )
+        if state.get("count") == prepared.state.get("count"):  # no request came in between
+            mark = fingerprint(message)
+            state.update(count=int(state["count"]) + 1, last=mark, updated=time.time())
+            if not state.get("first"):
+                state["first"] = mark
             service.save_proxy_state(tenant, session, state)

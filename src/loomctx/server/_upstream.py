@@ -11,9 +11,10 @@ yield OpenAI ``chat.completion.chunk`` dicts:
   the window's prompt-cache breakpoints) and turns its chunks into OpenAI's: text deltas,
   tool-call deltas (id and name first, then argument fragments), the finish reason, usage.
 
-An upstream's refusal (a 4xx/5xx) is an `UpstreamError` carrying its status and an OpenAI
-error body; the upstream key is read from the environment variable the config names, and
-appears in no log line and no response.
+Neither SDK retries (``max_retries=0``): the client has a retry policy of its own, and a proxy
+that retried too would multiply it. An upstream's refusal (a 4xx/5xx) is an `UpstreamError`
+carrying its status and an OpenAI error body; the upstream key is read from the environment
+variable the config names, and appears in no log line and no response.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class OpenAIUpstream:
         self.config = config
         self._openai = openai
         self.client = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=_key(config), max_retries=2
+            base_url=config.base_url, api_key=_key(config), max_retries=0
         )
 
     async def stream(
@@ -189,7 +190,7 @@ class AnthropicUpstream:
 
         self.config = config
         self.llm = AnthropicLLM(
-            config.upstream_model, base_url=config.base_url, api_key=_key(config), max_retries=2
+            config.upstream_model, base_url=config.base_url, api_key=_key(config), max_retries=0
         )
 
     async def stream(
