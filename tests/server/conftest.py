@@ -12,9 +12,10 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import openai
 import pytest
 import uvicorn
 
@@ -42,10 +43,17 @@ class Loom:
     service: LoomService
     wire: WireServer
     store: Path
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
     @property
     def v1(self) -> str:
         return f"{self.url}/v1"
+
+    def openai(self, key: str) -> openai.OpenAI:
+        """The official client, pointed at this server (closed after the test)."""
+        client = openai.OpenAI(base_url=self.v1, api_key=key, max_retries=0)
+        self.clients.append(client)
+        return client
 
 
 def serve_table(wire: WireServer, *, window: int = 2000, passthrough: bool = True) -> dict:
@@ -109,6 +117,7 @@ def loom_factory(
 ) -> Iterator[object]:
     monkeypatch.setenv("LOOM_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
+    made: list[Loom] = []
 
     def make(**options: object) -> Loom:
         store = tmp_path / f"loom{len(running)}.db"
@@ -116,10 +125,14 @@ def loom_factory(
         service = LoomService(config)
         server, thread, url = start_loom(service)
         running.append((server, thread))
-        return Loom(url=url, service=service, wire=wire, store=store)
+        made.append(Loom(url=url, service=service, wire=wire, store=store))
+        return made[-1]
 
     with allow_model_requests():
         yield make
+    for loom in made:
+        for client in loom.clients:
+            client.close()
     for server, thread in running:
         server.should_exit = True
         thread.join(timeout=10)

@@ -48,7 +48,7 @@ CLOCK = {
 
 
 def client(loom, key: str = ACME_KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=loom.v1, api_key=key, max_retries=0)
+    return loom.openai(key)
 
 
 def test_a_reply_and_its_report(loom) -> None:

@@ -41,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._errors import RequestError, error_body
-from loomctx.server._mcp import http_resolver, make_mcp_server
+from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._proxy import ChatProxy, parse_chat_request
 from loomctx.server._service import LoomService, check_session_id
@@ -322,11 +322,12 @@ class _Server:
                 raise RequestError(
                     "the MCP endpoint is /mcp/{session}: name the session", status=404
                 )
-            check_session_id(parts[1])
+            session = check_session_id(parts[1])
         except RequestError as exc:
             await _error(exc)(scope, receive, send)
             return
         inner = dict(scope)
+        inner[SESSION_SCOPE_KEY] = session
         inner["path"] = "/"
         inner["raw_path"] = b"/"
         await self.mcp_app(inner, receive, send)

@@ -20,20 +20,49 @@ serves its own user, who needs no key.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
+from loomctx.errors import LoomError
 from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._proxy import ChatProxy
 from loomctx.server._service import check_session_id
 
-__all__ = ["Resolver", "http_resolver", "make_mcp_server"]
+__all__ = ["SESSION_SCOPE_KEY", "Resolver", "http_resolver", "make_mcp_server"]
+
+P = ParamSpec("P")
+
+SESSION_SCOPE_KEY = "loom.session"
+"""Where the app puts the session it read from the path (``/mcp/{session}``) in the ASGI
+scope it hands to the MCP transport (which serves one path, ``/``)."""
+
+
+def _reported(
+    kind: type[ToolError | ResourceError],
+) -> Callable[[Callable[P, Awaitable[str]]], Callable[P, Awaitable[str]]]:
+    """A Loom error inside a tool (or resource) as an MCP tool (resource) error, whose
+    message the client sees: it says what was wrong."""
+
+    def wrap(fn: Callable[P, Awaitable[str]]) -> Callable[P, Awaitable[str]]:
+        @functools.wraps(fn)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> str:
+            try:
+                return await fn(*args, **kwargs)
+            except LoomError as exc:
+                raise kind(str(exc)) from None
+
+        return run
+
+    return wrap
+
 
 Resolver = Callable[[Context[Any, Any]], tuple[TenantConfig, str]]
 """Who an MCP request is for: the tenant and the session."""
@@ -46,11 +75,8 @@ def http_resolver(proxy: ChatProxy) -> Resolver:
         request = ctx.request_context.request
         headers = getattr(request, "headers", None) or {}
         tenant = proxy.service.authenticate(headers.get("authorization"))
-        path = str(getattr(getattr(request, "url", None), "path", "") or "")
-        parts = [p for p in path.split("/") if p]
-        if len(parts) < 2 or parts[0] != "mcp":
-            raise RequestError(f"the MCP endpoint is /mcp/{{session}}, got {path!r}")
-        return tenant, check_session_id(parts[1])
+        scope = getattr(request, "scope", None) or {}
+        return tenant, check_session_id(scope.get(SESSION_SCOPE_KEY))
 
     return resolve
 
@@ -77,6 +103,7 @@ def make_mcp_server(
     )
 
     @server.tool()
+    @_reported(ToolError)
     async def build_context(
         query: str, ctx: Context[Any, Any], model: str = "", window: int = 0
     ) -> str:
@@ -90,6 +117,7 @@ def make_mcp_server(
         return json.dumps(built, ensure_ascii=False)
 
     @server.tool()
+    @_reported(ToolError)
     async def remember(content: str, ctx: Context[Any, Any]) -> str:
         """Record `content` (a fact, a preference) in this session's memory; returns its id."""
         tenant, session = resolve(ctx)
@@ -111,6 +139,7 @@ def make_mcp_server(
         return json.dumps({"task_id": task.task_id})
 
     @server.tool()
+    @_reported(ToolError)
     async def recall(query: str, ctx: Context[Any, Any], limit: int = 5) -> str:
         """What this session's memory holds about `query`, best first."""
         tenant, session = resolve(ctx)
@@ -119,6 +148,7 @@ def make_mcp_server(
         return json.dumps(service.recall(tenant.name, session, query, limit), ensure_ascii=False)
 
     @server.tool()
+    @_reported(ToolError)
     async def forget(task_id: str, ctx: Context[Any, Any]) -> str:
         """Delete one task (by the id `remember` or `recall` gave) from this session's memory."""
         tenant, session = resolve(ctx)
@@ -150,6 +180,7 @@ def make_mcp_server(
         )(read)
 
     @server.resource("loom://knowledge/{name}", mime_type="application/json")
+    @_reported(ResourceError)
     async def knowledge_base(name: str, ctx: Context[Any, Any]) -> str:
         """One knowledge base of this tenant: its documents."""
         tenant, _ = resolve(ctx)
