@@ -96,6 +96,9 @@ def make_mcp_server(
     service = proxy.service
     server = MCPServer(
         "loom",
+        # The SDK configures the root logger at this level (if nothing else did): INFO
+        # would log every upstream HTTP request; the server logs its own requests itself.
+        log_level="WARNING",
         instructions=(
             "Loom keeps this session's memory and builds context windows within a token "
             "budget. `remember` facts, `recall` them, `build_context` for a query."
