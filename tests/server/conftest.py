@@ -37,13 +37,22 @@ def free_port() -> int:
 
 @dataclass
 class Loom:
-    """A running Loom server."""
+    """A running Loom server. `service` is its state, read once every session's reply is
+    recorded (the server records a reply after the client has it)."""
 
     url: str
-    service: LoomService
+    _service: LoomService
     wire: WireServer
     store: Path
     clients: list[openai.OpenAI] = field(default_factory=list)
+
+    @property
+    def service(self) -> LoomService:
+        deadline = time.monotonic() + 10
+        while any(lock.locked() for lock in list(self._service._locks.values())):
+            assert time.monotonic() < deadline, "a session stayed locked"
+            time.sleep(0.01)
+        return self._service
 
     @property
     def v1(self) -> str:
@@ -125,7 +134,7 @@ def loom_factory(
         service = LoomService(config)
         server, thread, url = start_loom(service)
         running.append((server, thread))
-        made.append(Loom(url=url, service=service, wire=wire, store=store))
+        made.append(Loom(url=url, _service=service, wire=wire, store=store))
         return made[-1]
 
     with allow_model_requests():

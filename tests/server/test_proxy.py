@@ -105,6 +105,7 @@ def test_streaming_and_what_is_new(loom) -> None:
     loom.wire.script(openai_text("Three"))
     trimmed = [{"role": "user", "content": "third"}]
     c.chat.completions.create(model="gpt-test", messages=trimmed, user="u1")
+    memory = loom.service.memory("acme", "u1")
     texts = [t.parameters["content"] for t in memory.get_l1_tasks(limit=50)]
     assert texts == ["first question", "One", "second", "Two more", "third", "Three"]
 

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -160,16 +161,25 @@ class _Server:
         else:
             headers["X-Loom-Passthrough"] = "true"
         chunks = self.proxy.chunks(prepared)
-        if not chat.stream:
-            try:
-                from loomctx.server._upstream import Reply
 
-                reply = Reply(chat.model.name)
-                async for chunk in chunks:
-                    reply.add(chunk)
+        def finish() -> None:
+            """After the response is sent: record the reply, free the session."""
+            try:
+                self.proxy.record(prepared)
             finally:
                 lock.release()
-            return JSONResponse(reply.completion(), headers=headers)
+
+        if not chat.stream:
+            try:
+                async for _ in chunks:
+                    pass
+            except BaseException:
+                lock.release()
+                raise
+            assert prepared.reply is not None
+            return JSONResponse(
+                prepared.reply.completion(), headers=headers, background=BackgroundTask(finish)
+            )
         try:
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -188,7 +198,7 @@ class _Server:
             except UpstreamError as exc:
                 yield f"data: {json.dumps(exc.body)}\n\n".encode()
             finally:
-                lock.release()
+                finish()
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
@@ -209,7 +219,8 @@ class _Server:
     async def session(self, request: Request) -> Response:
         tenant = self.tenant(request)
         session = check_session_id(request.path_params["session"])
-        return JSONResponse(self.service.session_info(tenant, session))
+        async with self.service.lock(tenant, session):  # after the session's reply is in
+            return JSONResponse(self.service.session_info(tenant, session))
 
     async def search_memory(self, request: Request) -> Response:
         tenant = self.tenant(request)
@@ -222,7 +233,8 @@ class _Server:
             raise RequestError(
                 f"session {session!r} does not exist", status=404, code="session_not_found"
             )
-        hits = self.service.recall(tenant, session, query, limit)
+        async with self.service.lock(tenant, session):
+            hits = self.service.recall(tenant, session, query, limit)
         return JSONResponse({"object": "list", "data": hits})
 
     async def remember(self, request: Request) -> Response:

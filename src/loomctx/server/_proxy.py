@@ -88,6 +88,8 @@ class Prepared:
     report_id: str | None
     turn: str
     state: dict[str, Any] = field(default_factory=dict)
+    reply: Reply | None = None
+    complete: bool = False
 
 
 def parse_chat_request(
@@ -327,7 +329,8 @@ class ChatProxy:
         return window
 
     async def chunks(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
-        """Step 4: the upstream's chunks (OpenAI shape); the reply is recorded at the end."""
+        """Step 4: the upstream's chunks (OpenAI shape), folded into `prepared.reply`; the
+        caller records it (`record`) once the client has it all."""
         request = prepared.request
         upstream = self.upstream(request.model)
         fields = request.fields
@@ -348,14 +351,18 @@ class ChatProxy:
             else:
                 msgs, tools = from_openai(request.body["messages"]), list(request.tools)
             parts = upstream.stream(msgs, tools=tools, fields=fields, breakpoints=breakpoints)
+        prepared.reply = reply
         async for chunk in parts:
             reply.add(chunk)
             yield chunk
-        self.record(prepared, reply)
+        prepared.complete = True
 
-    def record(self, prepared: Prepared, reply: Reply) -> None:
-        """Record a finished reply without tool calls in the session's memory and chain."""
-        if reply.calls or not reply.text:
+    def record(self, prepared: Prepared, reply: Reply | None = None) -> None:
+        """Record a finished reply without tool calls in the session's memory (`reply`, or
+        the one `chunks` streamed to its end)."""
+        if reply is None:
+            reply = prepared.reply if prepared.complete else None
+        if reply is None or reply.calls or not reply.text:
             return
         service, request = self.service, prepared.request
         tenant, session = prepared.tenant.name, request.session
