@@ -44,6 +44,7 @@ from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._errors import RequestError, error_body
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
 from loomctx.server._openapi import OPENAPI
+from loomctx.server._otel import ChatSpan
 from loomctx.server._proxy import ChatProxy, parse_chat_request
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError
@@ -147,13 +148,29 @@ class _Server:
             body, models=self.service.config.models, session=request.headers.get(SESSION_HEADER)
         )
         request.state.log["session"] = chat.session
+        span = ChatSpan(
+            model=chat.model.upstream_model,
+            provider=chat.model.provider,
+            tenant=tenant.name,
+            session=chat.session,
+        )
         lock = self.service.lock(tenant.name, chat.session)
         await lock.acquire()
+
+        def failed(exc: BaseException) -> None:
+            span.fail(exc)
+            span.end()
+            lock.release()
+
         try:
             prepared = await self.proxy.prepare(tenant, chat)
-        except BaseException:
-            lock.release()
+        except BaseException as exc:
+            failed(exc)
             raise
+        window = prepared.window
+        span.window(
+            window.report if window else None, prepared.report_id, window.messages if window else ()
+        )
         headers = {SESSION_HEADER: chat.session}
         if prepared.report_id is not None:
             headers[REPORT_HEADER] = prepared.report_id
@@ -163,8 +180,11 @@ class _Server:
         chunks = self.proxy.chunks(prepared)
 
         def finish() -> None:
-            """After the response is sent: record the reply, free the session."""
+            """After the response is sent: record the reply, end the span, free the session."""
             try:
+                if prepared.complete and prepared.reply is not None:
+                    span.reply(prepared.reply.completion())
+                span.end()
                 self.proxy.record(prepared)
             finally:
                 lock.release()
@@ -173,8 +193,8 @@ class _Server:
             try:
                 async for _ in chunks:
                     pass
-            except BaseException:
-                lock.release()
+            except BaseException as exc:
+                failed(exc)
                 raise
             assert prepared.reply is not None
             return JSONResponse(
@@ -183,10 +203,11 @@ class _Server:
         try:
             first = await anext(chunks)
         except StopAsyncIteration:
-            lock.release()
-            raise LoomError("the upstream sent no chunk") from None
-        except BaseException:
-            lock.release()
+            empty = LoomError("the upstream sent no chunk")
+            failed(empty)
+            raise empty from None
+        except BaseException as exc:
+            failed(exc)
             raise
 
         async def events() -> AsyncIterator[bytes]:
@@ -196,6 +217,7 @@ class _Server:
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
             except UpstreamError as exc:
+                span.fail(exc)
                 yield f"data: {json.dumps(exc.body)}\n\n".encode()
             finally:
                 finish()
