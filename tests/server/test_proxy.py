@@ -317,3 +317,28 @@ def test_passthrough_when_loom_fails(loom_factory) -> None:
             model="gpt-test", messages=[{"role": "user", "content": huge}], user="big"
         )
     assert "BudgetExceededError" in str(err.value)
+
+
+def test_passthrough_when_the_store_fails(loom) -> None:
+    """The store goes away: requests still reach the model, unchanged; the server says it is
+    not ready; nothing is recorded of the answer."""
+    loom.wire.script(openai_text("still here"))
+    loom.service.store.close()
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello?"}]
+    raw = client(loom).chat.completions.with_raw_response.create(
+        model="gpt-test", messages=messages, user="down", stream=False
+    )
+    assert raw.parse().choices[0].message.content == "still here"
+    assert raw.headers["x-loom-passthrough"] == "true"
+    assert loom.wire.requests[0].body["messages"] == messages
+    status, body, _ = call("GET", f"{loom.url}/readyz")
+    assert status == 503
+    assert body == {"status": "unavailable", "store": "StoreError"}
+    loom.wire.script(anthropic_text("anthropic too"))
+    done = client(loom).chat.completions.create(
+        model="claude-test", messages=messages, user="down", tools=[WEATHER]
+    )
+    assert done.choices[0].message.content == "anthropic too"
+    sent = loom.wire.requests[1].body
+    assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello?"}]}]
+    assert sent["tools"][0]["name"] == "get_weather"

@@ -90,6 +90,7 @@ class Prepared:
     state: dict[str, Any] = field(default_factory=dict)
     reply: Reply | None = None
     complete: bool = False
+    recorded: bool = False  # the request's turn is in memory: its reply goes there too
 
 
 def parse_chat_request(
@@ -185,8 +186,30 @@ class ChatProxy:
         return old + [t.evolve(metadata={**t.metadata, "run_id": turn}) for t in now]
 
     async def prepare(self, tenant: TenantConfig, request: ChatRequest) -> Prepared:
-        """Steps 2 and 3; a Loom failure is returned as a `Prepared` without a window."""
-        service = self.service
+        """Steps 2 and 3. Bad input raises `RequestError`; a failure of Loom itself (the
+        store, the build) gives a `Prepared` without a window, the request to pass through,
+        unless `passthrough` is off."""
+        prepared = Prepared(request=request, tenant=tenant, window=None, report_id=None, turn="")
+        try:
+            await self._prepare(prepared)
+        except RequestError:
+            raise
+        except LoomError as exc:
+            if not self.service.config.passthrough:
+                raise
+            log.warning(
+                "loom failed; passing the request through unchanged",
+                extra={
+                    "tenant": tenant.name,
+                    "session": request.session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            prepared.window = prepared.report_id = None
+        return prepared
+
+    async def _prepare(self, prepared: Prepared) -> None:
+        service, request, tenant = self.service, prepared.request, prepared.tenant
         session = request.session
         service.check_access(tenant.name, session)
         state = service.proxy_state(tenant.name, session)
@@ -221,26 +244,11 @@ class ChatProxy:
             requests=int(state.get("requests", 0)) + 1,
         )
         service.save_proxy_state(tenant.name, session, state)
-        prepared = Prepared(
-            request=request, tenant=tenant, window=None, report_id=None, turn=turn, state=state
+        prepared.turn, prepared.state, prepared.recorded = turn, state, True
+        prepared.window = await self._build(tenant, request, split, turn)
+        prepared.report_id = service.save_report(
+            tenant.name, session, request.model.name, prepared.window.report.to_dict()
         )
-        try:
-            prepared.window = await self._build(tenant, request, split, turn)
-            prepared.report_id = service.save_report(
-                tenant.name, session, request.model.name, prepared.window.report.to_dict()
-            )
-        except LoomError as exc:
-            if not service.config.passthrough:
-                raise
-            log.warning(
-                "loom failed; passing the request through unchanged",
-                extra={
-                    "tenant": tenant.name,
-                    "session": session,
-                    "error": f"{type(exc).__name__}: {exc}",
-                },
-            )
-        return prepared
 
     async def build_only(
         self,
@@ -362,7 +370,7 @@ class ChatProxy:
         the one `chunks` streamed to its end)."""
         if reply is None:
             reply = prepared.reply if prepared.complete else None
-        if reply is None or reply.calls or not reply.text:
+        if reply is None or reply.calls or not reply.text or not prepared.recorded:
             return
         service, request = self.service, prepared.request
         tenant, session = prepared.tenant.name, request.session
