@@ -211,8 +211,7 @@ class ChatProxy:
     async def _prepare(self, prepared: Prepared) -> None:
         service, request, tenant = self.service, prepared.request, prepared.tenant
         session = request.session
-        service.check_access(tenant.name, session)
-        state = service.proxy_state(tenant.name, session)
+        claimed, state = service.open_session(tenant.name, session)
         try:
             split = split_request(
                 request.conversation,
@@ -225,11 +224,9 @@ class ChatProxy:
         new_turn = split.turn_start < split.total and split.turn_start >= split.known
         turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
         tasks = self._tasks(split, turn, session)  # checks before anything is stored
-        service.claim(tenant.name, session)
         memory = service.memory(tenant.name, session)
-        if tasks:
+        if tasks:  # promoted with the reply, after the response (`record`)
             memory.add_tasks(tasks)
-            memory.promote_tasks()
         if split.diverged and split.known:
             log.info(
                 "history diverged",
@@ -243,12 +240,19 @@ class ChatProxy:
             model=request.model.name,
             requests=int(state.get("requests", 0)) + 1,
         )
-        service.save_proxy_state(tenant.name, session, state)
+        writes = [service.proxy_state_op(tenant.name, session, state)]
+        if not claimed:
+            writes.append(service.claim_op(tenant.name, session))
         prepared.turn, prepared.state, prepared.recorded = turn, state, True
-        prepared.window = await self._build(tenant, request, split, turn)
-        prepared.report_id = service.save_report(
-            tenant.name, session, request.model.name, prepared.window.report.to_dict()
-        )
+        try:
+            prepared.window = await self._build(tenant, request, split, turn)
+            report_id, op = service.report_op(
+                tenant.name, session, request.model.name, prepared.window.report.to_dict()
+            )
+            writes.append(op)
+            prepared.report_id = report_id
+        finally:  # the session's state and claim, and the report, in one write
+            service.store.batch(writes)
 
     async def build_only(
         self,

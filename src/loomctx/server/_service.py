@@ -138,18 +138,30 @@ class LoomService:
     def claim(self, tenant: str, session: str) -> None:
         """Make `session` `tenant`'s (refused if another tenant's)."""
         if not self.check_access(tenant, session):
-            self.store.batch(
-                [
-                    Put(
-                        record=Record(
-                            namespace=_CLAIMS,
-                            key=session,
-                            kind="session_claim",
-                            data={"tenant": tenant, "created": time.time()},
-                        )
-                    )
-                ]
-            )
+            self.store.batch([self.claim_op(tenant, session)])
+
+    def claim_op(self, tenant: str, session: str) -> Put:
+        """The write that makes `session` `tenant`'s."""
+        record = Record(
+            namespace=_CLAIMS,
+            key=session,
+            kind="session_claim",
+            data={"tenant": tenant, "created": time.time()},
+        )
+        return Put(record=record)
+
+    def open_session(self, tenant: str, session: str) -> tuple[bool, dict[str, Any]]:
+        """Whether `session` is `tenant`'s already, and its proxy state, in one read (404 if
+        the session is another tenant's)."""
+        claim, state = self.store.batch(
+            [
+                Get(namespace=_CLAIMS, key=check_session_id(session)),
+                Get(namespace=(tenant, "proxy"), key=session),
+            ]
+        )
+        if claim is not None and claim.data["tenant"] != tenant:
+            self.check_access(tenant, session)  # raises, with the message
+        return claim is not None, dict(state.data) if state is not None else {}
 
     def lock(self, tenant: str, session: str) -> asyncio.Lock:
         """The lock that orders one session's requests in this process."""
@@ -181,8 +193,12 @@ class LoomService:
 
     def save_proxy_state(self, tenant: str, session: str, state: Mapping[str, Any]) -> None:
         """Keep the proxy's view of the session."""
+        self.store.batch([self.proxy_state_op(tenant, session, state)])
+
+    def proxy_state_op(self, tenant: str, session: str, state: Mapping[str, Any]) -> Put:
+        """The write that keeps the proxy's view of the session."""
         record = Record(namespace=(tenant, "proxy"), key=session, kind=PROXY_KIND, data=dict(state))
-        self.store.batch([Put(record=record)])
+        return Put(record=record)
 
     def sessions(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's sessions, most recently used first."""
@@ -265,6 +281,14 @@ class LoomService:
 
     def save_report(self, tenant: str, session: str, model: str, report: Mapping[str, Any]) -> str:
         """Store a window's report; returns its id."""
+        report_id, op = self.report_op(tenant, session, model, report)
+        self.store.batch([op])
+        return report_id
+
+    def report_op(
+        self, tenant: str, session: str, model: str, report: Mapping[str, Any]
+    ) -> tuple[str, Put]:
+        """A new report id, and the write that stores the report under it."""
         report_id = "rep_" + uuid.uuid4().hex
         record = Record(
             namespace=(tenant, "reports"),
@@ -272,8 +296,7 @@ class LoomService:
             kind=REPORT_KIND,
             data={"id": report_id, "session": session, "model": model, "report": dict(report)},
         )
-        self.store.batch([Put(record=record)])
-        return report_id
+        return report_id, Put(record=record)
 
     def report(self, tenant: str, report_id: str) -> dict[str, Any]:
         """A stored report of `tenant` (404 for an unknown id, or another tenant's)."""
