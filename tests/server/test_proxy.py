@@ -296,7 +296,11 @@ def test_upstream_errors_keep_their_status(loom, caplog: pytest.LogCaptureFixtur
     assert loom.wire.requests[0].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert UPSTREAM_KEY not in caplog.text
     assert ACME_KEY not in caplog.text
-    assert any(getattr(r, "loom", {}).get("status") == 429 for r in caplog.records)
+    (line,) = [r.loom for r in caplog.records if hasattr(r, "loom")]
+    assert line["status"] == 429
+    assert line["tenant"] == "acme"
+    assert line["session"] == "e"
+    assert line["loom_ms"] > 0
 
 
 def test_passthrough_when_loom_fails(loom_factory) -> None:

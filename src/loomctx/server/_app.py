@@ -171,11 +171,14 @@ class _Server:
             span.end()
             lock.release()
 
+        started = time.perf_counter()
         try:
             prepared = await self.proxy.prepare(tenant, chat)
         except BaseException as exc:
             failed(exc)
             raise
+        # What Loom itself took (recording the turn, building the window), before the model.
+        request.state.log["loom_ms"] = round((time.perf_counter() - started) * 1000, 2)
         window = prepared.window
         span.window(
             window.report if window else None, prepared.report_id, window.messages if window else ()
