@@ -11,7 +11,9 @@ uvicorn (one event loop), with a SQLite store in a temporary folder.
    the other, over persistent connections. Two clients: one that sends only its new turn with
    the session header, and one that re-sends its whole history (the 10,000 turns) every time,
    as OpenAI clients do (then the upstream reads the whole history when called directly, and
-   Loom reads it to find what is new and sends a window instead).
+   Loom reads it to find what is new and sends a window instead). The client waits 50 ms
+   between turns (Loom records a reply after the client has it; the session's next request
+   waits for that, so back-to-back requests would measure the recording too).
 2. Requests per second one instance sustains (4 client threads, new turns only).
 3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
    re-sending its whole history each turn, against the client calling the model directly
@@ -195,6 +197,9 @@ def latency(requests: int) -> None:
                 if i >= 5:
                     d_times.append(d)
                     l_times.append(lt)
+                # Think time: the reply is recorded after the client has it, and the next
+                # request of the session waits for that; a user (or a tool) takes longer.
+                time.sleep(0.05)
             added = [b - a for a, b in zip(d_times, l_times, strict=True)]
             print(
                 f"   {label:<26}{statistics.median(d_times) * 1000:>10.2f}ms"
@@ -294,10 +299,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", choices=["latency", "throughput", "billed"])
     args = parser.parse_args()
-    latency(args.requests)
-    throughput(args.seconds)
-    billed()
+    if not args.only or args.only == "latency":
+        latency(args.requests)
+    if not args.only or args.only == "throughput":
+        throughput(args.seconds)
+    if not args.only or args.only == "billed":
+        billed()
 
 
 if __name__ == "__main__":
