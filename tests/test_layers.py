@@ -26,6 +26,7 @@ LAYERS = [  # bottom first
     "agent",
     "evaluation",
     "testing",
+    "server",
     "cli",
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}

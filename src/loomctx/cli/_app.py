@@ -21,6 +21,7 @@ from loomctx.cli._config import KEYS
 from loomctx.cli._demo import demo
 from loomctx.cli._ingest import ingest
 from loomctx.cli._inspect import inspect
+from loomctx.cli._serve import mcp, serve
 from loomctx.errors import LoomError
 
 __all__ = ["app", "main"]
@@ -85,6 +86,8 @@ app.command("demo")(demo)
 app.command("chat")(chat)
 app.command("ingest")(ingest)
 app.command("inspect")(inspect)
+app.command("serve")(serve)
+app.command("mcp")(mcp)
 app.add_typer(bench_app, name="bench")
 
 

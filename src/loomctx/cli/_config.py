@@ -162,7 +162,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the config file {str(path)!r}: {exc.strerror}") from None
-    unknown = sorted(set(data) - set(KEYS))
+    # `[serve]` is the server's table (`loomctx.server`), read by `loomctx serve` itself.
+    unknown = sorted(set(data) - set(KEYS) - {"serve"})
     if unknown:
         raise ConfigError(
             f"{str(path)!r}: unknown key `{unknown[0]}`; the keys are "

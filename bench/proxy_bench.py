@@ -1,0 +1,313 @@
+"""What `loomctx serve`'s proxy adds over calling the upstream directly, and what it saves.
+
+Run: .venv/bin/python bench/proxy_bench.py [--requests 200] [--seconds 5]
+
+A local upstream speaking OpenAI's wire protocol answers every request at once (a short
+streamed reply), so what is measured is the proxy. Loom's server runs in this process on
+uvicorn (one event loop), with a SQLite store in a temporary folder.
+
+1. Added latency (p50/p95), on a session holding 10,000 stored turns (LoCoMo text, cycled):
+   the same chat-completions request sent to the upstream directly and through Loom, one after
+   the other, over persistent connections. Two clients: one that sends only its new turn with
+   the session header, and one that re-sends its whole history (the 10,000 turns) every time,
+   as OpenAI clients do (then the upstream reads the whole history when called directly, and
+   Loom reads it to find what is new and sends a window instead). The client waits 50 ms
+   between turns (Loom records a reply after the client has it; the session's next request
+   waits for that, so back-to-back requests would measure the recording too).
+2. Requests per second one instance sustains (4 client threads, new turns only).
+3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
+   re-sending its whole history each turn, against the client calling the model directly
+   (the whole history each time): tokens counted with o200k_base on what the upstream got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from _common import LOCOMO, locomo_turns, p95_ms
+
+from loomctx.memory.task import tasks_from_messages
+from loomctx.messages import from_openai
+from loomctx.server import LoomService, create_app, hash_key
+from loomctx.server._config import serve_config_from
+from loomctx.tokens import TiktokenCounter
+
+KEY = "sk-bench"
+COUNTER = TiktokenCounter()
+
+
+class Upstream:
+    """An OpenAI-compatible server answering every request with one short streamed reply;
+    it keeps the token count of each request's messages when asked to."""
+
+    def __init__(self, *, count: bool = False) -> None:
+        self.count = count
+        self.tokens: list[int] = []
+        self.reply = "ok"
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # One write per response: unbuffered, the status line, the headers and the body
+            # go out as separate small packets, and Nagle's algorithm with the client's
+            # delayed ACK stalls each response by up to 40 ms (real servers do not).
+            wbufsize = 1 << 16
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                if owner.count:
+                    owner.tokens.append(COUNTER.count_messages(from_openai(body["messages"])))
+                chunk = {
+                    "id": "c1",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [
+                        {"index": 0, "delta": {"content": owner.reply}, "finish_reason": "stop"}
+                    ],
+                }
+                if body.get("stream"):
+                    data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+                    kind = "text/event-stream"
+                else:
+                    done = {
+                        "id": "c1",
+                        "object": "chat.completion",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": owner.reply},
+                            }
+                        ],
+                    }
+                    data, kind = json.dumps(done).encode(), "application/json"
+                self.send_response(200)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+
+def start_loom(upstream: Upstream, store: Path) -> tuple[LoomService, uvicorn.Server, int]:
+    table = {
+        "models": {"m": {"base_url": f"http://127.0.0.1:{upstream.port}/v1", "window": 8000}},
+        "tenants": {"bench": {"keys": [hash_key(KEY)]}},
+    }
+    service = LoomService(serve_config_from(table, store=str(store), embedder="none"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning")
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return service, server, int(port)
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: bytes, session: str) -> float:
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {KEY}",
+        "X-Loom-Session": session,
+    }
+    t0 = time.perf_counter()
+    conn.request("POST", path, body=body, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    elapsed = time.perf_counter() - t0
+    assert response.status == 200, response.status
+    return elapsed
+
+
+def history(turns: list[str], n: int) -> list[dict[str, str]]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": turns[i % len(turns)]}
+        for i in range(n)
+    ]
+
+
+def latency(requests: int) -> None:
+    turns = locomo_turns()
+    upstream = Upstream()
+    with tempfile.TemporaryDirectory() as tmp:
+        service, server, port = start_loom(upstream, Path(tmp) / "loom.db")
+        stored = history(turns, 10_000)
+        for session in ("new-only", "whole"):
+            memory = service.memory("bench", session)
+            tasks = tasks_from_messages(from_openai(stored), agent="assistant")
+            for i in range(0, len(tasks), 500):
+                memory.add_tasks(tasks[i : i + 500])
+            memory.promote_tasks()
+        # The "whole" session's proxy state: the client's 10,000 messages are recorded.
+        from loomctx.server._turns import fingerprint
+
+        msgs = from_openai(stored)
+        service.save_proxy_state(
+            "bench",
+            "whole",
+            {
+                "count": len(msgs),
+                "turn": "t0",
+                "first": fingerprint(msgs[0]),
+                "last": fingerprint(msgs[-1]),
+            },
+        )
+        direct = http.client.HTTPConnection("127.0.0.1", upstream.port)
+        loom = http.client.HTTPConnection("127.0.0.1", port)
+        print("1. added latency, 10,000 stored turns, local upstream, streamed replies")
+        print(
+            f"   {'client sends':<26}{'direct p50':>12}{'loom p50':>10}{'added p50':>11}"
+            f"{'direct p95':>12}{'loom p95':>10}"
+        )
+        for label, session in (("its new turn only", "new-only"), ("its whole history", "whole")):
+            sent = list(stored) if session == "whole" else []
+            d_times, l_times = [], []
+            for i in range(requests + 5):
+                turn = {"role": "user", "content": turns[(i * 7) % len(turns)]}
+                msgs_now = [*sent, turn]
+                body = json.dumps({"model": "m", "messages": msgs_now, "stream": True}).encode()
+                d = post(direct, "/v1/chat/completions", body, session)
+                lt = post(loom, "/v1/chat/completions", body, session)
+                if session == "whole":
+                    sent = [*msgs_now, {"role": "assistant", "content": "ok"}]
+                if i >= 5:
+                    d_times.append(d)
+                    l_times.append(lt)
+                # Think time: the reply is recorded after the client has it, and the next
+                # request of the session waits for that; a user (or a tool) takes longer.
+                time.sleep(0.05)
+            added = [b - a for a, b in zip(d_times, l_times, strict=True)]
+            print(
+                f"   {label:<26}{statistics.median(d_times) * 1000:>10.2f}ms"
+                f"{statistics.median(l_times) * 1000:>8.2f}ms"
+                f"{statistics.median(added) * 1000:>9.2f}ms"
+                f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms"
+            )
+        direct.close()
+        loom.close()
+        server.should_exit = True
+
+
+def throughput(seconds: float) -> None:
+    upstream = Upstream()
+    with tempfile.TemporaryDirectory() as tmp:
+        _, server, port = start_loom(upstream, Path(tmp) / "loom.db")
+        turns = locomo_turns()
+        done = [0] * 4
+        stop = time.monotonic() + seconds
+
+        def client(k: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port)
+            i = 0
+            while time.monotonic() < stop:
+                body = json.dumps(
+                    {
+                        "model": "m",
+                        "stream": True,
+                        "messages": [{"role": "user", "content": turns[(i * 13 + k) % len(turns)]}],
+                    }
+                ).encode()
+                post(conn, "/v1/chat/completions", body, f"rps-{k}")
+                done[k] += 1
+                i += 1
+            conn.close()
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(
+            f"2. throughput: {sum(done) / seconds:.0f} requests/s (4 client threads, "
+            f"{seconds:.0f} s, one uvicorn worker, new turns only)"
+        )
+        server.should_exit = True
+
+
+def billed() -> None:
+    conv = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]
+    sessions = conv["conversation"]
+    keys = sorted(
+        (k for k in sessions if k.startswith("session_") and isinstance(sessions[k], list)),
+        key=lambda k: int(k.split("_")[1]),
+    )
+    speaker = sessions["speaker_a"]
+    lines = [t for k in keys for t in sessions[k]]
+    upstream = Upstream(count=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, server, port = start_loom(upstream, Path(tmp) / "loom.db")
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": "You are a friendly conversation partner."}
+        ]
+        whole: list[int] = []
+        pending: list[str] = []
+        for turn in lines:
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn["speaker"] == speaker:
+                pending.append(text)
+                continue
+            if not pending:
+                continue
+            messages.append({"role": "user", "content": "\n".join(pending)})
+            pending = []
+            whole.append(COUNTER.count_messages(from_openai(messages)))
+            body = json.dumps({"model": "m", "messages": messages, "stream": True}).encode()
+            upstream.reply = text  # the model "says" the other speaker's real line
+            post(conn, "/v1/chat/completions", body, "locomo")
+            # The reply the client keeps is the other speaker's real line.
+            messages.append({"role": "assistant", "content": text})
+        conn.close()
+        server.should_exit = True
+    through = upstream.tokens
+    print(
+        f"3. billed input tokens, LoCoMo conversation {conv['sample_id']} ({len(whole)} calls, "
+        "window 8,000, the client re-sending its whole history):"
+    )
+    print(f"   direct: {sum(whole):,} tokens (last call {whole[-1]:,})")
+    print(
+        f"   loom:   {sum(through):,} tokens (last call {through[-1]:,}, max {max(through):,})"
+        f"  = {sum(through) / sum(whole):.1%} of direct"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", choices=["latency", "throughput", "billed"])
+    args = parser.parse_args()
+    if not args.only or args.only == "latency":
+        latency(args.requests)
+    if not args.only or args.only == "throughput":
+        throughput(args.seconds)
+    if not args.only or args.only == "billed":
+        billed()
+
+
+if __name__ == "__main__":
+    main()

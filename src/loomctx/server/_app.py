@@ -1,0 +1,445 @@
+"""The ASGI application `loomctx serve` runs: the proxy, the REST API and MCP, in one app.
+
+Starlette, not FastAPI: the proxy reads raw bodies itself (a malformed body must be answered in
+OpenAI's error shape with the right status, not with a framework's validation error), the
+official `mcp` SDK is built on Starlette already (so the server adds no web framework of its
+own), and a request goes through one thin layer, which is what the proxy's added latency
+budget wants. The OpenAPI document (`/openapi.json`) is written out in `loomctx.server._openapi`.
+
+Routes (every `/v1/...` route needs ``Authorization: Bearer <key>``; the key names the tenant):
+
+- ``POST /v1/chat/completions``, ``GET /v1/models``: the OpenAI-compatible proxy;
+- ``GET /v1/sessions``, ``GET /v1/sessions/{id}``: the tenant's sessions;
+- ``GET /v1/sessions/{id}/memory?q=...``, ``POST /v1/sessions/{id}/memory`` (``{"content"}``),
+  ``DELETE /v1/sessions/{id}/memory/{task_id}``: search, add to, forget from a memory;
+- ``GET /v1/reports/{id}``: a window's report;
+- ``POST /v1/knowledge/{name}/documents`` (``{"text", "id"?, "metadata"?}``),
+  ``GET /v1/knowledge/{name}/search?q=...``: a tenant's knowledge bases;
+- ``/mcp/{session}``: MCP over streamable HTTP;
+- ``GET /healthz`` (the process answers), ``GET /readyz`` (the store answers),
+  ``GET /openapi.json``.
+
+Every request is logged as one JSON line (logger ``loomctx.server``): method, path, status,
+milliseconds, tenant, session, report id. Never a header's value, a body, or a key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from loomctx.errors import ConfigError, LoomError
+from loomctx.memory.task import Task, TaskStatus
+from loomctx.server._errors import RequestError, error_body
+from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
+from loomctx.server._openapi import OPENAPI
+from loomctx.server._otel import ChatSpan
+from loomctx.server._proxy import ChatProxy, parse_chat_request
+from loomctx.server._service import LoomService, check_session_id
+from loomctx.server._upstream import UpstreamError
+from loomctx.stores.base import Get
+
+__all__ = ["REPORT_HEADER", "SESSION_HEADER", "create_app"]
+
+SESSION_HEADER = "X-Loom-Session"
+REPORT_HEADER = "X-Loom-Report"
+
+log = logging.getLogger("loomctx.server")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _error(exc: RequestError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _too_large(size: str) -> RequestError:
+    return RequestError(
+        f"the request body is {size} bytes, more than this server accepts; send less history, "
+        "or raise `max_body_bytes` in `[serve]`",
+        status=413,
+        code="request_too_large",
+    )
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The body as JSON: 413 past `limit` bytes, 400 if it is not JSON.
+
+    A body somewhat over the limit is read to its end (and dropped) before the 413 is sent:
+    a server that answers while the client is still sending closes a socket with unread data,
+    which resets the connection, and the client sees a reset instead of the error. Past four
+    times the limit, reading stops."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > 4 * limit:
+        raise _too_large(declared)
+    body = bytearray()
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > 4 * limit:
+            raise _too_large(f"more than {4 * limit}")
+        if size <= limit:
+            body += part
+    if size > limit:
+        raise _too_large(str(size))
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+class _Server:
+    """The handlers, over one service and proxy."""
+
+    def __init__(self, service: LoomService) -> None:
+        self.service = service
+        self.proxy = ChatProxy(service)
+        self.mcp = make_mcp_server(self.proxy, http_resolver(self.proxy))
+        self.mcp_app = self.mcp.streamable_http_app(
+            streamable_http_path="/", stateless_http=True, json_response=True
+        )
+
+    def handler(self, fn: Handler) -> Handler:
+        """`fn` with typed errors answered in OpenAI's shape, and a log line."""
+
+        async def run(request: Request) -> Response:
+            start = time.perf_counter()
+            request.state.log = {}
+            try:
+                response = await fn(request)
+            except RequestError as exc:
+                response = _error(exc)
+            except UpstreamError as exc:
+                response = JSONResponse(exc.body, status_code=exc.status)
+            except LoomError as exc:
+                log.exception("request failed")
+                response = JSONResponse(
+                    error_body(f"{type(exc).__name__}: {exc}", type="server_error"),
+                    status_code=500,
+                )
+            fields = {
+                "method": request.method,
+                "path": request.url.path,
+                "status": response.status_code,
+                "ms": round((time.perf_counter() - start) * 1000, 2),
+                **request.state.log,
+            }
+            log.info("request", extra={"loom": fields})
+            return response
+
+        return run
+
+    def tenant(self, request: Request) -> str:
+        tenant = self.service.authenticate(request.headers.get("authorization"))
+        request.state.log["tenant"] = tenant.name
+        return tenant.name
+
+    # --- proxy ------------------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        tenant = self.service.authenticate(request.headers.get("authorization"))
+        request.state.log["tenant"] = tenant.name
+        body = await _read_json(request, self.service.config.max_body_bytes)
+        chat = parse_chat_request(
+            body, models=self.service.config.models, session=request.headers.get(SESSION_HEADER)
+        )
+        request.state.log["session"] = chat.session
+        span = ChatSpan(
+            model=chat.model.upstream_model,
+            provider=chat.model.provider,
+            tenant=tenant.name,
+            session=chat.session,
+        )
+        lock = self.service.lock(tenant.name, chat.session)
+        await lock.acquire()
+
+        def failed(exc: BaseException) -> None:
+            span.fail(exc)
+            span.end()
+            lock.release()
+
+        started = time.perf_counter()
+        try:
+            prepared = await self.proxy.prepare(tenant, chat)
+        except BaseException as exc:
+            failed(exc)
+            raise
+        # What Loom itself took (recording the turn, building the window), before the model.
+        request.state.log["loom_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        window = prepared.window
+        span.window(
+            window.report if window else None, prepared.report_id, window.messages if window else ()
+        )
+        headers = {SESSION_HEADER: chat.session}
+        if prepared.report_id is not None:
+            headers[REPORT_HEADER] = prepared.report_id
+            request.state.log["report"] = prepared.report_id
+        else:
+            headers["X-Loom-Passthrough"] = "true"
+        chunks = self.proxy.chunks(prepared)
+
+        def finish() -> None:
+            """After the response is sent: record the reply, end the span, free the session."""
+            try:
+                if prepared.complete and prepared.reply is not None:
+                    span.reply(prepared.reply.completion())
+                span.end()
+                self.proxy.record(prepared)
+            finally:
+                lock.release()
+
+        if not chat.stream:
+            try:
+                async for _ in chunks:
+                    pass
+            except BaseException as exc:
+                failed(exc)
+                raise
+            assert prepared.reply is not None
+            return JSONResponse(
+                prepared.reply.completion(), headers=headers, background=BackgroundTask(finish)
+            )
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            empty = LoomError("the upstream sent no chunk")
+            failed(empty)
+            raise empty from None
+        except BaseException as exc:
+            failed(exc)
+            raise
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield f"data: {json.dumps(first)}\n\n".encode()
+                async for chunk in chunks:
+                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+            except UpstreamError as exc:
+                span.fail(exc)
+                yield f"data: {json.dumps(exc.body)}\n\n".encode()
+            finally:
+                finish()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    async def models(self, request: Request) -> Response:
+        self.tenant(request)
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": m.provider}
+            for name, m in sorted(self.service.config.models.items())
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    # --- REST -------------------------------------------------------------------------------
+
+    async def sessions(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        return JSONResponse({"object": "list", "data": self.service.sessions(tenant)})
+
+    async def session(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        session = check_session_id(request.path_params["session"])
+        async with self.service.lock(tenant, session):  # after the session's reply is in
+            return JSONResponse(self.service.session_info(tenant, session))
+
+    async def search_memory(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        session = check_session_id(request.path_params["session"])
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise RequestError("`q` is required: the text to search the memory for", param="q")
+        limit = _limit(request.query_params.get("limit", "5"))
+        if not self.service.check_access(tenant, session):
+            raise RequestError(
+                f"session {session!r} does not exist", status=404, code="session_not_found"
+            )
+        async with self.service.lock(tenant, session):
+            hits = self.service.recall(tenant, session, query, limit)
+        return JSONResponse({"object": "list", "data": hits})
+
+    async def remember(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        session = check_session_id(request.path_params["session"])
+        body = await _read_json(request, self.service.config.max_body_bytes)
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str) or not content.strip():
+            raise RequestError(
+                'the body must be {"content": "<text to remember>"}', param="content"
+            )
+        self.service.claim(tenant, session)
+        task = Task(
+            source_agent="user",
+            target_agent="memory",
+            action="remember",
+            parameters={"content": content},
+            result="remembered",
+            status=TaskStatus.COMPLETED,
+            metadata={"session_id": session},
+        )
+        memory = self.service.memory(tenant, session)
+        memory.add_tasks([task])
+        memory.promote_tasks()
+        return JSONResponse({"task_id": task.task_id}, status_code=201)
+
+    async def forget(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        session = check_session_id(request.path_params["session"])
+        if not self.service.check_access(tenant, session) or not self.service.forget(
+            tenant, session, request.path_params["task_id"]
+        ):
+            raise RequestError(
+                "no such task in this session's memory", status=404, code="task_not_found"
+            )
+        return JSONResponse({"forgotten": True})
+
+    async def report(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        return JSONResponse(self.service.report(tenant, request.path_params["report_id"]))
+
+    async def ingest(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        name = request.path_params["name"]
+        body = await _read_json(request, self.service.config.max_body_bytes)
+        if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+            raise RequestError(
+                'the body must be {"text": "...", "id"?: "...", "metadata"?: {}}', param="text"
+            )
+        try:
+            kb = self.service.knowledge(tenant, _kb_name(name))
+            doc = kb.add_text(
+                body["text"], document_id=body.get("id"), metadata=body.get("metadata")
+            )
+        except ConfigError as exc:
+            if isinstance(exc, RequestError):
+                raise
+            raise RequestError(str(exc), param="text") from None
+        return JSONResponse({"document_id": doc, "knowledge_base": name}, status_code=201)
+
+    async def search_knowledge(self, request: Request) -> Response:
+        tenant = self.tenant(request)
+        kb = self.service.knowledge(tenant, _kb_name(request.path_params["name"]))
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise RequestError("`q` is required: the text to search for", param="q")
+        hits = kb.search_sync(query, limit=_limit(request.query_params.get("limit", "5")))
+        data = [
+            {"text": h.text, "score": h.score, "document_id": h.document_id, "chunk_id": h.chunk_id}
+            for h in hits
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    # --- operations -------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        try:
+            self.service.store.batch([Get(namespace=("_loom", "ready"), key="probe")])
+        except LoomError as exc:
+            return JSONResponse(
+                {"status": "unavailable", "store": type(exc).__name__}, status_code=503
+            )
+        return JSONResponse({"status": "ready"})
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
+    async def mcp_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            self.service.authenticate(request.headers.get("authorization"))
+            parts = [p for p in scope["path"].split("/") if p]
+            if len(parts) < 2:
+                raise RequestError(
+                    "the MCP endpoint is /mcp/{session}: name the session", status=404
+                )
+            session = check_session_id(parts[1])
+        except RequestError as exc:
+            await _error(exc)(scope, receive, send)
+            return
+        inner = dict(scope)
+        inner[SESSION_SCOPE_KEY] = session
+        inner["path"] = "/"
+        inner["raw_path"] = b"/"
+        await self.mcp_app(inner, receive, send)
+
+
+def _limit(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise RequestError(f"`limit` must be an integer from 1 to 100, got {raw!r}", param="limit")
+    return int(raw)
+
+
+def _kb_name(name: str) -> str:
+    from loomctx.server._config import _NAME
+
+    if not _NAME.match(name):
+        raise RequestError(
+            f"knowledge base name {name!r} is not valid: use letters, digits, `_`, `.` or `-`",
+            param="name",
+        )
+    return name
+
+
+class _App:
+    """Starlette for the routes, and `/mcp/...` straight to the MCP transport."""
+
+    def __init__(self, server: _Server, app: Starlette) -> None:
+        self.server = server
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == "/mcp" or path.startswith("/mcp/")):
+            await self.server.mcp_endpoint(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI app over `service` (closed when the app shuts down)."""
+    server = _Server(service)
+    h = server.handler
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.mcp.session_manager.run():
+            try:
+                yield
+            finally:
+                await server.proxy.aclose()
+                service.close()
+
+    routes = [
+        Route("/v1/chat/completions", h(server.chat), methods=["POST"]),
+        Route("/v1/models", h(server.models), methods=["GET"]),
+        Route("/v1/sessions", h(server.sessions), methods=["GET"]),
+        Route("/v1/sessions/{session}", h(server.session), methods=["GET"]),
+        Route("/v1/sessions/{session}/memory", h(server.search_memory), methods=["GET"]),
+        Route("/v1/sessions/{session}/memory", h(server.remember), methods=["POST"]),
+        Route("/v1/sessions/{session}/memory/{task_id}", h(server.forget), methods=["DELETE"]),
+        Route("/v1/reports/{report_id}", h(server.report), methods=["GET"]),
+        Route("/v1/knowledge/{name}/documents", h(server.ingest), methods=["POST"]),
+        Route("/v1/knowledge/{name}/search", h(server.search_knowledge), methods=["GET"]),
+        Route("/healthz", server.healthz, methods=["GET"]),
+        Route("/readyz", server.readyz, methods=["GET"]),
+        Route("/openapi.json", server.openapi, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = service
+    return _App(server, app)

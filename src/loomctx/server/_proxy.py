@@ -1,0 +1,399 @@
+"""The OpenAI-compatible proxy: one chat completion through Loom.
+
+One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
+
+1. check: the body is a JSON object with `model` (one configured) and `messages`, the
+   messages convert to Loom's model (`from_openai`), the tools are valid schemas, the session
+   is the tenant's. A refused request stores nothing;
+2. record: the messages the session's memory does not have yet (`loomctx.server._turns`
+   tells them from what the client re-sent) become Tasks; those of the current turn (the last
+   user message and the tool exchange after it) are tagged with the turn's id;
+3. build: a `ContextOrchestrator` over the client's system message (the stable prefix), the
+   client's tools (all of them: the client runs them, so none may go missing), the session's
+   memory (L1 history, L2, and memory and the tenant's knowledge bases searched together),
+   the turn's tool exchange and the user's message, within the model's window less its output
+   reserve; one `LayoutState` per server keeps each session's history append-only across
+   requests, so each call repeats the previous prompt up to the dynamic tail;
+4. forward the window upstream and stream the answer back; a reply without tool calls is
+   recorded when it ends (one with tool calls is recorded with its results, when the client
+   sends them). The window's report is stored; its id is the `X-Loom-Report` header.
+
+If step 2 or 3 fails inside Loom (not for bad input), the client's request is forwarded
+unchanged and the failure logged, unless `passthrough` is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from loomctx.agent.executor import DEFAULT_MAX_DYNAMIC, TurnSource
+from loomctx.context.block import BuildContext, ContextSource
+from loomctx.context.compactor import CachePolicy
+from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
+from loomctx.context.sources import (
+    L1RecentSource,
+    L2ImportantSource,
+    PromptSource,
+    ToolSource,
+    UnifiedRetrievalSource,
+    UserInputSource,
+)
+from loomctx.errors import ConfigError, LoomError, MessageFormatError
+from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
+from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
+from loomctx.server._config import ModelConfig, TenantConfig
+from loomctx.server._errors import RequestError
+from loomctx.server._service import LoomService, check_session_id
+from loomctx.server._turns import Split, fingerprint, split_request
+from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
+
+__all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
+
+log = logging.getLogger("loomctx.server")
+
+_OWN = frozenset({"model", "messages", "stream"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """A checked chat-completions request."""
+
+    body: Mapping[str, Any]
+    model: ModelConfig
+    system: str
+    conversation: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...]
+    stream: bool
+    session: str
+    new_session: bool
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The client's other fields, sent upstream as given."""
+        return {k: v for k, v in self.body.items() if k not in _OWN}
+
+
+@dataclass(slots=True, kw_only=True)
+class Prepared:
+    """What step 3 produced: the window, its report id, and how to record the reply."""
+
+    request: ChatRequest
+    tenant: TenantConfig
+    window: ContextWindow | None
+    report_id: str | None
+    turn: str
+    state: dict[str, Any] = field(default_factory=dict)
+    reply: Reply | None = None
+    complete: bool = False
+    recorded: bool = False  # the request's turn is in memory: its reply goes there too
+
+
+def parse_chat_request(
+    body: Any, *, models: Mapping[str, ModelConfig], session: str | None
+) -> ChatRequest:
+    """Check a request body (a 400 / 404 `RequestError` naming what is wrong)."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object", code="invalid_body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("`model` is required: the name of a configured model", param="model")
+    if model not in models:
+        known = ", ".join(f"`{m}`" for m in sorted(models)) or "none"
+        raise RequestError(
+            f"the model `{model}` does not exist on this server; configured models: {known} "
+            "(see GET /v1/models)",
+            status=404,
+            code="model_not_found",
+            param="model",
+        )
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("`messages` must be a non-empty list of chat messages", param="messages")
+    for i, message in enumerate(raw):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise RequestError(
+                f"`messages[{i}]` must be an object with a `role`, got {message!r:.80}",
+                param="messages",
+            )
+    instructions = [m for m in raw if m["role"] in ("system", "developer")]
+    try:
+        system = "\n\n".join(m.content for m in from_openai(instructions) if m.content)
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            raise MessageFormatError("`tools` must be a list of tool schemas")
+        for tool in tools:
+            tool_spec(tool)
+    except ConfigError as exc:
+        raise RequestError(str(exc), param="messages") from None
+    conversation = tuple(m for m in raw if m["role"] not in ("system", "developer"))
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(f"`stream` must be true or false, got {stream!r}", param="stream")
+    user = body.get("user")
+    new_session = False
+    if session is None and isinstance(user, str) and user:
+        session = user
+    if session is None:
+        session, new_session = "s_" + uuid.uuid4().hex, True
+    return ChatRequest(
+        body=body,
+        model=models[model],
+        system=system,
+        conversation=conversation,
+        tools=tuple(tools),
+        stream=stream,
+        session=check_session_id(session),
+        new_session=new_session,
+    )
+
+
+class ChatProxy:
+    """The proxy's steps over a `LoomService`."""
+
+    def __init__(self, service: LoomService) -> None:
+        self.service = service
+        self._upstreams: dict[str, OpenAIUpstream | AnthropicUpstream] = {}
+
+    def upstream(self, model: ModelConfig) -> OpenAIUpstream | AnthropicUpstream:
+        """The upstream of `model` (made once)."""
+        up = self._upstreams.get(model.name)
+        if up is None:
+            up = self._upstreams[model.name] = upstream_for(model)
+        return up
+
+    async def aclose(self) -> None:
+        """Close the upstream clients."""
+        for up in self._upstreams.values():
+            await up.aclose()
+        self._upstreams.clear()
+
+    def _tasks(self, split: Split, turn: str, session: str) -> list[Task]:
+        """Tasks for what is new; those of the current turn tagged with its id. Raises
+        `RequestError` for a history whose tool calls and results do not pair up."""
+        try:
+            old = tasks_from_messages(
+                list(split.before_turn), agent="assistant", session_id=session
+            )
+            now = tasks_from_messages(list(split.current), agent="assistant", session_id=session)
+            split_units(list(split.in_flight))
+        except MessageFormatError as exc:
+            raise RequestError(f"`messages`: {exc}", param="messages") from None
+        return old + [t.evolve(metadata={**t.metadata, "run_id": turn}) for t in now]
+
+    async def prepare(self, tenant: TenantConfig, request: ChatRequest) -> Prepared:
+        """Steps 2 and 3. Bad input raises `RequestError`; a failure of Loom itself (the
+        store, the build) gives a `Prepared` without a window, the request to pass through,
+        unless `passthrough` is off."""
+        prepared = Prepared(request=request, tenant=tenant, window=None, report_id=None, turn="")
+        try:
+            await self._prepare(prepared)
+        except RequestError:
+            raise
+        except LoomError as exc:
+            if not self.service.config.passthrough:
+                raise
+            log.warning(
+                "loom failed; passing the request through unchanged",
+                extra={
+                    "tenant": tenant.name,
+                    "session": request.session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            prepared.window = prepared.report_id = None
+        return prepared
+
+    async def _prepare(self, prepared: Prepared) -> None:
+        service, request, tenant = self.service, prepared.request, prepared.tenant
+        session = request.session
+        claimed, state = service.open_session(tenant.name, session)
+        try:
+            split = split_request(
+                request.conversation,
+                count=int(state.get("count", 0)),
+                first=str(state.get("first", "")),
+                last=str(state.get("last", "")),
+            )
+        except ConfigError as exc:
+            raise RequestError(str(exc), param="messages") from None
+        new_turn = split.turn_start < split.total and split.turn_start >= split.known
+        turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
+        tasks = self._tasks(split, turn, session)  # checks before anything is stored
+        memory = service.memory(tenant.name, session)
+        if tasks:  # promoted with the reply, after the response (`record`)
+            memory.add_tasks(tasks)
+        if split.diverged and split.known:
+            log.info(
+                "history diverged",
+                extra={"tenant": tenant.name, "session": session, "recorded_from": split.known},
+            )
+        state.update(
+            count=split.total,
+            first=split.first,
+            last=split.last,
+            turn=turn,
+            model=request.model.name,
+            requests=int(state.get("requests", 0)) + 1,
+        )
+        writes = [service.proxy_state_op(tenant.name, session, state)]
+        if not claimed:
+            writes.append(service.claim_op(tenant.name, session))
+        prepared.turn, prepared.state, prepared.recorded = turn, state, True
+        try:
+            prepared.window = await self._build(tenant, request, split, turn)
+            report_id, op = service.report_op(
+                tenant.name, session, request.model.name, prepared.window.report.to_dict()
+            )
+            writes.append(op)
+            prepared.report_id = report_id
+        finally:  # the session's state and claim, and the report, in one write
+            service.store.batch(writes)
+
+    async def build_only(
+        self,
+        tenant: TenantConfig,
+        session: str,
+        query: str,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+    ) -> dict[str, Any]:
+        """The window for `query` from the session's memory, built and reported but not sent
+        and not recorded (the MCP `build_context` tool): OpenAI messages, report, report id."""
+        models = self.service.config.models
+        if model is not None and model not in models:
+            raise RequestError(f"the model `{model}` is not configured", status=404)
+        if window is not None and window < 256:
+            raise RequestError(f"`window` must be at least 256 tokens, got {window}")
+        if not query.strip():
+            raise RequestError("`query` is blank: pass the request to build a window for")
+        config = models[model] if model is not None else ModelConfig(name="window")
+        if window is not None:
+            config = replace(config, window=window)
+        self.service.claim(tenant.name, session)
+        request = ChatRequest(
+            body={},
+            model=config,
+            system="",
+            conversation=(),
+            tools=(),
+            stream=False,
+            session=session,
+            new_session=False,
+        )
+        split = split_request([{"role": "user", "content": query}], count=0, first="", last="")
+        built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
+        report = built.report.to_dict()
+        report_id = self.service.save_report(tenant.name, session, config.name, report)
+        return {
+            "messages": to_openai(built.messages),
+            "token_count": built.token_count,
+            "report_id": report_id,
+            "report": report,
+        }
+
+    async def _build(
+        self, tenant: TenantConfig, request: ChatRequest, split: Split, turn: str
+    ) -> ContextWindow:
+        service = self.service
+        memory = service.memory(tenant.name, request.session)
+        system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
+        sources: list[ContextSource] = [PromptSource(system)]
+        names = [tool_spec(t)[0] for t in request.tools]
+        if request.tools:
+            sources.append(ToolSource(list(request.tools), always=names))
+        in_flight = TurnSource()
+        for unit in split_units(list(split.in_flight)):
+            in_flight.add(unit.messages)
+        sources += [
+            L1RecentSource(memory),
+            L2ImportantSource(memory),
+            UnifiedRetrievalSource(memory, service.knowledge_bases(tenant)),
+            in_flight,
+            UserInputSource(),
+        ]
+        orchestrator = ContextOrchestrator(
+            token_counter=service.counter,
+            sources=sources,
+            model_context_window=request.model.window,
+            output_reserve_ratio=request.model.output_reserve,
+            cache_policy=CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC),
+            state=service.layout,
+        )
+        ctx = BuildContext(
+            session_id=f"{tenant.name}/{request.session}",
+            agent_id="proxy",
+            tenant_id=tenant.name,
+            metadata={"run_id": turn},
+        )
+        window = await orchestrator.build(query=split.query, ctx=ctx)
+        if len(window.tools) != len(request.tools):
+            raise ConfigError(
+                f"the client's {len(request.tools)} tools do not all fit the window of model "
+                f"`{request.model.name}` ({len(window.tools)} would); the proxy never drops a "
+                "tool the client may call"
+            )
+        return window
+
+    async def chunks(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
+        """Step 4: the upstream's chunks (OpenAI shape), folded into `prepared.reply`; the
+        caller records it (`record`) once the client has it all."""
+        request = prepared.request
+        upstream = self.upstream(request.model)
+        fields = request.fields
+        if not request.stream:
+            fields["stream_options"] = {"include_usage": True}
+        window = prepared.window
+        breakpoints = window.layout.breakpoints() if window and window.layout else ()
+        reply = Reply(request.model.name)
+        if isinstance(upstream, OpenAIUpstream):
+            messages = (
+                to_openai(window.messages) if window is not None else list(request.body["messages"])
+            )
+            parts = upstream.stream(messages, fields=fields, breakpoints=breakpoints)
+        else:
+            fields.pop("tools", None)
+            if window is not None:
+                msgs, tools = list(window.messages), list(window.tools)
+            else:
+                msgs, tools = from_openai(request.body["messages"]), list(request.tools)
+            parts = upstream.stream(msgs, tools=tools, fields=fields, breakpoints=breakpoints)
+        prepared.reply = reply
+        async for chunk in parts:
+            reply.add(chunk)
+            yield chunk
+        prepared.complete = True
+
+    def record(self, prepared: Prepared, reply: Reply | None = None) -> None:
+        """Record a finished reply without tool calls in the session's memory (`reply`, or
+        the one `chunks` streamed to its end)."""
+        if reply is None:
+            reply = prepared.reply if prepared.complete else None
+        if reply is None or reply.calls or not reply.text or not prepared.recorded:
+            return
+        service, request = self.service, prepared.request
+        tenant, session = prepared.tenant.name, request.session
+        message = Message.assistant(reply.text)
+        task = Task(
+            source_agent="assistant",
+            target_agent="user",
+            action=ASSISTANT_MESSAGE,
+            parameters={"content": reply.text},
+            status=TaskStatus.COMPLETED,
+            metadata={"run_id": prepared.turn, "session_id": session},
+        )
+        memory = service.memory(tenant, session)
+        memory.add_tasks([task])
+        memory.promote_tasks()
+        state = service.proxy_state(tenant, session)
+        if state.get("count") == prepared.state.get("count"):  # no request came in between
+            mark = fingerprint(message)
+            state.update(count=int(state["count"]) + 1, last=mark, updated=time.time())
+            if not state.get("first"):
+                state["first"] = mark
+            service.save_proxy_state(tenant, session, state)

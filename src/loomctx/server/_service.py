@@ -1,0 +1,331 @@
+"""`LoomService`: what every face of the server shares: one store, the tenants' sessions,
+memories, knowledge bases and window reports, and one `LayoutState` for cache-aware builds.
+
+Where things live in the store, every namespace under the tenant's name (so every read is
+confined to one tenant: DESIGN.md invariant 6):
+
+- ``(tenant, "memory", session)``: the session's `LoomMemory` (its Tasks, tiers, archive);
+- ``(tenant, "proxy")``: one ``proxy_session`` record per session: how much of the client's
+  history is recorded (a count and a hash chain, see `loomctx.server._turns`), the current
+  turn, when it was last used;
+- ``(tenant, "reports")``: one ``context_report`` record per window Loom built, by report id;
+- ``("knowledge", "<tenant>.<kb>")``: the tenant's knowledge bases (`KnowledgeBase`'s own
+  namespace, the tenant in its name);
+- ``("_loom", "sessions")``: which tenant owns each session id, so that a session id
+  another tenant uses is refused, not silently forked.
+
+Memories are kept open (least recently used first out, at most `max_open`): a memory syncs
+with the store before every read (`LoomMemory` checks the namespace's version), so several
+instances serving the same store stay consistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from loomctx.context.orchestrator import LayoutState
+from loomctx.embeddings import Embedder
+from loomctx.errors import ConfigError
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.server._config import ServeConfig, TenantConfig
+from loomctx.server._errors import RequestError
+from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.tokens import TiktokenCounter
+
+__all__ = ["LoomService", "open_store"]
+
+_SESSION: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+_CLAIMS: Final = ("_loom", "sessions")
+PROXY_KIND: Final = "proxy_session"
+REPORT_KIND: Final = "context_report"
+
+
+def open_store(url: str) -> MemoryStore:
+    """The store a `store` setting names. Today a SQLite file path (its folder created);
+    the one place to switch to a URL opener when the store may be a server."""
+    path = Path(url)
+    if path.is_dir():
+        raise ConfigError(f"the store {url!r} is a folder; give a file path such as `loom.db`")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteStore(path)
+
+
+def check_session_id(session: object) -> str:
+    """`session` if it is a valid session id, else a 400 `RequestError`."""
+    if not isinstance(session, str) or not _SESSION.match(session):
+        raise RequestError(
+            f"session id {session!r:.80} is not valid: use 1-128 letters, digits, `_`, `.`, "
+            "`:`, `@` or `-`, starting with a letter or digit",
+            param="session",
+            code="invalid_session",
+        )
+    return session
+
+
+class LoomService:
+    """The state one server instance shares between its requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        *,
+        store: MemoryStore | None = None,
+        embedder: Embedder | None = None,
+        max_open: int = 256,
+    ) -> None:
+        self.config = config
+        self.store = store if store is not None else open_store(config.store)
+        self._owns_store = store is None
+        if embedder is None and config.embedder == "default":
+            from loomctx.embeddings import default_embedder
+
+            embedder = default_embedder()
+        self.embedder = embedder
+        self.counter = TiktokenCounter()
+        self.layout = LayoutState(max_sessions=4096)
+        self.max_open = max_open
+        self._memories: OrderedDict[tuple[str, str], LoomMemory] = OrderedDict()
+        self._kbs: dict[tuple[str, str], KnowledgeBase] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    # --- tenants and sessions ---------------------------------------------------------------
+
+    def authenticate(self, authorization: str | None) -> TenantConfig:
+        """The tenant of a ``Authorization: Bearer <key>`` header, else a 401."""
+        key = ""
+        if authorization:
+            scheme, _, key = authorization.partition(" ")
+            if scheme.lower() != "bearer":
+                key = ""
+        tenant = self.config.tenant_for_key(key.strip()) if key.strip() else None
+        if tenant is None:
+            raise RequestError(
+                "invalid API key: send `Authorization: Bearer <key>` with a key configured "
+                "for a tenant in `[serve.tenants]` (the server stores its SHA-256 hash only)",
+                status=401,
+                code="invalid_api_key",
+            )
+        return tenant
+
+    def owner(self, session: str) -> str | None:
+        """The tenant that owns `session`, or None if no tenant used it yet."""
+        found = self.store.batch([Get(namespace=_CLAIMS, key=session)])[0]
+        return None if found is None else str(found.data["tenant"])
+
+    def check_access(self, tenant: str, session: str) -> bool:
+        """Whether `tenant` may use `session`; False if the session is new. A session of
+        another tenant is refused with 404 (its existence is not revealed)."""
+        owner = self.owner(check_session_id(session))
+        if owner is not None and owner != tenant:
+            raise RequestError(
+                f"session {session!r} does not exist for this API key; use a session id of "
+                "your own (another id, or none and the server makes one)",
+                status=404,
+                code="session_not_found",
+                param="session",
+            )
+        return owner is not None
+
+    def claim(self, tenant: str, session: str) -> None:
+        """Make `session` `tenant`'s (refused if another tenant's)."""
+        if not self.check_access(tenant, session):
+            self.store.batch([self.claim_op(tenant, session)])
+
+    def claim_op(self, tenant: str, session: str) -> Put:
+        """The write that makes `session` `tenant`'s."""
+        record = Record(
+            namespace=_CLAIMS,
+            key=session,
+            kind="session_claim",
+            data={"tenant": tenant, "created": time.time()},
+        )
+        return Put(record=record)
+
+    def open_session(self, tenant: str, session: str) -> tuple[bool, dict[str, Any]]:
+        """Whether `session` is `tenant`'s already, and its proxy state, in one read (404 if
+        the session is another tenant's)."""
+        claim, state = self.store.batch(
+            [
+                Get(namespace=_CLAIMS, key=check_session_id(session)),
+                Get(namespace=(tenant, "proxy"), key=session),
+            ]
+        )
+        if claim is not None and claim.data["tenant"] != tenant:
+            self.check_access(tenant, session)  # raises, with the message
+        return claim is not None, dict(state.data) if state is not None else {}
+
+    def lock(self, tenant: str, session: str) -> asyncio.Lock:
+        """The lock that orders one session's requests in this process."""
+        return self._locks.setdefault((tenant, session), asyncio.Lock())
+
+    def memory(self, tenant: str, session: str) -> LoomMemory:
+        """The session's memory (opened once, kept while used)."""
+        key = (tenant, session)
+        memory = self._memories.get(key)
+        if memory is not None:
+            self._memories.move_to_end(key)
+            return memory
+        memory = LoomMemory(
+            session,
+            store=self.store,
+            namespace=(tenant, "memory", session),
+            embedder=self.embedder,
+            counter=self.counter,
+        )
+        self._memories[key] = memory
+        while len(self._memories) > self.max_open:
+            self._memories.popitem(last=False)[1].close()
+        return memory
+
+    def proxy_state(self, tenant: str, session: str) -> dict[str, Any]:
+        """What the proxy recorded of the session's history (empty for a new session)."""
+        found = self.store.batch([Get(namespace=(tenant, "proxy"), key=session)])[0]
+        return dict(found.data) if found is not None else {}
+
+    def save_proxy_state(self, tenant: str, session: str, state: Mapping[str, Any]) -> None:
+        """Keep the proxy's view of the session."""
+        self.store.batch([self.proxy_state_op(tenant, session, state)])
+
+    def proxy_state_op(self, tenant: str, session: str, state: Mapping[str, Any]) -> Put:
+        """The write that keeps the proxy's view of the session."""
+        record = Record(namespace=(tenant, "proxy"), key=session, kind=PROXY_KIND, data=dict(state))
+        return Put(record=record)
+
+    def sessions(self, tenant: str) -> list[dict[str, Any]]:
+        """The tenant's sessions, most recently used first."""
+        scan = Scan(prefix=(tenant, "proxy"), kind=PROXY_KIND, exact=True, newest_first=True)
+        found: list[Record] = self.store.batch([scan])[0]
+        return [
+            {
+                "id": r.key,
+                "model": r.data.get("model"),
+                "messages": r.data.get("count", 0),
+                "requests": r.data.get("requests", 0),
+                "updated_at": r.updated_at,
+            }
+            for r in found
+        ]
+
+    def session_info(self, tenant: str, session: str) -> dict[str, Any]:
+        """One session: its proxy state, its memory's tiers and its reports (404 if unknown)."""
+        if not self.check_access(tenant, session):
+            raise RequestError(
+                f"session {session!r} does not exist", status=404, code="session_not_found"
+            )
+        memory = self.memory(tenant, session)
+        state = self.proxy_state(tenant, session)
+        return {
+            "id": session,
+            "model": state.get("model"),
+            "messages": state.get("count", 0),
+            "requests": state.get("requests", 0),
+            "l1": [t.to_dict() for t in memory.get_l1_tasks(limit=memory.max_l1_size)],
+            "l2": len(memory.get_l2_tasks()),
+            "l3": len(memory.get_l3_summaries()),
+            "reports": self.report_ids(tenant, session),
+        }
+
+    # --- memory -----------------------------------------------------------------------------
+
+    def recall(self, tenant: str, session: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Tasks of the session's memory relevant to `query`, best first."""
+        self.check_access(tenant, session)
+        hits = self.memory(tenant, session).search(query, limit=limit)
+        return [
+            {"task_id": h.task.task_id, "score": round(h.score, 6), "task": h.task.to_dict()}
+            for h in hits
+        ]
+
+    def forget(self, tenant: str, session: str, task_id: str) -> bool:
+        """Delete a task from the session's memory (and its L3 summary); False if absent."""
+        self.check_access(tenant, session)
+        memory = self.memory(tenant, session)
+        ns = memory.namespace
+        found = self.store.batch([Get(namespace=ns, key=f"task:{task_id}")])[0]
+        if found is None:
+            return False
+        self.store.batch(
+            [
+                Delete(namespace=ns, key=f"task:{task_id}"),
+                Delete(namespace=ns, key=f"summary:{task_id}"),
+            ]
+        )
+        return True
+
+    # --- knowledge --------------------------------------------------------------------------
+
+    def knowledge(self, tenant: str, name: str) -> KnowledgeBase:
+        """The tenant's knowledge base `name` (opened once)."""
+        key = (tenant, name)
+        kb = self._kbs.get(key)
+        if kb is None:
+            kb = self._kbs[key] = KnowledgeBase(
+                f"{tenant}.{name}", self.store, embedder=self.embedder, counter=self.counter
+            )
+        return kb
+
+    def knowledge_bases(self, tenant: TenantConfig) -> list[KnowledgeBase]:
+        """The knowledge bases searched for the tenant's windows."""
+        return [self.knowledge(tenant.name, name) for name in tenant.knowledge]
+
+    # --- reports ----------------------------------------------------------------------------
+
+    def save_report(self, tenant: str, session: str, model: str, report: Mapping[str, Any]) -> str:
+        """Store a window's report; returns its id."""
+        report_id, op = self.report_op(tenant, session, model, report)
+        self.store.batch([op])
+        return report_id
+
+    def report_op(
+        self, tenant: str, session: str, model: str, report: Mapping[str, Any]
+    ) -> tuple[str, Put]:
+        """A new report id, and the write that stores the report under it."""
+        report_id = "rep_" + uuid.uuid4().hex
+        record = Record(
+            namespace=(tenant, "reports"),
+            key=report_id,
+            kind=REPORT_KIND,
+            data={"id": report_id, "session": session, "model": model, "report": dict(report)},
+        )
+        return report_id, Put(record=record)
+
+    def report(self, tenant: str, report_id: str) -> dict[str, Any]:
+        """A stored report of `tenant` (404 for an unknown id, or another tenant's)."""
+        found = self.store.batch([Get(namespace=(tenant, "reports"), key=report_id)])[0]
+        if found is None:
+            raise RequestError(
+                f"report {report_id!r:.80} does not exist for this API key",
+                status=404,
+                code="report_not_found",
+            )
+        out = dict(found.data)
+        out["created_at"] = found.created_at
+        return out
+
+    def report_ids(self, tenant: str, session: str) -> list[str]:
+        """The ids of a session's reports, oldest first."""
+        scan = Scan(
+            prefix=(tenant, "reports"), kind=REPORT_KIND, exact=True, where={"session": session}
+        )
+        return [r.key for r in self.store.batch([scan])[0]]
+
+    def close(self) -> None:
+        """Close the memories, knowledge bases and (if opened here) the store."""
+        while self._memories:
+            self._memories.popitem()[1].close()
+        for kb in self._kbs.values():
+            kb.close()
+        self._kbs.clear()
+        if self._owns_store:
+            close = getattr(self.store, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,292 @@
+"""Forwarding to the model behind a configured name, and back in OpenAI's wire format.
+
+Both upstreams stream (a client that did not ask to stream gets the assembled completion) and
+yield OpenAI ``chat.completion.chunk`` dicts:
+
+- `OpenAIUpstream` sends with the official `openai` SDK (its retries, timeouts and error
+  types) and passes the upstream's chunks through as they come: the client's other fields
+  (`temperature`, `tool_choice`, `response_format`...) are sent as given, and tool calls come
+  back exactly as the model streamed them.
+- `AnthropicUpstream` sends through Loom's `AnthropicLLM` (the official `anthropic` SDK, with
+  the window's prompt-cache breakpoints) and turns its chunks into OpenAI's: text deltas,
+  tool-call deltas (id and name first, then argument fragments), the finish reason, usage.
+
+Neither SDK retries (``max_retries=0``): the client has a retry policy of its own, and a proxy
+that retried too would multiply it. An upstream's refusal (a 4xx/5xx) is an `UpstreamError`
+carrying its status and an OpenAI error body; the upstream key is read from the environment
+variable the config names, and appears in no log line and no response.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from loomctx.agent.llm import LLMOptions, check_model_requests_allowed
+from loomctx.errors import LoomError, ProviderError
+from loomctx.messages import Message
+from loomctx.server._config import ModelConfig
+from loomctx.server._errors import error_body
+
+__all__ = ["AnthropicUpstream", "OpenAIUpstream", "Reply", "UpstreamError", "upstream_for"]
+
+_NO_KEY = "no-key-needed"
+
+
+class UpstreamError(LoomError):
+    """The upstream refused or failed a request: `status` and an OpenAI error `body`."""
+
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
+        super().__init__(f"upstream answered {status}: {body}")
+        self.status = status
+        self.body = dict(body)
+
+
+def _key(config: ModelConfig) -> str:
+    if config.api_key_env:
+        value = os.environ.get(config.api_key_env, "")
+        if value:
+            return value
+    return _NO_KEY
+
+
+class Reply:
+    """The completion assembled from chunks: what is recorded, and what a non-streaming
+    client gets."""
+
+    def __init__(self, model: str) -> None:
+        self.id = ""
+        self.model = model
+        self.created = int(time.time())
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        """Fold one chunk in."""
+        self.id = self.id or str(chunk.get("id") or "")
+        self.model = str(chunk.get("model") or self.model)
+        self.created = int(chunk.get("created") or self.created)
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(str(delta["content"]))
+            for call in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(
+                    int(call.get("index", 0)),
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if call.get("id"):
+                    slot["id"] = call["id"]
+                function = call.get("function") or {}
+                if function.get("name"):
+                    slot["function"]["name"] += function["name"]
+                if function.get("arguments"):
+                    slot["function"]["arguments"] += function["arguments"]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    @property
+    def text(self) -> str:
+        """The reply's text."""
+        return "".join(self.content)
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The reply's tool calls, in OpenAI's shape, in order."""
+        return [self.calls[i] for i in sorted(self.calls)]
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message, in OpenAI's shape."""
+        out: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        if self.calls:
+            out["tool_calls"] = self.tool_calls
+        return out
+
+    def completion(self) -> dict[str, Any]:
+        """A ``chat.completion`` body."""
+        out: dict[str, Any] = {
+            "id": self.id or "chatcmpl-" + uuid.uuid4().hex,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": self.message(),
+                    "finish_reason": self.finish_reason or "stop",
+                    "logprobs": None,
+                }
+            ],
+        }
+        if self.usage is not None:
+            out["usage"] = dict(self.usage)
+        return out
+
+
+class OpenAIUpstream:
+    """An OpenAI-compatible server, through the official `openai` SDK."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        import openai
+
+        self.config = config
+        self._openai = openai
+        self.client = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=_key(config), max_retries=0
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        fields: Mapping[str, Any],
+        breakpoints: Sequence[int] = (),
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The upstream's chunks for `messages` and the client's other `fields`."""
+        openai = self._openai
+        check_model_requests_allowed(f"proxy upstream `{self.config.name}`")
+        try:
+            chunks = await self.client.chat.completions.create(
+                model=self.config.upstream_model,
+                messages=list(messages),  # type: ignore[arg-type]
+                stream=True,
+                extra_body=dict(fields),
+            )
+            assert isinstance(chunks, openai.AsyncStream), "stream=True gives a stream"
+            async with chunks:
+                async for chunk in chunks:
+                    yield chunk.model_dump(mode="json", exclude_unset=True)
+        except openai.APIStatusError as exc:
+            raise UpstreamError(exc.status_code, _error_of(exc.body, str(exc))) from None
+        except openai.APIConnectionError as exc:
+            raise UpstreamError(
+                502,
+                error_body(
+                    f"the upstream of model `{self.config.name}` could not be reached: "
+                    f"{type(exc).__name__}",
+                    type="upstream_error",
+                ),
+            ) from None
+
+    async def aclose(self) -> None:
+        """Close the SDK client."""
+        await self.client.close()
+
+
+class AnthropicUpstream:
+    """Anthropic's messages API, through Loom's `AnthropicLLM`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        from loomctx.agent.providers import AnthropicLLM
+
+        self.config = config
+        self.llm = AnthropicLLM(
+            config.upstream_model, base_url=config.base_url, api_key=_key(config), max_retries=0
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]],
+        fields: Mapping[str, Any],
+        breakpoints: Sequence[int] = (),
+    ) -> AsyncIterator[dict[str, Any]]:
+        """OpenAI chunks for Anthropic's stream of `messages`."""
+        options = _anthropic_options(fields, breakpoints)
+        cid = "chatcmpl-" + uuid.uuid4().hex
+        created = int(time.time())
+        model = self.config.name
+
+        def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+            }
+
+        yield chunk({"role": "assistant", "content": ""})
+        try:
+            async for part in self.llm.stream(list(messages), tools=list(tools), options=options):
+                if part.kind == "text":
+                    yield chunk({"content": part.text})
+                elif part.kind == "tool_call_delta":
+                    call: dict[str, Any] = {
+                        "index": part.index,
+                        "function": {"arguments": part.arguments},
+                    }
+                    if part.id is not None:
+                        call["id"], call["type"] = part.id, "function"
+                    if part.name is not None:
+                        call["function"]["name"] = part.name
+                    yield chunk({"tool_calls": [call]})
+                elif part.kind == "completed":
+                    yield chunk({}, part.finish_reason)
+                    if part.usage is not None:
+                        u = part.usage
+                        yield {
+                            "id": cid,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": {
+                                "prompt_tokens": u.input_tokens,
+                                "completion_tokens": u.output_tokens,
+                                "total_tokens": u.input_tokens + u.output_tokens,
+                                "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+                            },
+                        }
+        except ProviderError as exc:
+            status = int(getattr(exc, "status_code", None) or 502)
+            raise UpstreamError(status, error_body(str(exc), type="upstream_error")) from None
+
+    async def aclose(self) -> None:
+        """Close the provider's client."""
+        close = getattr(self.llm, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _anthropic_options(fields: Mapping[str, Any], breakpoints: Sequence[int]) -> LLMOptions:
+    """The client's OpenAI fields that Anthropic has a counterpart for."""
+    max_tokens = fields.get("max_completion_tokens") or fields.get("max_tokens")
+    stop = fields.get("stop")
+    choice = fields.get("tool_choice")
+    if isinstance(choice, Mapping):
+        choice = (choice.get("function") or {}).get("name")
+    return LLMOptions(
+        temperature=fields.get("temperature"),
+        max_tokens=int(max_tokens) if max_tokens else None,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        tool_choice=choice if isinstance(choice, str) else None,
+        cache_breakpoints=tuple(breakpoints),
+    )
+
+
+def _error_of(body: object, message: str) -> dict[str, Any]:
+    """An upstream's error body in OpenAI's shape (wrapped if it is not)."""
+    if isinstance(body, Mapping):
+        if isinstance(body.get("error"), Mapping):
+            return dict(body)
+        if "message" in body:
+            return {"error": dict(body)}
+    return error_body(message, type="upstream_error")
+
+
+def upstream_for(config: ModelConfig) -> OpenAIUpstream | AnthropicUpstream:
+    """The upstream of a configured model."""
+    if config.provider == "anthropic":
+        return AnthropicUpstream(config)
+    return OpenAIUpstream(config)

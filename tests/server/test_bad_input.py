@@ -1,0 +1,185 @@
+"""Bad requests: each a clear HTTP error in OpenAI's shape, and nothing stored."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from loomctx.stores.base import Scan
+from tests.server._http import call
+from tests.server.conftest import ACME_KEY, GLOBEX_KEY
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _records(loom) -> int:
+    return len(loom.service.store.batch([Scan(prefix=())])[0])
+
+
+def _is_openai_error(body: dict, code: str | None = None) -> None:
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["message"]
+    if code is not None:
+        assert body["error"]["code"] == code
+
+
+def test_malformed_json(loom) -> None:
+    status, body, _ = call("POST", f"{loom.v1}/chat/completions", key=ACME_KEY, raw=b"{not json")
+    assert status == 400
+    _is_openai_error(body, "invalid_json")
+    assert "not valid JSON" in body["error"]["message"]
+    assert _records(loom) == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        ([1, 2], "JSON object"),
+        ({"messages": HELLO}, "`model` is required"),
+        ({"model": "gpt-test"}, "`messages`"),
+        ({"model": "gpt-test", "messages": []}, "`messages`"),
+        ({"model": "gpt-test", "messages": ["hi"]}, "`messages[0]`"),
+        ({"model": "gpt-test", "messages": HELLO, "stream": "yes"}, "`stream`"),
+        ({"model": "gpt-test", "messages": HELLO, "tools": {"a": 1}}, "`tools`"),
+        (
+            {
+                "model": "gpt-test",
+                "messages": [{"role": "user", "content": [{"type": "image_url"}]}],
+            },
+            "image_url",
+        ),
+        (
+            {
+                "model": "gpt-test",
+                "messages": [*HELLO, {"role": "tool", "tool_call_id": "x", "content": "orphan"}],
+            },
+            "messages",
+        ),
+    ],
+)
+def test_invalid_requests(loom, payload: object, needle: str) -> None:
+    status, body, _ = call(
+        "POST",
+        f"{loom.v1}/chat/completions",
+        key=ACME_KEY,
+        body=payload,
+        headers={"X-Loom-Session": "bad"},
+    )
+    assert status == 400, body
+    _is_openai_error(body)
+    assert needle in body["error"]["message"]
+    assert _records(loom) == 0
+    assert loom.wire.requests == []
+
+
+def test_unknown_model(loom) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        loom.openai(ACME_KEY).chat.completions.create(model="gpt-nope", messages=HELLO)
+    assert err.value.status_code == 404
+    assert "gpt-nope" in err.value.message
+    assert "gpt-test" in err.value.message  # it says which models exist
+    assert _records(loom) == 0
+
+
+def test_oversized_body(loom) -> None:
+    big = [{"role": "user", "content": "x" * 2_100_000}]
+    with pytest.raises(openai.APIStatusError) as err:
+        loom.openai(ACME_KEY).chat.completions.create(model="gpt-test", messages=big)
+    assert err.value.status_code == 413
+    assert "max_body_bytes" in err.value.message
+
+    # Without a Content-Length (chunked), the limit holds while reading.
+    def chunks():
+        yield b'{"model": "gpt-test", "messages": [{"role": "user", "content": "'
+        for _ in range(30):
+            yield b"y" * 100_000
+        yield b'"}]}'
+
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{loom.v1}/chat/completions",
+        data=chunks(),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {ACME_KEY}",
+            "Content-Type": "application/json",
+            "Transfer-Encoding": "chunked",
+        },
+    )
+    with pytest.raises(urllib.error.HTTPError) as http:
+        urllib.request.urlopen(request, timeout=30)
+    assert http.value.code == 413
+    _is_openai_error(json.loads(http.value.read()), "request_too_large")
+    assert _records(loom) == 0
+
+
+@pytest.mark.parametrize("key", ["sk-wrong", "", None])
+def test_wrong_key(loom, key: str | None) -> None:
+    status, body, _ = call(
+        "POST",
+        f"{loom.v1}/chat/completions",
+        key=key,
+        body={"model": "gpt-test", "messages": HELLO},
+    )
+    assert status == 401
+    _is_openai_error(body, "invalid_api_key")
+    with pytest.raises(openai.AuthenticationError):
+        loom.openai("sk-wrong").models.list()
+    assert _records(loom) == 0
+
+
+def test_another_tenants_session(loom) -> None:
+    from tests.agent._servers import openai_text
+
+    loom.wire.script(openai_text("hi acme"))
+    acme = loom.openai(ACME_KEY)
+    acme.chat.completions.create(model="gpt-test", messages=HELLO, user="acme-private")
+    before = _records(loom)
+    globex = loom.openai(GLOBEX_KEY)
+    with pytest.raises(openai.NotFoundError) as err:
+        globex.chat.completions.create(
+            model="gpt-test",
+            messages=[{"role": "user", "content": "let me in"}],
+            extra_headers={"X-Loom-Session": "acme-private"},
+        )
+    assert "acme-private" in err.value.message
+    assert _records(loom) == before
+    assert len(loom.wire.requests) == 1
+
+
+def test_invalid_session_id(loom) -> None:
+    status, body, _ = call(
+        "POST",
+        f"{loom.v1}/chat/completions",
+        key=ACME_KEY,
+        body={"model": "gpt-test", "messages": HELLO},
+        headers={"X-Loom-Session": "a/b"},
+    )
+    assert status == 400
+    _is_openai_error(body, "invalid_session")
+    assert _records(loom) == 0
+
+
+def test_rest_bad_input(loom) -> None:
+    for method, path, payload in [
+        ("GET", "/sessions/s1/memory", None),
+        ("GET", "/sessions/s1/memory?q=x&limit=0", None),
+        ("POST", "/sessions/s1/memory", {"text": "wrong field"}),
+        ("POST", "/knowledge/handbook/documents", {"body": "no text"}),
+        ("POST", "/knowledge/bad name/documents".replace(" ", "%20"), {"text": "x"}),
+        ("POST", "/knowledge/handbook/documents", {"text": "   "}),
+        ("GET", "/knowledge/handbook/search", None),
+    ]:
+        status, body, _ = call(method, f"{loom.v1}{path}", key=ACME_KEY, body=payload)
+        assert status == 400, (path, body)
+        _is_openai_error(body)
+    status, body, _ = call("GET", f"{loom.v1}/reports/rep_nope", key=ACME_KEY)
+    assert status == 404
+    _is_openai_error(body, "report_not_found")
+    status, body, _ = call("DELETE", f"{loom.v1}/sessions/s1/memory/t1", key=ACME_KEY)
+    assert status == 404
+    assert _records(loom) == 0

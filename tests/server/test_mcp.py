@@ -1,0 +1,110 @@
+"""The MCP face, through the official `mcp` client: over streamable HTTP (the server in this
+process) and over stdio (spawning `loomctx mcp`). Every tool and resource."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from loomctx.knowledge import KnowledgeBase
+from loomctx.stores.sqlite import SQLiteStore
+from tests.server._http import call
+from tests.server.conftest import ACME_KEY
+
+
+def _json(result) -> object:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+async def _exercise(mcp: Client, kb: str) -> None:
+    """Every tool and the knowledge resources, on a fresh session."""
+    tools = {t.name for t in (await mcp.list_tools()).tools}
+    assert tools == {"build_context", "remember", "recall", "forget"}
+    first = _json(await mcp.call_tool("remember", {"content": "My cat is called Miso."}))
+    second = _json(await mcp.call_tool("remember", {"content": "I live in Lisbon."}))
+    hits = _json(await mcp.call_tool("recall", {"query": "cat name", "limit": 3}))
+    assert hits[0]["task_id"] == first["task_id"]
+    assert "Miso" in json.dumps(hits[0]["task"])
+    built = _json(
+        await mcp.call_tool("build_context", {"query": "What is my cat called?", "window": 3000})
+    )
+    text = json.dumps(built["messages"])
+    assert "Miso" in text
+    assert built["messages"][-1] == {"role": "user", "content": "What is my cat called?"}
+    assert built["report"]["window"] == 3000
+    assert built["token_count"] <= 3000 - int(3000 * 0.2)
+    assert built["report_id"].startswith("rep_")
+    gone = _json(await mcp.call_tool("forget", {"task_id": first["task_id"]}))
+    assert gone == {"forgotten": True}
+    assert _json(await mcp.call_tool("forget", {"task_id": first["task_id"]})) == {
+        "forgotten": False
+    }
+    hits = _json(await mcp.call_tool("recall", {"query": "cat Miso"}))
+    assert all(h["task_id"] != first["task_id"] for h in hits)
+    assert any(
+        h["task_id"] == second["task_id"]
+        for h in _json(await mcp.call_tool("recall", {"query": "Lisbon"}))
+    )
+    blank = await mcp.call_tool("remember", {"content": "  "})
+    assert blank.is_error
+    templates = (await mcp.list_resource_templates()).resource_templates
+    assert [t.uri_template for t in templates] == ["loom://knowledge/{name}"]
+    read = await mcp.read_resource(f"loom://knowledge/{kb}")
+    docs = json.loads(read.contents[0].text)
+    assert docs["name"] == kb
+    assert [d["document_id"] for d in docs["documents"]] == ["hb1"]
+
+
+async def test_mcp_over_streamable_http(loom) -> None:
+    status, _, _ = call(
+        "POST",
+        f"{loom.v1}/knowledge/handbook/documents",
+        key=ACME_KEY,
+        body={"text": "The handbook says: lunch is at noon.", "id": "hb1"},
+    )
+    assert status == 201
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(f"{loom.url}/mcp/notes", http_client=http)
+        async with Client(transport) as mcp:
+            await _exercise(mcp, "handbook")
+            missing = await mcp.call_tool("build_context", {"query": "x", "model": "nope"})
+            assert missing.is_error
+    # What MCP remembered is the session's memory, over REST too.
+    status, info, _ = call("GET", f"{loom.v1}/sessions/notes", key=ACME_KEY)
+    assert status == 200
+    assert [t["parameters"]["content"] for t in info["l1"]] == ["I live in Lisbon."]
+    # Without a key, or without a session in the path, MCP answers 401 / 404.
+    assert call("POST", f"{loom.url}/mcp/notes", body={})[0] == 401
+    assert call("POST", f"{loom.url}/mcp", key=ACME_KEY, body={})[0] == 404
+
+
+async def test_mcp_over_stdio(tmp_path: Path) -> None:
+    store = tmp_path / "loom.db"
+    db = SQLiteStore(store)
+    kb = KnowledgeBase("local.notes", db)
+    kb.add_text("Notes: the boiler is serviced in March.", document_id="hb1")
+    kb.close()
+    db.close()
+    config = tmp_path / "loom.toml"
+    config.write_text('[serve.tenants.local]\nknowledge = ["notes"]\n', encoding="utf-8")
+    exe = shutil.which("loomctx", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    params = StdioServerParameters(
+        command=exe,
+        args=["mcp", "--config", str(config), "--store", str(store), "--session", "desk"],
+        env={**os.environ, "LOOM_EMBEDDER": "none"},
+        cwd=str(tmp_path),
+    )
+    async with Client(params) as mcp:
+        resources = (await mcp.list_resources()).resources
+        assert [str(r.uri) for r in resources] == ["loom://knowledge/notes"]
+        await _exercise(mcp, "notes")
