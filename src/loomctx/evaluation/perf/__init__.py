@@ -36,7 +36,7 @@ FULL_SIZES = (100, 1_000, 10_000, 100_000)
 QUICK_SIZES = (50, 200)
 
 
-def _worker(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+def _in_subprocess(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     """One measurement in a fresh interpreter; its JSON answer, or `ConfigError` saying why
     the worker failed (its last lines of stderr)."""
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
@@ -118,11 +118,13 @@ def run_perf(
         say(f"Loom at N={n:,} (a fresh process)")
         config = SizeConfig(data=str(data), n=n, builds=builds, calls=calls, documents=documents,
                             embedder=embedder, embed_wait=embed_wait)  # fmt: skip
-        result["sizes"].append(_worker({"task": "size", "config": asdict(config)}, timeout=timeout))
+        result["sizes"].append(
+            _in_subprocess({"task": "size", "config": asdict(config)}, timeout=timeout)
+        )
     if embedder == "default":
         say("embedding throughput of the shipped embedder")
         request = {"task": "embed", "data": str(data), "texts": embed_texts}
-        result["embedding"] = _worker(request, timeout=timeout)
+        result["embedding"] = _in_subprocess(request, timeout=timeout)
     if peers:
         _run_peers(result, data, Path(peers_dir), builds, calls, documents, peer_time_limit, say)
     json_path = folder / f"{stem}.json"
