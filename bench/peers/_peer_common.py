@@ -77,9 +77,16 @@ def timed_builds(
 def run(peer: str, version: str, body: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Run `body(workload)` (returning ingest_s, build_ms, windows, notes, timed_out) and
     print the answer; a failure is an answer too, with `error` saying what failed."""
-    answer: dict[str, Any] = {"peer": peer, "version": version, "ingest_s": None,
-                              "build_ms": [], "windows": [], "notes": [], "timed_out": False,
-                              "error": None}  # fmt: skip
+    answer: dict[str, Any] = {
+        "peer": peer,
+        "version": version,
+        "ingest_s": None,
+        "build_ms": [],
+        "windows": [],
+        "notes": [],
+        "timed_out": False,
+        "error": None,
+    }
     try:
         answer.update(body(load()))
     except Exception as exc:  # the peer cannot run this workload: say why

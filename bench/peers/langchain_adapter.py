@@ -59,8 +59,13 @@ def body(workload: dict[str, Any]) -> dict[str, Any]:
         "tiktoken o200k per-message counter, max_tokens = the input budget):",
         "no retrieval, so no knowledge documents; tool definitions not counted.",
     ]
-    return {"ingest_s": ingest, "build_ms": build_ms, "windows": windows, "notes": notes,
-            "timed_out": timed_out}  # fmt: skip
+    return {
+        "ingest_s": ingest,
+        "build_ms": build_ms,
+        "windows": windows,
+        "notes": notes,
+        "timed_out": timed_out,
+    }
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ python="${PYTHON:-python3}"
 declare -A specs=(
   [llamaindex]="llama-index-core==0.14.25"
   [langchain]="langchain-core==1.8.1 tiktoken"
-  [autogen]="autogen-core==0.7.5 tiktoken"
+  [autogen]="autogen-core==0.7.5 autogen-ext[openai]==0.7.5"
   [loomagent]="loom-agent==0.5.6"
 )
 peers=("$@")
