@@ -151,7 +151,10 @@ def _run_peers(
     result["peer_notes"] = {}
     counter = TiktokenCounter()
     source = load_source(data, documents=documents)
+    # ../shared/data/tiktoken beside the LoCoMo file; else the same files shipped in Loom.
     tiktoken_dir = Path(data).resolve().parent.parent / "tiktoken"
+    if not tiktoken_dir.is_dir():
+        tiktoken_dir = Path(__file__).resolve().parents[2] / "_data" / "tiktoken"
     with tempfile.TemporaryDirectory(prefix="loomctx-peers-") as tmp:
         for size in result["sizes"]:
             workload = build_workload(source, size["n"], calls=calls)
