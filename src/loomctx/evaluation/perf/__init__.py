@@ -36,6 +36,14 @@ FULL_SIZES = (100, 1_000, 10_000, 100_000)
 QUICK_SIZES = (50, 200)
 
 
+def _load() -> str:
+    """The 1-minute load average (a busy machine's timings are not comparable), or "n/a"."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:  # not available on this platform
+        return "n/a"
+
+
 def _in_subprocess(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     """One measurement in a fresh interpreter; its JSON answer, or `ConfigError` saying why
     the worker failed (its last lines of stderr)."""
@@ -110,7 +118,7 @@ def run_perf(
             "tool_every": TOOL_EVERY,
             "command": command,
             "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
-            f"Python {platform.python_version()}",
+            f"Python {platform.python_version()}, load average {_load()} at the start",
         },
         "sizes": [],
     }
