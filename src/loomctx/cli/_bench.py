@@ -207,3 +207,90 @@ def cost(
         out_console(), title, rows, ["calls", "prompt", "over", "cached", "anthropic", "openai"]
     )
     _write(json_out, result)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s.replace("_", "")) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ConfigError(
+            f"`--sizes` must be turn counts separated by commas (100,1000), got {text!r}"
+        ) from None
+    if not sizes:
+        raise ConfigError("`--sizes` is empty: give turn counts such as 100,1000")
+    return sizes
+
+
+@bench_app.command("perf")
+def perf(
+    sizes: Annotated[
+        str | None,
+        typer.Option("--sizes", help="History sizes in turns [default: 100,1000,10000,100000]."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for <date>.json, <date>.md and the plots.")
+    ] = Path("bench/results"),
+    data: Annotated[
+        Path, typer.Option("--data", help="The LoCoMo file the workload is made from.")
+    ] = Path("../shared/data/locomo/locomo10_dev.json"),
+    peers: Annotated[
+        bool, typer.Option("--peers", help="Also run the peers set up by bench/peers/setup.sh.")
+    ] = False,
+    peers_dir: Annotated[
+        Path, typer.Option("--peers-dir", help="Where the peers' adapters and venvs are.")
+    ] = Path("bench/peers"),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Small sizes (50,200), 10 builds, 4 calls, 40 documents."),
+    ] = False,
+    builds: Annotated[
+        int | None, typer.Option("--builds", min=1, help="Timed builds per size [default: 50].")
+    ] = None,
+    lexical: LexicalOption = False,
+    embed_wait: Annotated[
+        float,
+        typer.Option(
+            "--embed-wait", min=0, help="Seconds the memory's vectors may catch up before builds."
+        ),
+    ] = 60.0,
+) -> None:
+    """Build latency, tokens and billed tokens per call, ingest, embedding and memory at
+    N turns of history, for Loom and (with --peers) its peers; writes a report with plots."""
+    from loomctx.evaluation.perf import FULL_SIZES, QUICK_SIZES, run_perf
+
+    chosen = _sizes(sizes) if sizes else (QUICK_SIZES if quick else FULL_SIZES)
+    command = "loomctx bench perf " + " ".join(
+        a for a in (f"--sizes {','.join(map(str, chosen))}", "--quick" * quick,
+                    "--peers" * peers, "--lexical" * lexical) if a
+    )  # fmt: skip
+    result = run_perf(
+        data,
+        out,
+        sizes=chosen,
+        builds=builds or (10 if quick else 50),
+        calls=4 if quick else 20,
+        documents=40 if quick else 200,
+        embedder="none" if lexical else "default",
+        embed_wait=embed_wait,
+        embed_texts=64 if quick else 256,
+        peers=peers,
+        peers_dir=peers_dir,
+        peer_time_limit=20.0 if quick else 60.0,
+        command=command,
+        progress=_progress,
+    )
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for size in result["sizes"]:
+        for key in ("orchestrator", "memory"):
+            e = size[key]
+            rows.append((f"{key}, N={size['n']:,}", {
+                "p50 ms": f"{e['p50_ms']:.2f}", "p95 ms": f"{e['p95_ms']:.2f}",
+                "tokens": round(e["mean_tokens"]),
+                "utilization": e["utilization"], "over": e["over_budget"],
+                "split": e["split_tool_units"],
+                "billed": round(e["calls"]["billed_anthropic"]),
+            }))  # fmt: skip
+    columns = ["p50 ms", "p95 ms", "tokens", "utilization", "over", "split", "billed"]
+    print_table(out_console(), "Loom per build (billed: Anthropic, per call)", rows, columns)
+    for file in result["files"]:
+        err_console().print(f"written: {file}", style="dim", markup=False)

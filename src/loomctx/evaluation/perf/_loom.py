@@ -1,0 +1,361 @@
+"""Loom on one size of the workload, measured in the process that calls `measure_size`
+(`loomctx bench perf` calls it in a fresh subprocess per size, so resident memory is the
+size's own).
+
+Two strategies, each built with an 8,000-token window and 1,000 reserved:
+
+- `orchestrator`: `ContextOrchestrator` over the history (`HistorySource`), the knowledge base
+  (`UnifiedRetrievalSource`), the tools, the system prompt and the user's turn;
+- `memory`: the same, with the history recorded in a `LoomMemory` on a SQLite file and read
+  through `L1RecentSource`, `L2ImportantSource` and `UnifiedRetrievalSource` (the archive,
+  L4, and the knowledge base), as `Agent` builds it.
+
+For each: `builds` timed builds rotating over the queries, whose vectors are embedded before
+timing (the query embedding is measured on its own, uncached), then `calls` calls of the
+conversation going on (one exchange added per call) for the tokens a provider bills under
+prompt caching; every window of both phases is scored (`score.score_window`). Also: ingest
+throughput into the memory, promotion, how many records have vectors when builds start, and
+the process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from loomctx.context.block import ContextSource
+from loomctx.context.orchestrator import ContextOrchestrator, LayoutState, repeated_prefix_tokens
+from loomctx.context.sources import (
+    HistorySource,
+    L1RecentSource,
+    L2ImportantSource,
+    PromptSource,
+    ToolSource,
+    UnifiedRetrievalSource,
+    UserInputSource,
+)
+from loomctx.embeddings import Embedder, default_embedder
+from loomctx.errors import ConfigError
+from loomctx.evaluation.cost import PRICES
+from loomctx.evaluation.perf._workload import (
+    SYSTEM,
+    TOOLS,
+    Workload,
+    build_workload,
+    load_source,
+)
+from loomctx.evaluation.perf.score import (
+    DocumentProbe,
+    WindowScore,
+    percentile,
+    score_window,
+    summarize,
+)
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import tasks_from_messages
+from loomctx.messages import Message
+from loomctx.stores.base import Unembedded
+from loomctx.stores.sqlite import SQLiteStore
+from loomctx.tokens import TOKENS_REPLY_PRIMING, TiktokenCounter, TokenCounter
+
+__all__ = ["SizeConfig", "measure_size", "peak_rss_mb"]
+
+EmbedderChoice = Literal["default", "none"]
+_INGEST_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SizeConfig:
+    """What one size's measurement needs; plain values, so it crosses a process boundary."""
+
+    data: str
+    n: int
+    builds: int = 50
+    calls: int = 20
+    documents: int = 200
+    embedder: EmbedderChoice = "default"
+    embed_wait: float = 60.0
+    window: int = 8000
+    reserve: int = 1000
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, in MB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+class _Judge:
+    def __init__(self, workload: Workload, counter: TokenCounter) -> None:
+        self.workload = workload
+        self.counter = counter
+        self.probe = DocumentProbe(workload.documents)
+
+    def __call__(self, window: Mapping[str, Any], query: str) -> WindowScore:
+        return score_window(
+            window,
+            counter=self.counter,
+            available=self.workload.available,
+            system=SYSTEM,
+            query=query,
+            documents=self.probe,
+        )
+
+
+def _orchestrator(
+    sources: list[ContextSource], workload: Workload, counter: TokenCounter
+) -> ContextOrchestrator:
+    return ContextOrchestrator(
+        token_counter=counter,
+        sources=[PromptSource(SYSTEM), ToolSource(list(TOOLS)), *sources, UserInputSource()],
+        model_context_window=workload.window,
+        output_reserve_ratio=workload.reserve / workload.window,
+        state=LayoutState(),
+    )
+
+
+async def _latency(
+    orch: ContextOrchestrator, workload: Workload, judge: _Judge, builds: int
+) -> dict[str, Any]:
+    for query in workload.queries:  # warm: each query's vector is cached from here on
+        await orch.build(query=query)
+    samples: list[float] = []
+    scores: list[WindowScore] = []
+    for i in range(builds):
+        query = workload.queries[i % len(workload.queries)]
+        start = time.perf_counter()
+        window = await orch.build(query=query)
+        samples.append((time.perf_counter() - start) * 1000)
+        scores.append(judge(window.to_openai(), query))
+    return summarize(samples, scores, available=workload.available)
+
+
+async def _calls(
+    orch: ContextOrchestrator,
+    workload: Workload,
+    judge: _Judge,
+    record: Callable[[Message, Message], None],
+) -> tuple[dict[str, Any], list[WindowScore]]:
+    """The conversation going on: a build per exchange, then the exchange recorded."""
+    previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
+    prompts: list[tuple[int, int]] = []
+    scores: list[WindowScore] = []
+    for asked, said in workload.continuation:
+        window = await orch.build(query=asked)
+        cached = repeated_prefix_tokens(judge.counter, previous, window.messages, window.tools)
+        score = judge(window.to_openai(), asked)
+        prompts.append((score.tokens, cached))
+        scores.append(score)
+        previous = (window.messages, window.tools)
+        record(Message.user(asked), Message.assistant(said))
+    return _billed(prompts), scores
+
+
+def _billed(prompts: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """Per call, over the calls after the first (whose cache is cold for every strategy):
+    mean prompt tokens, the cached share and billed tokens per provider (`cost.PRICES`)."""
+    warm = list(prompts[1:]) or list(prompts)
+    prompt = sum(p for p, _ in warm)
+    cached = sum(c for _, c in warm)
+    out: dict[str, Any] = {
+        "calls": len(prompts),
+        "mean_prompt_tokens": round(prompt / len(warm), 1) if warm else 0.0,
+        "cached_share": round(cached / prompt, 4) if prompt else 0.0,
+    }
+    for provider, (read, write) in PRICES.items():
+        billed = read * cached + write * (prompt - cached)
+        out[f"billed_{provider}"] = round(billed / len(warm), 1) if warm else 0.0
+    return out
+
+
+def _whole_history(workload: Workload, counter: TokenCounter) -> dict[str, Any]:
+    """Sending the system prompt, the tools and every earlier message on every call: the
+    prompt grows by the last exchange, all of the previous one is a cached prefix."""
+    tools = list(TOOLS)
+    base = counter.count_messages([Message.system(SYSTEM), *workload.history], tools=tools)
+    prompts: list[tuple[int, int]] = []
+    previous = 0
+    over = 0
+    for asked, said in workload.continuation:
+        user = counter.count_messages([Message.user(asked)]) - TOKENS_REPLY_PRIMING
+        tokens = base + user
+        over += tokens > workload.available
+        prompts.append((tokens, previous))
+        previous = tokens
+        base = tokens + counter.count_messages([Message.assistant(said)]) - TOKENS_REPLY_PRIMING
+    out = _billed(prompts)
+    out["over_budget"] = over
+    out["first_call_tokens"] = prompts[0][0] if prompts else 0
+    return out
+
+
+def _with_calls(
+    latency: dict[str, Any], billed: dict[str, Any], scores: list[WindowScore], available: int
+) -> dict[str, Any]:
+    """The latency summary, with the calls' windows counted in its violations too."""
+    calls = summarize([], scores, available=available)
+    out = dict(latency)
+    for key in ("over_budget", "split_tool_units", "windows", "system_present", "query_present"):
+        out[key] += calls[key]
+    out["calls"] = {
+        **billed,
+        "utilization": calls["utilization"],
+        "over_budget": calls["over_budget"],
+    }
+    return out
+
+
+def _unembedded(store: SQLiteStore, embedder: Embedder, memory: LoomMemory) -> int:
+    op = Unembedded(model=embedder.name, prefix=memory.namespace, limit=10**9, exact=True)
+    return len(store.batch([op])[0])
+
+
+def _wait_for_vectors(
+    memory: LoomMemory, store: SQLiteStore, embedder: Embedder, seconds: float
+) -> dict[str, Any]:
+    """Let the background embedder work up to `seconds`, then stop it (builds are timed
+    without it competing for the cores) and count what has vectors."""
+    start = time.perf_counter()
+    background = memory.background
+    assert background is not None  # an embedder was given
+    while time.perf_counter() - start < seconds:
+        time.sleep(0.5)
+        pending = Unembedded(model=embedder.name, prefix=memory.namespace, limit=1, exact=True)
+        if not store.batch([pending])[0]:
+            break
+    background.stop()
+    waited = time.perf_counter() - start
+    missing = _unembedded(store, embedder, memory)
+    embedded = background.embedded
+    total = embedded + missing
+    return {
+        "waited_s": round(waited, 1),
+        "embedded": embedded,
+        "without_vectors": missing,
+        "coverage": round(embedded / total, 4) if total else 1.0,
+        "texts_per_s": round(embedded / background.seconds, 1) if background.seconds else None,
+    }
+
+
+def _query_embedding(embedder: Embedder, queries: Sequence[str]) -> dict[str, Any]:
+    samples = []
+    for i, q in enumerate([*queries, *queries][:20]):
+        start = time.perf_counter()
+        embedder.embed([f"{q} ({i})"], kind="query")  # distinct: never from the cache
+        samples.append((time.perf_counter() - start) * 1000)
+    return {
+        "p50_ms": round(percentile(samples, 50), 3),
+        "p95_ms": round(percentile(samples, 95), 3),
+        "uncached": True,
+    }
+
+
+def measure_size(config: SizeConfig) -> dict[str, Any]:
+    """Loom on the workload of size `config.n` (see the module docstring); JSON-ready."""
+    if config.builds < 1 or config.calls < 2:
+        raise ConfigError(
+            f"`builds` must be >= 1 and `calls` >= 2, got {config.builds!r}, {config.calls!r}"
+        )
+    counter = TiktokenCounter()
+    source = load_source(config.data, documents=config.documents)
+    workload = build_workload(
+        source, config.n, calls=config.calls, window=config.window, reserve=config.reserve
+    )
+    judge = _Judge(workload, counter)
+    embedder: Embedder | None = default_embedder() if config.embedder == "default" else None
+    out: dict[str, Any] = {"n": config.n, "tool_units": workload.tool_units}
+    with tempfile.TemporaryDirectory(prefix="loomctx-perf-") as tmp:
+        kb_store = SQLiteStore(Path(tmp) / "knowledge.db")
+        memory_store = SQLiteStore(Path(tmp) / "memory.db")
+        kb = KnowledgeBase("notes", kb_store, embedder=embedder, counter=counter)
+        start = time.perf_counter()
+        for i, doc in enumerate(workload.documents):
+            kb.add_text(doc, document_id=f"note-{i:04}")
+        out["knowledge_ingest_s"] = round(time.perf_counter() - start, 2)
+        if embedder is not None:
+            out["query_embedding"] = _query_embedding(embedder, workload.queries)
+
+        history = HistorySource(workload.history)
+        orch = _orchestrator(
+            [history, UnifiedRetrievalSource(knowledge_bases=[kb])], workload, counter
+        )
+        latency = asyncio.run(_latency(orch, workload, judge, config.builds))
+        billed, scores = asyncio.run(
+            _calls(orch, workload, judge, lambda u, a: history.extend([u, a]))
+        )
+        out["orchestrator"] = _with_calls(latency, billed, scores, workload.available)
+        out["whole_history"] = _whole_history(workload, counter)
+
+        memory = LoomMemory("perf", store=memory_store, embedder=embedder, counter=counter)
+        try:
+            tasks = tasks_from_messages(workload.history)
+            start = time.perf_counter()
+            for k in range(0, len(tasks), _INGEST_BATCH):
+                memory.add_tasks(tasks[k : k + _INGEST_BATCH])
+            took = time.perf_counter() - start
+            out["ingest"] = {
+                "turns": config.n,
+                "tasks": len(tasks),
+                "seconds": round(took, 3),
+                "turns_per_s": round(config.n / took, 1),
+            }
+            start = time.perf_counter()
+            memory.promote_tasks()
+            out["promotion_s"] = round(time.perf_counter() - start, 3)
+            if embedder is not None:
+                out["vectors"] = _wait_for_vectors(
+                    memory, memory_store, embedder, config.embed_wait
+                )
+            orch = _orchestrator(
+                [
+                    L1RecentSource(memory),
+                    L2ImportantSource(memory),
+                    UnifiedRetrievalSource(memory, [kb]),
+                ],
+                workload,
+                counter,
+            )
+            latency = asyncio.run(_latency(orch, workload, judge, config.builds))
+            billed, scores = asyncio.run(
+                _calls(
+                    orch,
+                    workload,
+                    judge,
+                    lambda u, a: memory.add_tasks(tasks_from_messages([u, a])),
+                )
+            )
+            out["memory"] = _with_calls(latency, billed, scores, workload.available)
+        finally:
+            memory.close()
+            kb.close()
+            kb_store.close()
+            memory_store.close()
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def embedding_throughput(data: str, *, texts: int = 256, batch: int = 32) -> dict[str, Any]:
+    """Texts per second of the shipped embedder on LoCoMo turns, in batches of `batch`."""
+    embedder = default_embedder()
+    turns = load_source(data, documents=1).turns
+    embedder.embed(["warm up the model"])
+    sample = [f"{turns[i % len(turns)]} ({i})" for i in range(texts)]
+    start = time.perf_counter()
+    for k in range(0, texts, batch):
+        embedder.embed(sample[k : k + batch])
+    took = time.perf_counter() - start
+    return {
+        "model": embedder.name,
+        "texts": texts,
+        "batch": batch,
+        "seconds": round(took, 2),
+        "texts_per_s": round(texts / took, 1),
+    }

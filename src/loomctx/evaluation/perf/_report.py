@@ -1,0 +1,360 @@
+"""The Markdown report and PNG plots of `loomctx bench perf`, from its JSON result.
+
+The report puts issue 19's targets beside the measured figures and says which are not met;
+a target whose size was not measured in the run says so instead of borrowing another size's
+number. Plots need matplotlib (the `bench` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from loomctx.errors import MissingExtraError
+
+__all__ = ["plot", "targets", "write_markdown"]
+
+Result = Mapping[str, Any]
+_LOOM = (("orchestrator", "Loom ContextOrchestrator"), ("memory", "Loom LoomMemory (SQLite)"))
+
+
+def _size(result: Result, n: int) -> Result | None:
+    return next((s for s in result["sizes"] if s["n"] == n), None)
+
+
+def _largest(result: Result) -> Result:
+    return max(result["sizes"], key=lambda s: s["n"])
+
+
+def _row(goal: str, target: str, measured: str, ok: bool | None) -> tuple[str, str, str, str]:
+    verdict = "not measured" if ok is None else ("met" if ok else "**NOT met**")
+    return goal, target, measured, verdict
+
+
+def _p50(result: Result, n: int, path: str) -> float | None:
+    size = _size(result, n)
+    return None if size is None else float(size[path]["p50_ms"])
+
+
+def _at(result: Result, n: int, path: str, limit: float, label: str) -> tuple[str, ...]:
+    p50 = _p50(result, n, path)
+    if p50 is None:
+        return _row(label, f"<= {limit} ms", f"N={n:,} not in this run", None)
+    return _row(label, f"<= {limit} ms", f"{p50:.2f} ms", p50 <= limit)
+
+
+def targets(result: Result) -> list[tuple[str, ...]]:
+    """Issue 19's targets, each with the measured figure and a verdict."""
+    rows = [
+        _at(result, 10_000, "orchestrator", 1.5, "orchestrator build p50 at N=10k"),
+        _at(result, 10_000, "memory", 3.0, "memory-path build p50 at N=10k"),
+        _at(result, 100_000, "memory", 3.0, "memory-path build p50 at N=100k"),
+    ]
+    for path in ("orchestrator", "memory"):
+        low, high = _p50(result, 1_000, path), _p50(result, 100_000, path)
+        if low is None or high is None:
+            rows.append(
+                _row(f"growth {path} p50(100k)/p50(1k)", "<= 2", "needs N=1k and 100k", None)
+            )
+        else:
+            ratio = high / low
+            rows.append(
+                _row(f"growth {path} p50(100k)/p50(1k)", "<= 2", f"{ratio:.2f}", ratio <= 2)
+            )
+    ten = _size(result, 10_000)
+    llama = (ten or {}).get("peers", {}).get("llamaindex_memory")
+    if ten is None or not llama or llama.get("error") or not llama["builds"]:
+        rows.append(_row("vs llama-index Memory at N=10k", ">= 10x faster", "no peer figure", None))
+    else:
+        ratio = llama["p50_ms"] / ten["orchestrator"]["p50_ms"]
+        rows.append(
+            _row("vs llama-index Memory at N=10k", ">= 10x faster", f"{ratio:.1f}x", ratio >= 10)
+        )
+    big = _largest(result)
+    query = big.get("query_embedding")
+    if query:
+        total = query["p50_ms"] + big["memory"]["p50_ms"]
+        rows.append(
+            _row(
+                f"memory build + query embedding, N={big['n']:,}",
+                "<= 25 ms",
+                f"{total:.1f} ms",
+                total <= 25,
+            )
+        )
+    else:
+        rows.append(_row("build + query embedding", "<= 25 ms", "lexical-only run", None))
+    rate = big["ingest"]["turns_per_s"]
+    rows.append(
+        _row(f"durable ingest, N={big['n']:,}", ">= 2,000 turns/s", f"{rate:,.0f}", rate >= 2000)
+    )
+    embed = result.get("embedding")
+    if embed:
+        rate = embed["texts_per_s"]
+        rows.append(_row("embedding throughput", ">= 500 texts/s", f"{rate:,.0f}", rate >= 500))
+    else:
+        rows.append(_row("embedding throughput", ">= 500 texts/s", "lexical-only run", None))
+    hundred = _size(result, 100_000)
+    if hundred is None:
+        rows.append(_row("promotion after a 100k import", "<= 5 s", "N=100k not in this run", None))
+        rows.append(_row("RSS with 100k stored turns", "<= 500 MB", "N=100k not in this run", None))
+    else:
+        rows.append(
+            _row(
+                "promotion after a 100k import",
+                "<= 5 s",
+                f"{hundred['promotion_s']:.1f} s",
+                hundred["promotion_s"] <= 5,
+            )
+        )
+        rss = hundred["peak_rss_mb"]
+        rows.append(_row("RSS with 100k stored turns", "<= 500 MB", f"{rss:,.0f} MB", rss <= 500))
+    over = sum(s[p]["over_budget"] for s in result["sizes"] for p, _ in _LOOM)
+    split = sum(s[p]["split_tool_units"] for s in result["sizes"] for p, _ in _LOOM)
+    windows = sum(s[p]["windows"] for s in result["sizes"] for p, _ in _LOOM)
+    rows.append(
+        _row(
+            "budget violations / split tool units",
+            "0 / 0",
+            f"{over} / {split} in {windows:,} windows",
+            over == 0 and split == 0,
+        )
+    )
+    util = min(s[p]["utilization"] for s in result["sizes"] for p, _ in _LOOM)
+    rows.append(_row("utilization (lowest)", ">= 90%", f"{util:.1%}", util >= 0.9))
+    return rows
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _strategies(result: Result) -> list[tuple[str, Callable[[Result], Result | None]]]:
+    def loom(key: str) -> Callable[[Result], Result | None]:
+        return lambda size: size[key]
+
+    def peer(name: str) -> Callable[[Result], Result | None]:
+        return lambda size: size.get("peers", {}).get(name)
+
+    names = sorted({p for s in result["sizes"] for p in s.get("peers", {})})
+    return [
+        *((label, loom(key)) for key, label in _LOOM),
+        *((f"peer: {name}", peer(name)) for name in names),
+    ]
+
+
+def _cell(entry: Result | None, fmt: Callable[[Result], str]) -> str:
+    if entry is None:
+        return "–"
+    if entry.get("error"):
+        return "fails"
+    if not entry.get("builds"):
+        return "timed out" if entry.get("timed_out") else "–"
+    return fmt(entry)
+
+
+def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
+    """The report, with `plots` (PNG file names beside it) embedded."""
+    sizes = [s["n"] for s in result["sizes"]]
+    head = ["strategy", *(f"N={n:,}" for n in sizes)]
+    cfg = result["config"]
+    lines = [
+        f"# `loomctx bench perf`, {result['date']}",
+        "",
+        f"{cfg['machine']}. Workload: LoCoMo history of N turns with a tool unit every "
+        f"{cfg['tool_every']} turns, {cfg['documents']} knowledge documents, 5 tools, a "
+        f"{cfg['window']:,}-token window with {cfg['reserve']:,} reserved; {cfg['builds']} "
+        f"timed builds per strategy and size, then {cfg['calls']} calls of the conversation "
+        f"going on; embedder: {cfg['embedder']}. Command: `{cfg['command']}`.",
+        "",
+        "## Targets (issue 19)",
+        "",
+        *_table(["what", "target", "measured", "verdict"], targets(result)),
+    ]
+    short = [f"{r[0]} ({r[2]}, target {r[1]})" for r in targets(result) if r[3] == "**NOT met**"]
+    verdict = "; ".join(short) if short else "nowhere among the targets measured"
+    lines += [f"Where Loom falls short in this run: {verdict}.", ""]
+    strategies = _strategies(result)
+
+    def by_size(fmt: Callable[[Result], str]) -> list[str]:
+        rows = [
+            [label, *(_cell(get(s), fmt) for s in result["sizes"])] for label, get in strategies
+        ]
+        return _table(head, rows)
+
+    lines += ["## Build latency, p50 / p95 ms", ""]
+    lines += by_size(lambda e: f"{e['p50_ms']:.2f} / {e['p95_ms']:.2f}")
+    lines += ["## Windows: mean tokens, utilization of the input budget", ""]
+    lines += by_size(lambda e: f"{e['mean_tokens']:,.0f} ({e['utilization']:.0%})")
+    lines += ["## Windows: over budget / split tool units / system prompt / query, counted", ""]
+    lines += by_size(
+        lambda e: (
+            f"{e['over_budget']} / {e['split_tool_units']} / {e['system_present']} / "
+            f"{e['query_present']} of {e['windows']}"
+        )
+    )
+    lines += ["## Windows: knowledge documents present (mean) / tool units kept as calls", ""]
+    lines += by_size(lambda e: f"{e['documents']:.1f} / {e['tool_units']:.1f}")
+    lines += ["## Per call, the conversation going on (first call, a cold cache, left out)", ""]
+    rows = []
+    for key, label in (*_LOOM, ("whole_history", "whole history")):
+        for s in result["sizes"]:
+            c = s[key]["calls"] if key != "whole_history" else s[key]
+            rows.append(
+                [
+                    label,
+                    f"{s['n']:,}",
+                    f"{c['mean_prompt_tokens']:,.0f}",
+                    f"{c['cached_share']:.1%}",
+                    f"{c['billed_anthropic']:,.0f}",
+                    f"{c['billed_openai']:,.0f}",
+                    f"{c['over_budget']} of {c['calls']}",
+                ]
+            )
+    header = ["strategy", "N", "prompt tokens", "cached", "billed (Anthropic)"]
+    lines += _table([*header, "billed (OpenAI)", "calls over budget"], rows)
+    lines += ["## Memory path: ingest, promotion, vectors, resident memory", ""]
+    rows = []
+    for s in result["sizes"]:
+        vec = s.get("vectors")
+        vectors = (
+            (
+                f"{vec['coverage']:.1%} ({vec['without_vectors']:,} without, after "
+                f"{vec['waited_s']:.0f} s)"
+            )
+            if vec
+            else "lexical only"
+        )
+        rows.append(
+            [
+                f"{s['n']:,}",
+                f"{s['ingest']['turns_per_s']:,.0f}",
+                f"{s['promotion_s']:.2f}",
+                vectors,
+                f"{s['peak_rss_mb']:,.0f}",
+            ]
+        )
+    lines += _table(
+        ["N", "ingest turns/s", "promotion s", "records with vectors", "peak RSS MB"], rows
+    )
+    embed = result.get("embedding")
+    if embed:
+        lines += [
+            f"Embedding throughput of `{embed['model']}`: {embed['texts_per_s']:,.1f} "
+            f"texts/s ({embed['texts']} LoCoMo turns in batches of {embed['batch']}).",
+            "",
+        ]
+        query = _largest(result).get("query_embedding")
+        if query:
+            lines += [
+                f"Query embedding (uncached, reported apart from the builds): p50 "
+                f"{query['p50_ms']:.1f} ms, p95 {query['p95_ms']:.1f} ms.",
+                "",
+            ]
+    lines += _peers(result)
+    lines += ["## Plots", ""]
+    lines += [f"![{name}]({name})" for name in plots]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _peers(result: Result) -> list[str]:
+    notes = result.get("peer_notes") or {}
+    missing = result.get("peers_missing") or []
+    if not notes and not missing:
+        return []
+    lines = ["## Peers: what each can and cannot do in this workload", ""]
+    for name, said in notes.items():
+        lines.append(f"- **{name}**: " + " ".join(said))
+        errors = {
+            s["n"]: s["peers"][name]["error"]
+            for s in result["sizes"]
+            if s.get("peers", {}).get(name, {}).get("error")
+        }
+        lines += [f"  - fails at N={n:,}: {e}" for n, e in errors.items()]
+    lines += [f"- not run: {m}" for m in missing]
+    return [*lines, ""]
+
+
+def plot(result: Result, folder: Path, stem: str) -> list[str]:
+    """Four PNG plots beside the report; returns their file names."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingExtraError(
+            feature="`loomctx bench perf` plots", extra="bench", module="matplotlib"
+        ) from exc
+    sizes = [s["n"] for s in result["sizes"]]
+    strategies = _strategies(result)
+    names = []
+
+    def figure(
+        name: str,
+        title: str,
+        ylabel: str,
+        series: list[tuple[str, list[float | None]]],
+        *,
+        log_y: bool,
+    ) -> None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for label, ys in series:
+            xs = [x for x, y in zip(sizes, ys, strict=True) if y is not None]
+            if xs:
+                ax.plot(xs, [y for y in ys if y is not None], marker="o", label=label)
+        ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set(title=title, xlabel="N turns in the history", ylabel=ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        file = f"{stem}-{name}.png"
+        fig.savefig(folder / file, dpi=110)
+        plt.close(fig)
+        names.append(file)
+
+    def values(get: Callable[[Result], Result | None], key: str) -> list[float | None]:
+        out: list[float | None] = []
+        for s in result["sizes"]:
+            e = get(s)
+            ok = e is not None and not e.get("error") and e.get("builds")
+            out.append(float(e[key]) if ok and e is not None else None)
+        return out
+
+    figure(
+        "latency",
+        "Build latency p50 (ms)",
+        "ms",
+        [(label, values(get, "p50_ms")) for label, get in strategies],
+        log_y=True,
+    )
+
+    def per_call(key: str) -> list[tuple[str, list[float | None]]]:
+        series: list[tuple[str, list[float | None]]] = [
+            (label, [float(s[k]["calls"][key]) for s in result["sizes"]]) for k, label in _LOOM
+        ]
+        whole: list[float | None] = [float(s["whole_history"][key]) for s in result["sizes"]]
+        return [*series, ("whole history", whole)]
+
+    figure("tokens", "Prompt tokens per call", "tokens", per_call("mean_prompt_tokens"), log_y=True)
+    figure(
+        "billed",
+        "Billed input tokens per call (Anthropic cache prices)",
+        "tokens",
+        per_call("billed_anthropic"),
+        log_y=True,
+    )
+    available = result["config"]["window"] - result["config"]["reserve"]
+    figure(
+        "utilization",
+        "Utilization of the input budget",
+        f"share of {available:,} tokens",
+        [(label, values(get, "utilization")) for label, get in strategies],
+        log_y=False,
+    )
+    return names

@@ -1,0 +1,128 @@
+"""Loom's side of `loomctx bench perf`, in this process (the CLI runs it in a subprocess
+per size): the measurements are made on real windows and agree with each other; and the
+report's targets compare each figure with issue 19's goal at the size it is set for."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loomctx.errors import ConfigError
+from loomctx.evaluation.perf import run_perf
+from loomctx.evaluation.perf._loom import SizeConfig, measure_size
+from loomctx.evaluation.perf._report import targets
+from loomctx.evaluation.perf._worker import run
+from tests.evaluation.perf_data import write_perf_locomo
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> str:
+    return str(write_perf_locomo(tmp_path / "locomo.json"))
+
+
+def test_a_size_with_the_shipped_embedder_reports_vectors_and_the_query_apart(data: str) -> None:
+    config = SizeConfig(data=data, n=40, builds=3, calls=2, documents=10, embed_wait=60)
+    out = measure_size(config)
+    vectors = out["vectors"]
+    assert vectors["without_vectors"] == 0
+    assert vectors["coverage"] == 1.0
+    assert vectors["embedded"] >= out["ingest"]["tasks"]
+    assert out["query_embedding"]["uncached"]
+    assert out["query_embedding"]["p50_ms"] > 0
+    for path in ("orchestrator", "memory"):
+        entry = out[path]
+        assert entry["windows"] == 3 + 2
+        assert entry["over_budget"] == 0
+        assert entry["documents"] > 0  # the knowledge base reaches the window
+    # 40 turns fit the window whole: sending them all is not over budget.
+    assert out["whole_history"]["over_budget"] == 0
+    assert out["tool_units"] == 4
+
+
+def test_a_lexical_size_and_the_worker(data: str) -> None:
+    request = {"task": "size", "config": {"data": data, "n": 300, "builds": 2, "calls": 3,
+                                          "documents": 10, "embedder": "none"}}  # fmt: skip
+    out = run(request)
+    assert "vectors" not in out
+    assert "query_embedding" not in out
+    whole = out["whole_history"]
+    assert whole["over_budget"] == 3
+    assert whole["first_call_tokens"] > 7000
+    for path in ("orchestrator", "memory"):
+        assert out[path]["max_tokens"] <= 7000
+        assert out[path]["split_tool_units"] == 0
+        assert out[path]["calls"]["mean_prompt_tokens"] < whole["mean_prompt_tokens"]
+    with pytest.raises(ConfigError, match="'size' or 'embed'"):
+        run({"task": "sing"})
+    with pytest.raises(ConfigError, match="`calls` >= 2"):
+        measure_size(SizeConfig(data=data, n=10, calls=1))
+
+
+def test_embedding_throughput_through_the_worker(data: str) -> None:
+    out = run({"task": "embed", "data": data, "texts": 8})
+    assert out["texts"] == 8
+    assert out["texts_per_s"] > 0
+    assert out["model"]
+
+
+def test_run_perf_refuses_bad_arguments(data: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="turn counts >= 2"):
+        run_perf(data, tmp_path, sizes=())
+    with pytest.raises(ConfigError, match="'default' or 'none'"):
+        run_perf(data, tmp_path, embedder="bert")  # type: ignore[arg-type]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot create the output folder"):
+        run_perf(data, tmp_path / "file" / "sub", sizes=(10,))
+    with pytest.raises(ConfigError, match="no such file"):
+        run_perf(tmp_path / "missing.json", tmp_path, sizes=(10,))
+
+
+def _entry(p50: float, **extra: Any) -> dict[str, Any]:
+    return {"p50_ms": p50, "p95_ms": p50 * 2, "builds": 5, "over_budget": 0,
+            "split_tool_units": 0, "windows": 10, "utilization": 0.95, **extra}  # fmt: skip
+
+
+def _size(n: int, orch: float, memory: float, **extra: Any) -> dict[str, Any]:
+    return {"n": n, "orchestrator": _entry(orch), "memory": _entry(memory),
+            "ingest": {"turns_per_s": 9000.0}, "promotion_s": 0.5, "peak_rss_mb": 400.0,
+            "query_embedding": {"p50_ms": 12.0, "p95_ms": 20.0}, **extra}  # fmt: skip
+
+
+def test_targets_state_each_verdict_at_its_own_size() -> None:
+    llama = {"llamaindex_memory": _entry(12.0)}
+    result = {
+        "sizes": [_size(1_000, 1.0, 2.0), _size(10_000, 1.2, 2.5, peers=llama),
+                  _size(100_000, 1.9, 3.5)],
+        "embedding": {"texts_per_s": 33.0},
+    }  # fmt: skip
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(result)}
+    assert verdicts["orchestrator build p50 at N=10k"] == ("1.20 ms", "met")
+    assert verdicts["memory-path build p50 at N=100k"] == ("3.50 ms", "**NOT met**")
+    assert verdicts["growth orchestrator p50(100k)/p50(1k)"] == ("1.90", "met")
+    assert verdicts["vs llama-index Memory at N=10k"] == ("10.0x", "met")
+    assert verdicts["embedding throughput"] == ("33", "**NOT met**")
+    assert verdicts["memory build + query embedding, N=100,000"] == ("15.5 ms", "met")
+    assert verdicts["RSS with 100k stored turns"] == ("400 MB", "met")
+    assert verdicts["budget violations / split tool units"][1] == "met"
+
+    broken = copy.deepcopy(result)
+    broken["sizes"][2]["memory"]["split_tool_units"] = 1
+    broken["sizes"][1]["peers"]["llamaindex_memory"]["error"] = "too many SQL variables"
+    broken["sizes"][2]["peak_rss_mb"] = 1052.0
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(broken)}
+    assert verdicts["budget violations / split tool units"] == (
+        "0 / 1 in 60 windows", "**NOT met**")  # fmt: skip
+    assert verdicts["vs llama-index Memory at N=10k"][1] == "not measured"
+    assert verdicts["RSS with 100k stored turns"] == ("1,052 MB", "**NOT met**")
+
+
+def test_a_failing_or_slow_measurement_process_is_reported() -> None:
+    from loomctx.evaluation.perf import _in_subprocess
+
+    with pytest.raises(ConfigError, match=r"(?s)the sing measurement failed:.*'size' or 'embed'"):
+        _in_subprocess({"task": "sing"}, timeout=120)
+    with pytest.raises(ConfigError, match="took more than 0 s"):
+        _in_subprocess({"task": "size"}, timeout=0.001)
