@@ -37,8 +37,8 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.server._config import ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
-from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TiktokenCounter
 
 __all__ = ["LoomService", "open_store"]
@@ -50,13 +50,14 @@ REPORT_KIND: Final = "context_report"
 
 
 def open_store(url: str) -> MemoryStore:
-    """The store a `store` setting names. Today a SQLite file path (its folder created);
-    the one place to switch to a URL opener when the store may be a server."""
-    path = Path(url)
-    if path.is_dir():
-        raise ConfigError(f"the store {url!r} is a folder; give a file path such as `loom.db`")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SQLiteStore(path)
+    """The store a `store` setting names: a SQLite path or URL, or a PostgreSQL URL (its
+    folder created for a SQLite file); see `loomctx.stores.open_store`."""
+    if "://" not in url:
+        path = Path(url)
+        if path.is_dir():
+            raise ConfigError(f"the store {url!r} is a folder; give a file path such as `loom.db`")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return _open_store(url)
 
 
 def check_session_id(session: object) -> str:
