@@ -49,6 +49,7 @@ from typer.testing import CliRunner
 from loomctx.agent.llm import allow_model_requests
 from loomctx.cli import app
 from loomctx.messages import Message
+from loomctx.testing import ScriptedLLM
 from tests.agent._servers import JSONReply, WireServer, openai_text
 
 ROOT = Path(__file__).parents[1]
@@ -199,7 +200,10 @@ def _report(s: Setting) -> None:
 
 def _chat_session(s: Setting) -> None:
     result = s.runner.invoke(
-        app, ["chat", "--session", "chat-1a2b3c4d"], env=s.env, input="Hello\n/exit\n"
+        app,
+        ["chat", "--session", "chat-1a2b3c4d"],
+        env=s.env,
+        input="Hello\n" * 7 + "/exit\n",  # docs/cli.md inspects its turn 7
     )
     assert result.exit_code == 0, result.output
 
@@ -248,6 +252,8 @@ NAMES: dict[str, Callable[[Setting], Any]] = {
     "messages": lambda s: [Message.user("I ordered a book."), Message.assistant("Order 1042?")],
     "client": _openai_client,
     "TicketService": lambda s: TicketService,
+    "llm": lambda s: ScriptedLLM([]),  # made, never called (docs/concepts.md's budgets)
+    "instructions": lambda s: "You answer questions about the shop's orders.",
 }
 PROVIDED = {*FILES, *NAMES}
 
@@ -324,7 +330,7 @@ def test_python_snippet_runs(snippet: Snippet, setting: Setting) -> None:
 
 def _commands(code: str) -> Iterator[tuple[dict[str, str], list[str]]]:
     """(environment, arguments) of every ``loomctx`` line of a shell block."""
-    for line in code.splitlines():
+    for line in code.replace("\\\n", " ").splitlines():  # continued lines are one command
         words = shlex.split(line, comments=True)
         env = {}
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
@@ -349,4 +355,9 @@ def test_shell_snippet_runs(snippet: Snippet, setting: Setting) -> None:
         return
     _namespace(snippet, setting)
     for env, args in commands:
+        # These run until stopped: run here, the test would hang instead of failing.
+        assert args[:1] not in (["serve"], ["mcp"]) or "--hash-key" in args, (
+            f"{snippet.id}: `loomctx {args[0]}` runs until it is stopped; mark the block "
+            "`<!-- snippet: compile-only: ... -->`"
+        )
         setting.cli(args, env)
