@@ -85,3 +85,36 @@ async def test_the_anthropic_provider_records_reported_usage(wire: WireServer) -
     assert math.isclose(cal.factor("claude-test"), expected * 1.02 + (1.25 - expected) / 2)
     with pytest.raises(ConfigError, match="UsageCalibration"):
         AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=1.2)  # type: ignore[arg-type]
+
+
+async def test_an_agent_builds_within_the_window_its_calibration_deems_safe(
+    wire: WireServer,
+) -> None:
+    from loomctx.agent.events import ContextAssembled
+    from loomctx.agent.executor import Agent
+    from loomctx.agent.llm import allow_model_requests
+
+    cal = UsageCalibration()
+    llm = AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=cal)
+    agent = Agent(llm, "You are terse.", model_context_window=10_000, embedder=None)
+
+    async def available() -> int:
+        wire.script(anthropic_text("4", input_tokens=200))
+        seen = [e async for e in agent.stream("What is 2 + 2?")]
+        return int(next(e for e in seen if isinstance(e, ContextAssembled)).report["available"])
+
+    try:
+        with allow_model_requests():
+            first = await available()
+            safe = cal.safe_window("claude-test", 10_000)  # what the second run may use
+            second = await available()
+    finally:
+        await llm.aclose()
+    # Before any call: the prior's margin (10,000 / 1.25, less the 20% reply reserve).
+    assert first == 6_400
+    # Anthropic reported far more than Loom counted: the margin grew, the window shrank.
+    assert cal.samples("claude-test") >= 1
+    assert second < first
+    from loomctx.context.budget import BudgetManager
+
+    assert second == BudgetManager.available(safe, output_reserve_ratio=0.2)[0]

@@ -99,7 +99,7 @@ from loomctx.messages import (
     check_text,
     parse_arguments,
 )
-from loomctx.tokens import TiktokenCounter, TokenCounter
+from loomctx.tokens import TiktokenCounter, TokenCounter, UsageCalibration
 
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
@@ -493,9 +493,19 @@ class Agent:
     def _available(self) -> int:
         """The input budget: the window less the reply's reserve."""
         available, _ = BudgetManager.available(
-            self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
+            self._window(), output_reserve_ratio=self.output_reserve_ratio
         )
         return available
+
+    def _window(self) -> int:
+        """The window in Loom's tokens. Where the provider counts differently and says so
+        (an `AnthropicLLM` with a `UsageCalibration`: Claude is counted with o200k, an
+        estimate), the window the calibration deems safe, learnt from earlier calls' usage."""
+        calibration = getattr(self.llm, "calibration", None)
+        model = getattr(self.llm, "model", None)
+        if isinstance(calibration, UsageCalibration) and isinstance(model, str):
+            return calibration.safe_window(model, self.model_context_window)
+        return self.model_context_window
 
     def _tools(self) -> list[Tool]:
         """The agent's tools, and the reader of excerpted results after them (none without
@@ -593,7 +603,7 @@ class Agent:
         return _Orchestrator(
             token_counter=self.counter,
             sources=sources,
-            model_context_window=self.model_context_window,
+            model_context_window=self._window(),
             output_reserve_ratio=self.output_reserve_ratio,
             source_timeout=self.source_timeout,
             cache_policy=self.cache_policy,
