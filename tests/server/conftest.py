@@ -8,7 +8,11 @@ SDKs over real HTTP. Two tenants, `acme` and `globex`, each with an API key.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -150,3 +154,28 @@ def loom_factory(
 @pytest.fixture
 def loom(loom_factory) -> Loom:  # type: ignore[no-untyped-def]
     return loom_factory()  # type: ignore[no-any-return]
+
+
+NODE = Path(__file__).parent / "node"
+
+
+def node_with_openai() -> str:
+    """The `node` executable, with tests/server/node's packages installed (`npm ci`, once,
+    under a file lock: parallel test workers would otherwise install over each other). Not
+    there: a skip, or in CI a failure."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Node.js and npm are needed for the Node client tests")
+        pytest.skip("Node.js is not installed")
+    with (NODE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (NODE / "node_modules" / "openai").is_dir():
+            subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund"],
+                cwd=NODE,
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
+    return node

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,12 +14,10 @@ import time
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from loomctx.server._config import serve_config_from
 from tests.agent._servers import WireServer, openai_text
 from tests.server._http import call
-from tests.server.conftest import free_port
+from tests.server.conftest import free_port, node_with_openai
 
 DOC = Path(__file__).parents[2] / "docs" / "serving.md"
 NODE = Path(__file__).parent / "node"
@@ -98,24 +95,22 @@ def test_every_snippet_runs(tmp_path: Path) -> None:
             assert "Ada." in out.stdout
             assert "report: rep_" in out.stdout
             (js,) = blocks("js")
-            if (NODE / "node_modules" / "openai").is_dir():
-                script = NODE / "doc_snippet.mjs"
-                script.write_text(js.replace("8700", port), encoding="utf-8")
-                try:
-                    out = subprocess.run(
-                        [shutil.which("node") or "node", str(script)],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=60,
-                        check=False,
-                    )
-                finally:
-                    script.unlink()
-                assert out.returncode == 0, out.stderr
-                assert "Hello from Node." in out.stdout
-            elif os.environ.get("CI") == "true":
-                pytest.fail("tests/server/node has no node_modules: run `npm ci` there")
+            node = node_with_openai()
+            script = NODE / "doc_snippet.mjs"
+            script.write_text(js.replace("8700", port), encoding="utf-8")
+            try:
+                out = subprocess.run(
+                    [node, str(script)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+            finally:
+                script.unlink()
+            assert out.returncode == 0, out.stderr
+            assert "Hello from Node." in out.stdout
             out = subprocess.run(
                 ["bash", "-c", curl.replace("8700", port)],
                 env=env,

@@ -10,37 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.agent._servers import openai_chunk, openai_sse, openai_text, openai_tool_delta
-from tests.server.conftest import ACME_KEY
+from tests.server.conftest import ACME_KEY, node_with_openai
 
 NODE = Path(__file__).parent / "node"
 
 
-def _node() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Node.js and npm are needed for the Node client test")
-        pytest.skip("Node.js is not installed")
-    if not (NODE / "node_modules" / "openai").is_dir():
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=NODE,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    return node
-
-
 def test_openai_npm_client(loom) -> None:
-    node = _node()
+    node = node_with_openai()
     loom.wire.script(
         openai_sse(
             [
