@@ -107,6 +107,7 @@ EXPECTED = [
     "SkillSource",
     "SkippedFile",
     "SourceReport",
+    "StoreClosedError",
     "StoreError",
     "Summarizer",
     "Task",

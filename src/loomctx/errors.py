@@ -9,7 +9,8 @@ The tree::
     ├── TokenizerError         no tokenizer could be built for a model or encoding
     ├── BudgetExceededError    must-keep content does not fit the token budget
     ├── StoreError             a memory store failed to read or write
-    │   └── ConflictError      a guarded write found its namespace changed by another writer
+    │   ├── ConflictError      a guarded write found its namespace changed by another writer
+    │   └── StoreClosedError   a store was used after `close()`
     ├── ProviderError          an LLM provider call failed
     ├── EmbeddingError         an embedding model failed to load or returned garbage
     ├── ToolError              a tool was defined or called wrongly
@@ -39,6 +40,7 @@ __all__ = [
     "MissingExtraError",
     "Oversize",
     "ProviderError",
+    "StoreClosedError",
     "StoreError",
     "TokenizerError",
     "ToolError",
@@ -91,6 +93,11 @@ class ConflictError(StoreError):
     """A batch guarded by `Expect` found its namespace changed since the caller read it
     (another writer, often another process, came first); nothing of the batch was written.
     Read the namespace again and retry: `LoomMemory` does so by itself."""
+
+
+class StoreClosedError(StoreError):
+    """A store was used after its `close()`: open a new one. (A background worker that
+    meets it, such as the embedding thread, stops instead of retrying.)"""
 
 
 class ProviderError(LoomError):

@@ -52,6 +52,24 @@ def test_the_thread_keeps_up_with_writes_and_stops_on_close() -> None:
     assert not background.running
 
 
+def test_the_thread_stops_when_its_store_is_closed_under_it(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its owner closed the store but never stopped the thread: retrying forever (with a
+    # warning each time) helps no one; a closed store does not come back.
+    store = SQLiteStore(tmp_path / "m.db")
+    background = BackgroundEmbedder(store, HashingEmbedder(dim=8), interval=0.01)
+    background.start()
+    store.close()
+    background.notify()
+    deadline = time.monotonic() + 10
+    while background.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not background.running
+    assert background.failures == 0  # stopped, not backing off
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_a_failing_batch_is_reported_and_retried() -> None:
     class Flaky(HashingEmbedder):
         fails = 1

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError, EmbeddingError
+from loomctx.errors import ConfigError, EmbeddingError, StoreClosedError
 from loomctx.stores.base import MemoryStore, Namespace, PutVectors, Record, Unembedded
 
 if TYPE_CHECKING:
@@ -187,6 +187,12 @@ class BackgroundEmbedder:
         while not self._stop.is_set():
             try:
                 done = self.run_once()
+            except StoreClosedError:
+                # Closed under the thread (its owner forgot `stop()`): nothing will come back.
+                log.info(
+                    "background embedding with %r stops: its store is closed", self.embedder.name
+                )
+                return
             except Exception as exc:  # the embedder (or the store) is down: back off, retry
                 self.last_error = exc
                 self.failures += 1

@@ -48,7 +48,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError, ConflictError, StoreError
+from loomctx.errors import ConfigError, ConflictError, StoreClosedError, StoreError
 from loomctx.stores.base import (
     BaseStore,
     Delete,
@@ -275,7 +275,7 @@ class PostgresStore(BaseStore):
     def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         pool = self._pool
         if pool is None:
-            raise StoreError(
+            raise StoreClosedError(
                 f"the PostgresStore at {self.where} is closed; open a new `PostgresStore` to use it"
             )
         try:

@@ -48,7 +48,7 @@ from typing import Any, Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError, ConflictError, StoreError
+from loomctx.errors import ConfigError, ConflictError, StoreClosedError, StoreError
 from loomctx.stores._lexical import LexicalIndex
 from loomctx.stores._migrations import migrate
 from loomctx.stores._vectors import VectorIndex
@@ -273,7 +273,7 @@ class SQLiteStore(BaseStore):
 
     def _require_open(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise StoreError(
+            raise StoreClosedError(
                 f"the SQLiteStore at {self.path!r} is closed; open a new `SQLiteStore` to use it"
             )
         return self._conn
