@@ -337,7 +337,7 @@ def test_passthrough_when_the_store_fails(loom) -> None:
     assert loom.wire.requests[0].body["messages"] == messages
     status, body, _ = call("GET", f"{loom.url}/readyz")
     assert status == 503
-    assert body == {"status": "unavailable", "store": "StoreError"}
+    assert body == {"status": "unavailable", "store": "StoreClosedError"}
     loom.wire.script(anthropic_text("anthropic too"))
     done = client(loom).chat.completions.create(
         model="claude-test", messages=messages, user="down", tools=[WEATHER]
