@@ -47,6 +47,7 @@ from loomctx.errors import ConfigError, MessageFormatError
 __all__ = [
     "HANDLER_FAILED",
     "BusStats",
+    "CountedSubscription",
     "Event",
     "EventBus",
     "Handler",
@@ -273,6 +274,61 @@ class Subscription(Protocol):
     ) -> None:
         """Stop receiving events; deliver what is already queued unless `drain` is false."""
         ...
+
+
+class CountedSubscription:
+    """What every backend's subscription keeps alike: its name, pattern and counters, and
+    the `SubscriptionStats` of them (a backend adds `pending` and the delivery itself)."""
+
+    def __init__(self, *, name: str, pattern: str) -> None:
+        self._name = name
+        self._pattern = pattern
+        self._delivered = 0
+        self._failed = 0
+        self._dropped = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._name!r}, pattern={self._pattern!r})"
+
+    @property
+    def name(self) -> str:
+        """Unique on its bus."""
+        return self._name
+
+    @property
+    def pattern(self) -> str:
+        """The topic pattern: an exact topic, `prefix.*` or `*`."""
+        return self._pattern
+
+    @property
+    def delivered(self) -> int:
+        """Events the handler completed without raising."""
+        return self._delivered
+
+    @property
+    def failed(self) -> int:
+        """Events on which the handler raised."""
+        return self._failed
+
+    @property
+    def dropped(self) -> int:
+        """Events accepted for this subscription but never handled here."""
+        return self._dropped
+
+    @property
+    def pending(self) -> int:
+        """Events waiting to be handled (the backend says how it counts them)."""
+        raise NotImplementedError
+
+    def _stats(self) -> SubscriptionStats:
+        return SubscriptionStats(
+            name=self._name,
+            pattern=self._pattern,
+            delivered=self._delivered,
+            failed=self._failed,
+            dropped=self._dropped,
+            pending=self.pending,
+        )
 
 
 @runtime_checkable

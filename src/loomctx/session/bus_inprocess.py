@@ -61,10 +61,10 @@ from loomctx.session.bus_base import (
     HANDLER_FAILED,
     LOG,
     BusStats,
+    CountedSubscription,
     Event,
     Handler,
     HandlerFailure,
-    SubscriptionStats,
     check_capacity,
     check_pattern,
     new_id,
@@ -90,15 +90,14 @@ class _Pending:
         self.future = future
 
 
-class InProcessSubscription:
+class InProcessSubscription(CountedSubscription):
     """A subscription of `InProcessEventBus`: a bounded mailbox and the worker that drains it."""
 
     def __init__(
         self, *, bus: InProcessEventBus, name: str, pattern: str, handler: Handler, capacity: int
     ) -> None:
+        super().__init__(name=name, pattern=pattern)
         self._bus = bus
-        self._name = name
-        self._pattern = pattern
         self._prefix = "" if pattern == "*" else pattern[:-1] if pattern.endswith(".*") else None
         self._handler = handler
         self._capacity = capacity
@@ -110,37 +109,6 @@ class InProcessSubscription:
         self._stopping = False
         # Mailboxes this worker's handler is waiting to publish into: the wait-for graph.
         self._blocked_on: Counter[InProcessSubscription] = Counter()
-        self._delivered = 0
-        self._failed = 0
-        self._dropped = 0
-
-    def __repr__(self) -> str:
-        return f"InProcessSubscription(name={self._name!r}, pattern={self._pattern!r})"
-
-    @property
-    def name(self) -> str:
-        """Unique on its bus."""
-        return self._name
-
-    @property
-    def pattern(self) -> str:
-        """The topic pattern: an exact topic, `prefix.*` or `*`."""
-        return self._pattern
-
-    @property
-    def delivered(self) -> int:
-        """Events the handler completed without raising."""
-        return self._delivered
-
-    @property
-    def failed(self) -> int:
-        """Events on which the handler raised."""
-        return self._failed
-
-    @property
-    def dropped(self) -> int:
-        """Events accepted for this subscription but never handled."""
-        return self._dropped
 
     @property
     def pending(self) -> int:
@@ -170,16 +138,6 @@ class InProcessSubscription:
             self._drop_all()
         self._stop()
         await self._bus._join([self], timeout)
-
-    def _stats(self) -> SubscriptionStats:
-        return SubscriptionStats(
-            name=self._name,
-            pattern=self._pattern,
-            delivered=self._delivered,
-            failed=self._failed,
-            dropped=self._dropped,
-            pending=self.pending,
-        )
 
     def _has_room(self) -> bool:
         return not self._waiting and len(self._items) < self._capacity

@@ -117,10 +117,10 @@ from loomctx.session.bus_base import (
     HANDLER_FAILED,
     LOG,
     BusStats,
+    CountedSubscription,
     Event,
     Handler,
     HandlerFailure,
-    SubscriptionStats,
     check_capacity,
     check_pattern,
     new_id,
@@ -195,8 +195,13 @@ def _prefix(value: object) -> str:
     return value
 
 
-class RedisSubscription:
-    """A subscription of `RedisStreamsBus`: a consumer group and the consumer that reads it."""
+class RedisSubscription(CountedSubscription):
+    """A subscription of `RedisStreamsBus`: a consumer group and the consumer that reads it.
+
+    Its `name` is the consumer group's name in Redis. Its counters are this bus's own: `failed`
+    counts each delivery on which the handler raised, and `dropped` the events read but not
+    handled here (left pending for another consumer) or trimmed from the stream while
+    pending."""
 
     def __init__(
         self,
@@ -208,9 +213,8 @@ class RedisSubscription:
         capacity: int,
         ephemeral: bool,
     ) -> None:
+        super().__init__(name=name, pattern=pattern)
         self._bus = bus
-        self._name = name
-        self._pattern = pattern
         self._handler = handler
         self._capacity = capacity
         self.ephemeral = ephemeral
@@ -230,40 +234,8 @@ class RedisSubscription:
         self._quiet_epoch = -1  # the bus epoch at the start of the last read that found nothing
         self._acks = 0
         self._acks_due: list[tuple[str, str, str | None]] = []  # stream, entry, event id
-        self._delivered = 0
-        self._failed = 0
-        self._dropped = 0
         self._duplicates = 0
         self._dead = 0
-
-    def __repr__(self) -> str:
-        return f"RedisSubscription(name={self._name!r}, pattern={self._pattern!r})"
-
-    @property
-    def name(self) -> str:
-        """Unique on its bus; the consumer group's name in Redis."""
-        return self._name
-
-    @property
-    def pattern(self) -> str:
-        """The topic pattern: an exact topic, `prefix.*` or `*`."""
-        return self._pattern
-
-    @property
-    def delivered(self) -> int:
-        """Events the handler completed without raising (on this bus)."""
-        return self._delivered
-
-    @property
-    def failed(self) -> int:
-        """Events on which the handler raised (each delivery counts)."""
-        return self._failed
-
-    @property
-    def dropped(self) -> int:
-        """Events read but not handled here (left pending for another consumer), or trimmed
-        from the stream while pending."""
-        return self._dropped
 
     @property
     def duplicates(self) -> int:
@@ -303,16 +275,6 @@ class RedisSubscription:
         await bus._forget([self])
 
     # -- internals ----------------------------------------------------------------------
-
-    def _stats(self) -> SubscriptionStats:
-        return SubscriptionStats(
-            name=self._name,
-            pattern=self._pattern,
-            delivered=self._delivered,
-            failed=self._failed,
-            dropped=self._dropped,
-            pending=self.pending,
-        )
 
     def _start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(
