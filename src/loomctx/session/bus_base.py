@@ -37,7 +37,8 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Container, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -56,7 +57,9 @@ __all__ = [
     "SubscriptionStats",
     "check_capacity",
     "check_pattern",
+    "check_subscription",
     "check_topic",
+    "failure_event",
     "new_id",
     "pattern_matches",
 ]
@@ -240,6 +243,78 @@ class HandlerFailure(NamedTuple):
     subscription: str
     event: Event
     error: BaseException
+
+
+def failure_event(
+    failures: deque[HandlerFailure],
+    sub: CountedSubscription,
+    event: Event,
+    exc: BaseException,
+    *,
+    closed: bool,
+) -> Event | None:
+    """Keep and log a handler failure; the ``bus.handler_failed`` event to publish about it,
+    or None when it must not be published (a failure on a ``bus.*`` event, which could
+    cascade, or on a closed bus)."""
+    failures.append(HandlerFailure(sub.name, event, exc))
+    LOG.error(
+        "event bus: handler of subscription %r failed on event %s (%r)",
+        sub.name,
+        event.id,
+        event.topic,
+        exc_info=exc,
+    )
+    if event.topic.startswith("bus.") or closed:
+        return None
+    try:
+        message = str(exc)
+    except Exception:  # pragma: no cover - an exception whose __str__ raises
+        message = ""
+    return Event(
+        topic=HANDLER_FAILED,
+        source="bus",
+        payload={
+            "subscription": sub.name,
+            "pattern": sub.pattern,
+            "event_id": event.id,
+            "event_topic": event.topic,
+            "error_type": type(exc).__qualname__,
+            "error": message,
+        },
+    )
+
+
+def check_subscription(
+    pattern: object,
+    handler: object,
+    *,
+    name: object,
+    max_pending: object,
+    default_pending: int,
+    taken: Container[str],
+    unnamed: Callable[[str], str],
+) -> tuple[str, int]:
+    """`subscribe`'s arguments checked alike on every backend: the subscription's name (a
+    given one, or `unnamed(label of the handler)`) and its mailbox capacity; `ConfigError`
+    naming what is wrong otherwise."""
+    check_pattern(pattern)
+    if not callable(handler):
+        raise ConfigError(
+            f"`handler` must be a callable taking the event (an `async def` function, or a "
+            f"plain function that does not block), got {handler!r}."
+        )
+    capacity = check_capacity(
+        default_pending if max_pending is None else max_pending, "max_pending"
+    )
+    if name is None:
+        chosen = unnamed(getattr(handler, "__qualname__", type(handler).__name__))
+    elif isinstance(name, str) and name:
+        chosen = name
+    else:
+        raise ConfigError(f"`name` must be a non-empty string, got {name!r}.")
+    if chosen in taken:
+        raise ConfigError(f"a subscription named {chosen!r} already exists on this bus.")
+    return chosen, capacity
 
 
 @runtime_checkable

@@ -122,7 +122,8 @@ from loomctx.session.bus_base import (
     Handler,
     HandlerFailure,
     check_capacity,
-    check_pattern,
+    check_subscription,
+    failure_event,
     new_id,
     pattern_matches,
 )
@@ -721,23 +722,16 @@ class RedisStreamsBus:
         """
         if self._state != "open":
             raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
-        check_pattern(pattern)
-        if not callable(handler):
-            raise ConfigError(
-                f"`handler` must be a callable taking the event (an `async def` function, or a "
-                f"plain function that does not block), got {handler!r}."
-            )
-        capacity = self._max_pending if max_pending is None else max_pending
-        check_capacity(capacity, "max_pending")
         ephemeral = name is None
-        if name is None:
-            self._names += 1
-            label = getattr(handler, "__qualname__", type(handler).__name__)
-            name = f"{label}#{self._names}@{self.consumer}"
-        elif not isinstance(name, str) or not name:
-            raise ConfigError(f"`name` must be a non-empty string, got {name!r}.")
-        if name in self._subs:
-            raise ConfigError(f"a subscription named {name!r} already exists on this bus.")
+        name, capacity = check_subscription(
+            pattern,
+            handler,
+            name=name,
+            max_pending=max_pending,
+            default_pending=self._max_pending,
+            taken=self._subs,
+            unnamed=self._unnamed,
+        )
         sub = RedisSubscription(
             bus=self,
             name=name,
@@ -980,34 +974,14 @@ class RedisStreamsBus:
                 return
             await asyncio.sleep(0.005)
 
+    def _unnamed(self, label: str) -> str:
+        self._names += 1
+        return f"{label}#{self._names}@{self.consumer}"
+
     async def _report(self, sub: RedisSubscription, event: Event, exc: BaseException) -> None:
-        self.failures.append(HandlerFailure(sub.name, event, exc))
-        LOG.error(
-            "event bus: handler of subscription %r failed on event %s (%r)",
-            sub.name,
-            event.id,
-            event.topic,
-            exc_info=exc,
-        )
-        if event.topic.startswith("bus.") or self._state == "closed":
-            return
-        try:
-            message = str(exc)
-        except Exception:  # pragma: no cover - an exception whose __str__ raises
-            message = ""
-        failure = Event(
-            topic=HANDLER_FAILED,
-            source="bus",
-            payload={
-                "subscription": sub.name,
-                "pattern": sub.pattern,
-                "event_id": event.id,
-                "event_topic": event.topic,
-                "error_type": type(exc).__qualname__,
-                "error": message,
-            },
-        )
-        await self._add(failure)
+        failure = failure_event(self.failures, sub, event, exc, closed=self._state == "closed")
+        if failure is not None:
+            await self._add(failure)
 
     async def _join(self, subs: Iterable[RedisSubscription], grace: float | None) -> None:
         """Wait for the consumers of `subs` to stop; after `grace` s, cancel them."""
