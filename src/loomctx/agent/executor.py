@@ -40,7 +40,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from loomctx.agent.discovery import Discoveries
 from loomctx.agent.events import (
@@ -62,18 +62,16 @@ from loomctx.agent.reader import READ_RESULT, result_reader
 from loomctx.agent.retriever import ContextRetriever, RetrievedContextSource
 from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
 from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
+from loomctx.agent.turns import ExcerptingOrchestrator, Requery, TurnSource
 from loomctx.context.assembler import ComponentPriority, ContextAssembler
-from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
+from loomctx.context.block import BuildContext, ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.excerpt import (
     DEFAULT_EXCERPT_SHARE,
     MIN_EXCERPT_TOKENS,
-    Excerpt,
     check_limit,
-    fit_unit,
     handle_for,
-    note_excerpts,
 )
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
 from loomctx.context.sources import (
@@ -85,7 +83,6 @@ from loomctx.context.sources import (
     ToolSource,
     UserInputSource,
 )
-from loomctx.context.sources._common import billed
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
@@ -107,7 +104,6 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
-_Shown: TypeAlias = tuple[tuple[Message, ...], tuple[Excerpt, ...]]
 
 DELEGATION = "delegation"
 """The source that gives a sub-agent its parent's request, as fenced reference data."""
@@ -120,121 +116,6 @@ DEFAULT_MAX_DYNAMIC = 0.25
 """The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which the
 provider's cache reads at a tenth of the price) the rest."""
-
-
-class TurnSource:
-    """The exchange of the current run after the user's turn: each assistant message with its
-    tool calls and their results, one unit per turn. The newest unit is pinned (the model must
-    see the results of the calls it just made); older ones are kept by value.
-
-    A turn's tool results take at most `max_result_tokens` together (default:
-    `DEFAULT_EXCERPT_SHARE` of the input budget): beyond it, the longest of those that have a
-    handle (`add`) are shown as a head and a tail around a marker naming the handle (see
-    `loomctx.context.excerpt`), and the unit's block says so in ``metadata["excerpts"]``. So
-    the pinned unit fits however large one result is; the whole result is what the handle
-    reads (the agent records it in memory, and `read_tool` names the tool that reads it).
-    """
-
-    def __init__(
-        self,
-        *,
-        name: str = "turn",
-        priority: float = 1.0,
-        max_result_tokens: int | None = None,
-        read_tool: str | None = None,
-    ) -> None:
-        self.name = name
-        self.priority = priority
-        self.max_result_tokens = max_result_tokens
-        self.read_tool = read_tool
-        self.units: list[tuple[Message, ...]] = []
-        self._handles: dict[int, Mapping[str, str]] = {}
-        # Each unit as last shown, by index: (the unit, the allowance, what was shown).
-        self._shown: dict[int, tuple[tuple[Message, ...], int, _Shown]] = {}
-
-    def add(self, unit: Sequence[Message], *, handles: Mapping[str, str] | None = None) -> None:
-        """Append a turn's unit; `handles` maps a tool call's id to the handle under which
-        its whole result is stored (results without one are never cut)."""
-        self.units.append(tuple(unit))
-        self._handles[len(self.units) - 1] = dict(handles or {})
-
-    async def collect(
-        self, query: str, budget: TokenBudget, *, ctx: BuildContext
-    ) -> list[ContextBlock]:
-        """One block per unit, newest first."""
-        limit = self.max_result_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
-        cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
-        last = len(self.units) - 1
-        blocks: list[ContextBlock] = []
-        for i, unit in reversed(list(enumerate(self.units))):
-            messages, excerpts = self._unit(i, unit, cap, ctx.counter)
-            blocks.append(
-                ContextBlock(
-                    source=self.name,
-                    section="turn",
-                    messages=messages,
-                    token_count=billed(ctx.counter, messages),
-                    priority=1.0 if i == last else 0.95,
-                    pinned=i == last,
-                    sequence=i,
-                    metadata={"excerpts": tuple(e.to_dict() for e in excerpts)} if excerpts else {},
-                )
-            )
-        return blocks
-
-    def _unit(
-        self, index: int, unit: tuple[Message, ...], cap: int, counter: TokenCounter
-    ) -> _Shown:
-        """The unit within `cap` tokens, its long results cut (the same cut on every build)."""
-        seen = self._shown.get(index)
-        if seen is not None and seen[0] is unit and seen[1] == cap:
-            return seen[2]
-        handles = self._handles.get(index, {})
-        cuttable = {
-            m.tool_call_id: h
-            for m in unit
-            if m.role == "tool" and (h := handles.get(m.tool_call_id or "")) is not None
-        }
-
-        def frame(texts: Mapping[str, str]) -> tuple[Message, ...]:
-            return tuple(
-                replace(m, content=texts[cuttable[m.tool_call_id]])
-                if m.role == "tool" and m.tool_call_id in cuttable
-                else m
-                for m in unit
-            )
-
-        texts = {cuttable[m.tool_call_id]: m.content for m in unit if m.tool_call_id in cuttable}
-        shown = fit_unit(texts, frame, cap, counter=counter, read_tool=self.read_tool)
-        self._shown[index] = (unit, cap, shown)
-        return shown
-
-
-class _Requery:
-    """A retrieval source asked, on each build, with the run's retrieval query (the request,
-    what the model tried and what it found: `Discoveries.query`) instead of the user's turn
-    alone, so that memory and knowledge bases are searched again with the new evidence."""
-
-    def __init__(self, source: UnifiedRetrievalSource, found: Discoveries) -> None:
-        self.source = source
-        self.found = found
-        self.name = source.name
-        self.priority = source.priority
-
-    async def collect(
-        self, query: str, budget: TokenBudget, *, ctx: BuildContext
-    ) -> list[ContextBlock]:
-        """The source's blocks for `Discoveries.query` (the request alone on the first turn)."""
-        return await self.source.collect(self.found.query(), budget, ctx=ctx)
-
-
-class _Orchestrator(ContextOrchestrator):
-    """The agent's orchestrator: its reports also say which results are shown as excerpts."""
-
-    async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
-        """`ContextOrchestrator.build`, with `note_excerpts` applied to the report."""
-        window = await super().build(query, ctx=ctx)
-        return replace(window, report=note_excerpts(window.report, window.blocks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,7 +467,7 @@ class Agent:
                     read_tool=READ_RESULT if tools else None,
                 ),
                 L2ImportantSource(self.memory),
-                _Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
+                Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
             ]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             # The parent's request is the user's text: reference data, never system text.
@@ -595,12 +476,12 @@ class Agent:
             sources += [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
                 sources.append(
-                    _Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
+                    Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
                 )
         if self.shared_pool is not None:
             sources.append(SharedPoolSource(self.shared_pool))
         sources += [*self.extra_sources, turn, UserInputSource()]
-        return _Orchestrator(
+        return ExcerptingOrchestrator(
             token_counter=self.counter,
             sources=sources,
             model_context_window=self._window(),
