@@ -154,7 +154,7 @@ def list_sessions(store: MemoryStore) -> list[dict[str, Any]]:
 
 def list_windows(store: MemoryStore, session: str) -> list[tuple[int, int]]:
     """The (turn, call) of every window saved for `session`, in order."""
-    return WindowLog(store, ("cli",)).list(session)
+    return WindowLog(store, ("cli",)).calls(session)
 
 
 def load_window(

@@ -293,7 +293,7 @@ class WindowLog:
         found: list[Record] = self.store.batch([scan])[0]
         return sorted(found, key=lambda r: (int(r.data["turn"]), int(r.data["call"])))
 
-    def list(self, session: str) -> list[tuple[int, int]]:
+    def calls(self, session: str) -> list[tuple[int, int]]:
         """The (turn, call) of every window saved for `session`, in order."""
         return [(int(r.data["turn"]), int(r.data["call"])) for r in self.records(session)]
 
