@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -56,12 +57,19 @@ def demo_exchanges(limit: int) -> list[tuple[str, str]]:
 
 def replay(path: Path, *, turns: int = 8, window: int = 1400) -> list[int]:
     """Replay `turns` user turns into the SQLite store at `path`; returns how many model
-    calls each turn made."""
+    calls each turn made. Runs in a thread of its own: a test's event loop may be running."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(_replay(path, turns, window))).result()
+
+
+async def _replay(path: Path, turns: int, window: int) -> list[int]:
     exchanges = demo_exchanges(turns)
     steps: list[object] = []
     for n, (_, reply) in enumerate(exchanges, 1):
         if n == TOOL_TURN:
-            steps.append([ToolCall(id="c1", name="search_tracker", arguments={"query": "checkout"})])
+            steps.append(
+                [ToolCall(id="c1", name="search_tracker", arguments={"query": "checkout"})]
+            )
         steps.append(reply)
     store = SQLiteStore(path)
     memory = LoomMemory(SESSION, 6, store=store, embedder=None, embed_in_background=False)
@@ -78,7 +86,7 @@ def replay(path: Path, *, turns: int = 8, window: int = 1400) -> list[int]:
     calls = []
     try:
         for turn, (prompt, _) in enumerate(exchanges, 1):
-            answer = asyncio.run(ask(agent, prompt))
+            answer = await ask(agent, prompt)
             for n, sent in enumerate(answer.calls, 1):
                 save_window(
                     store,

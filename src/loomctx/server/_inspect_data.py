@@ -206,6 +206,20 @@ def _text(data: Mapping[str, Any]) -> str:
     return f"{data.get('content', '')} {calls}"
 
 
+def _why_left(report: Mapping[str, Any]) -> str:
+    compacted = [c for c in report.get("compactions", ()) if c.get("action") == "compacted"]
+    if compacted:
+        c = compacted[0]
+        return (
+            f"history compacted, {c.get('tokens_before', 0):,} to "
+            f"{c.get('tokens_after', 0):,} tokens: {c.get('reason', '')}"
+        )
+    out = [b for b in report.get("blocks", ()) if b.get("status") != "kept"]
+    if out:
+        return f"{len(out)} block(s) left out or cut, e.g. {out[0].get('reason', '')}"
+    return "the turn's retrieval did not bring it back"
+
+
 def search_text(log: WindowLog, query: str, sessions: Sequence[str]) -> list[SessionHits]:
     """In which calls of `sessions` a window contained `query` (case-insensitive), and
     when it left the window. Reads each session's messages once."""
@@ -218,7 +232,7 @@ def search_text(log: WindowLog, query: str, sessions: Sequence[str]) -> list[Ses
         holds = {k: needle in _text(d).casefold() for k, d in messages.items()}
         calls: list[tuple[int, int]] = []
         present: list[tuple[int, int, str]] = []
-        left: list[tuple[int, int]] = []
+        left: list[tuple[int, int, str]] = []
         was = False
         for r in log.records(session):
             turn, call = int(r.data["turn"]), int(r.data["call"])
@@ -227,7 +241,7 @@ def search_text(log: WindowLog, query: str, sessions: Sequence[str]) -> list[Ses
             if where is not None:
                 present.append((turn, call, str(messages[where].get("role", ""))))
             elif was:
-                left.append((turn, call))
+                left.append((turn, call, _why_left(r.data["report"])))
             was = where is not None
         if present:
             out.append(

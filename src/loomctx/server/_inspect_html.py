@@ -419,7 +419,7 @@ def _message(i: int, m: Message, source: str) -> str:
             parts.append(_segment(m.content[pos : match.start()], source))
         parts.append(_segment(match.group(2), match.group(1)))
         pos = match.end()
-    if pos < len(m.content) or not m.content:
+    if pos < len(m.content) or not (m.content or m.tool_calls):
         parts.append(_segment(m.content[pos:], source))
     for call in m.tool_calls:
         parts.append(f'<div class="call">→ {_e(call.name)}({_e(call.arguments_json())})</div>')
@@ -563,8 +563,8 @@ def search_page(query: str, hits: Sequence[SessionHits] | None, *, base: str, no
             for t, c in h.calls
         )
         notes = [
-            f'left the window at <a href="{_e(session)}/w/{t}/{c}">call {t}.{c}</a>'
-            for t, c in h.left
+            f'left the window at <a href="{_e(session)}/w/{t}/{c}">call {t}.{c}</a> ({_e(why)})'
+            for t, c, why in h.left
         ]
         at_end = h.present[-1][:2] == h.calls[-1]
         notes.append("in the window at the last call" if at_end else "not at the last call")
