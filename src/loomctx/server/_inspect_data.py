@@ -187,12 +187,13 @@ class SessionHits:
     """Where a text was in one session: the calls whose window contained it (`present`, as
     (turn, call, role of the first message holding it)), every call in order (`calls`), and
     the calls after which it was no longer in the window (`left`: (turn, call) of the first
-    call without it, after one with it)."""
+    call without it, after one with it, and why in words: the build's compaction, or what it
+    left out)."""
 
     session: str
     calls: tuple[tuple[int, int], ...]
     present: tuple[tuple[int, int, str], ...]
-    left: tuple[tuple[int, int], ...]
+    left: tuple[tuple[int, int, str], ...]
 
 
 def _messages_of(log: WindowLog, session: str) -> dict[str, Mapping[str, Any]]:
