@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
+from loomctx.context.render import CONTEXT_PREAMBLE, SUMMARY_PREAMBLE
 from loomctx.context.report import ContextReport
 from loomctx.messages import Message
 from loomctx.server._inspect_data import Pricing, Row, SessionHits, WindowDiff
@@ -131,6 +132,8 @@ def _u(value: str) -> str:
 
 def colours(source: str) -> tuple[str, str]:
     """The strong colour and the tint of `source`."""
+    if source == "framing":
+        return OVERHEAD, "#f1f3f5"
     if source in _COLOURS:
         return _COLOURS[source]
     return _SPARE[sum(source.encode()) % len(_SPARE)]
@@ -392,14 +395,14 @@ def _message_sources(window: SavedWindow) -> list[str]:
     for b in window.report.blocks:
         by_section.setdefault(b.section, b.source)
     plain_users = [
-        i
-        for i, m in enumerate(window.messages)
-        if m.role == "user" and not m.content.lstrip().startswith(("Reference context", "Earlier"))
+        i for i, m in enumerate(window.messages) if m.role == "user" and not _is_framed(m)
     ]
     last_user = plain_users[-1] if plain_users else len(window.messages)
     out = []
     for i, m in enumerate(window.messages):
-        if m.role == "system":
+        if _is_framed(m):
+            out.append("framing")
+        elif m.role == "system":
             out.append(by_section.get("instructions", "system_prompt"))
         elif i == last_user:
             out.append(by_section.get("user", "user_input"))
@@ -410,16 +413,22 @@ def _message_sources(window: SavedWindow) -> list[str]:
     return out
 
 
+def _is_framed(m: Message) -> bool:
+    """A message Loom wrote around fenced data: the dynamic tail, or the summary of what
+    was compacted (its own words are framing; the fences inside name their sources)."""
+    return m.role == "user" and m.content.startswith((CONTEXT_PREAMBLE, SUMMARY_PREAMBLE))
+
+
 def _message(i: int, m: Message, source: str) -> str:
     title = m.role if m.role != "tool" else f"tool result ({m.name or m.tool_call_id or ''})"
     parts = []
     pos = 0
     for match in _FENCE.finditer(m.content):
-        if match.start() > pos:
+        if m.content[pos : match.start()].strip():
             parts.append(_segment(m.content[pos : match.start()], source))
         parts.append(_segment(match.group(2), match.group(1)))
         pos = match.end()
-    if pos < len(m.content) or not (m.content or m.tool_calls):
+    if m.content[pos:].strip() or not (m.content.strip() or m.tool_calls or parts):
         parts.append(_segment(m.content[pos:], source))
     for call in m.tool_calls:
         parts.append(f'<div class="call">→ {_e(call.name)}({_e(call.arguments_json())})</div>')
