@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from loomctx.messages import to_openai
 from loomctx.session.windows import WindowLog
+from loomctx.stores.base import Get
 from tests.agent._servers import openai_chunk, openai_sse, openai_text, openai_tool_delta
 from tests.server.conftest import ACME_KEY, GLOBEX_KEY
 
@@ -118,6 +119,12 @@ def test_the_proxy_saves_each_window_and_its_tenant_alone_sees_it(loom) -> None:
         assert to_openai(saved.messages) == sent.body["messages"]
         assert saved.model == "gpt-test"
         assert saved.report_id.startswith("rep_")
+    # History repeats in every window; the proxy writes a message once (its state knows
+    # what the previous window held), so the first message is as the first request wrote it.
+    first_key = records[0].data["messages"][-1]
+    stored = loom.service.store.batch([Get(namespace=log.namespace("oslo"), key=first_key)])[0]
+    assert stored is not None
+    assert stored.seq < records[0].seq
     totals = log.session("oslo")
     assert totals is not None
     assert (totals["turns"], totals["windows"]) == (2, 3)

@@ -2,17 +2,21 @@
 `loomctx.session.windows` record in the tenant's scope (``(tenant, "windows", session)``),
 the same record `loomctx chat` writes, so the web inspector reads both alike.
 
-No read of its own: the turn and call numbers and the session's running totals ride in the
-proxy's per-session state, which the proxy reads and writes once per request anyway (one
-read, one write per request: the window's records join that write). Messages are written
-without asking whether they are stored already (a repeat write is the same record).
+No read of its own: the turn and call numbers, the session's running totals and the keys of
+the previous window's messages ride in the proxy's per-session state, which the proxy reads
+and writes once per request anyway (one read, one write per request: the window's records
+join that write). A message the previous window held is not written again (history repeats
+in every window: rewriting it made the write 17x slower, `bench/inspector_bench.py`); any
+other is written without asking whether it is stored (a repeat write is the same record).
+The state and the window are one batch, so the keys never name a message that was not
+written.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loomctx.session.windows import SESSION_KIND, SavedWindow, WindowLog
+from loomctx.session.windows import SESSION_KIND, WINDOW_KIND, SavedWindow, WindowLog
 from loomctx.stores.base import MemoryStore, Put
 
 if TYPE_CHECKING:
@@ -68,7 +72,16 @@ def window_ops(
         model=request.model.name,
         report_id=prepared.report_id or "",
     )
-    ops = window_log(store, tenant).ops(saved, index=seen.get("totals"))
+    log = window_log(store, tenant)
+    known = frozenset(seen.get("keys") or ())
+    ops = log.ops(saved, index=seen.get("totals"), known=known)
     totals = next(op.record.data for op in reversed(ops) if op.record.kind == SESSION_KIND)
-    state["window"] = {"turn_id": prepared.turn, "turn": turn, "call": call, "totals": totals}
+    record = next(op.record.data for op in reversed(ops) if op.record.kind == WINDOW_KIND)
+    state["window"] = {
+        "turn_id": prepared.turn,
+        "turn": turn,
+        "call": call,
+        "totals": totals,
+        "keys": sorted({*record["messages"], record["tools"]}),  # as `ops` digested them
+    }
     return ops

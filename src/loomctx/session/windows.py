@@ -261,11 +261,17 @@ class WindowLog:
         )
         return puts
 
+    @staticmethod
+    def keys(window: SavedWindow) -> list[str]:
+        """The keys `window`'s messages and tools are stored under (distinct, in order)."""
+        keys = list(dict.fromkeys(f"message:{_digest(message_dict(m))}" for m in window.messages))
+        keys.append(f"tools:{_digest([dict(t) for t in window.tools])}")
+        return keys
+
     def save(self, window: SavedWindow) -> None:
         """Keep one window: one read (totals, and which messages are stored), one write."""
         ns = self.namespace(window.session)
-        keys = list(dict.fromkeys(f"message:{_digest(message_dict(m))}" for m in window.messages))
-        keys.append(f"tools:{_digest([dict(t) for t in window.tools])}")
+        keys = self.keys(window)
         found = self.store.batch(
             [Get(namespace=ns, key=k) for k in keys] + [self.index_get(window.session)]
         )
