@@ -95,6 +95,17 @@ def test_the_timeline_has_one_bar_per_call_sized_as_the_reports_say(
         assert budget["x"] - bar.bounding_box()["x"] + budget["width"] / 2 == pytest.approx(
             width * report["available"] / scale, abs=2
         )
+    # Compactions are marked on their call's row, with the sizes before and after.
+    rows = page.page.locator("tr.call-row")
+    compacted = 0
+    for i, record in enumerate(records):
+        notes = rows.nth(i).locator("td").last.inner_text()
+        for c in record.data["report"]["compactions"]:
+            assert f"{c['action']} {c['tokens_before']:,}→{c['tokens_after']:,}" in notes
+            compacted += c["action"] == "compacted"
+        if not record.data["report"]["compactions"]:
+            assert "compacted" not in notes
+    assert compacted  # the small window compacts history within eight turns
     # Later calls repeat the earlier prompt: some of them are cached.
     assert any(r.data["report"]["reused_prefix_tokens"] for r in records)
 
@@ -174,8 +185,11 @@ def test_a_new_call_appears_live(page: Page, served: Served) -> None:
     page.page.goto(f"{served.url}/inspect/s/live")
     rows = page.page.locator("tr.call-row")
     assert rows.count() == 1
+    first = rows.first.element_handle()
     save(2, "a call made while the page is open")
     expect(rows).to_have_count(2, timeout=10_000)
+    # Appended: the row that was there is the same element, not a re-render.
+    assert page.page.evaluate("(el) => el.isConnected", first)
     assert "a call made while the page is open" in rows.last.inner_text()
     assert "2 calls" in page.page.locator("#live").inner_text()
     assert page.errors == []

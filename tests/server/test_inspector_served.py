@@ -139,6 +139,10 @@ def test_the_proxy_saves_each_window_and_its_tenant_alone_sees_it(loom) -> None:
     assert "Thanks &lt;script&gt;x()&lt;/script&gt;" in window.text
     assert "<script>x()" not in window.text
     assert http.get("/inspect/s/oslo/w/9/1").status_code == 404
+    # What the live page fetches: the rows saved after a write, none after the last one.
+    assert http.get("/inspect/s/oslo/rows?after=x").status_code == 400
+    assert http.get(f"/inspect/s/oslo/rows?after={records[0].seq}").text.count("call-row") == 2
+    assert "call-row" not in http.get(f"/inspect/s/oslo/rows?after={records[-1].seq}").text
 
     other = _signed_in(loom, GLOBEX_KEY)
     assert "oslo" not in other.get("/inspect").text

@@ -73,6 +73,7 @@ class Row:
     saved_at: str
     report: Any  # ContextReport
     billed: float
+    seq: int = 0
 
     @property
     def label(self) -> str:
@@ -80,10 +81,11 @@ class Row:
         return f"{self.turn}.{self.call}"
 
 
-def timeline(log: WindowLog, session: str, pricing: Pricing) -> list[Row]:
-    """Every saved call of `session`, in order, with its report and billed cost."""
+def timeline(log: WindowLog, session: str, pricing: Pricing, *, after_seq: int = 0) -> list[Row]:
+    """Every saved call of `session`, in order, with its report and billed cost (only those
+    saved after the store's write `after_seq`, if given)."""
     rows = []
-    for r in log.records(session):
+    for r in log.records(session, after_seq=after_seq):
         report = report_from_payload(r.data["report"])
         rows.append(
             Row(
@@ -94,6 +96,7 @@ def timeline(log: WindowLog, session: str, pricing: Pricing) -> list[Row]:
                 saved_at=str(r.data.get("saved_at", "")),
                 report=report,
                 billed=pricing.billed(report.reused_prefix_tokens, report.new_tokens),
+                seq=r.seq,
             )
         )
     return rows

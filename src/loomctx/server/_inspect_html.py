@@ -108,12 +108,15 @@ _SCRIPT: Final = """
   var el=document.getElementById('live');
   if(!el||!window.EventSource){return;}
   var src=new EventSource(el.getAttribute('data-events'));
+  var body=document.getElementById('rows');
   src.addEventListener('window',function(){
-    fetch(el.getAttribute('data-rows'),{credentials:'same-origin'}).then(function(r){
+    var last=body.rows.length?body.rows[body.rows.length-1].getAttribute('data-seq'):'0';
+    var url=el.getAttribute('data-rows')+'?after='+encodeURIComponent(last)+
+      '&scale='+encodeURIComponent(body.getAttribute('data-scale'));
+    fetch(url,{credentials:'same-origin'}).then(function(r){
       return r.ok?r.text():null;}).then(function(text){
       if(text===null){return;}
-      var body=document.getElementById('rows');
-      body.innerHTML=text;
+      body.insertAdjacentHTML('beforeend',text);
       el.textContent='updated '+new Date().toLocaleTimeString()+': '+body.rows.length+' calls';
     });
   });
@@ -292,9 +295,12 @@ def _bar(report: ContextReport, scale: int, label: str) -> str:
     )
 
 
-def timeline_rows(rows: Sequence[Row], *, base: str, session: str, pricing: Pricing) -> str:
-    """The timeline table's rows (also what the live script fetches)."""
-    scale = max((r.report.window for r in rows), default=1)
+def timeline_rows(
+    rows: Sequence[Row], *, base: str, session: str, pricing: Pricing, scale: int = 0
+) -> str:
+    """The timeline table's rows (also what the live script fetches: the new ones only,
+    drawn to the page's `scale`, the largest window shown)."""
+    scale = max([scale, *(r.report.window for r in rows)]) or 1
     out = []
     for r in rows:
         rep = r.report
@@ -309,7 +315,7 @@ def timeline_rows(rows: Sequence[Row], *, base: str, session: str, pricing: Pric
         if dropped:
             marks.append(f'<span class="badge status-dropped">{dropped} left out</span>')
         out.append(
-            f'<tr class="call-row" data-turn="{r.turn}" data-call="{r.call}">'
+            f'<tr class="call-row" data-turn="{r.turn}" data-call="{r.call}" data-seq="{r.seq}">'
             f'<td><a href="{_e(href)}">call {_e(r.label)}</a>'
             f'<div class="muted">{_e(r.prompt[:80])}</div></td>'
             f'<td class="barcell">{_bar(rep, scale, r.label)}</td>'
@@ -352,6 +358,7 @@ def timeline_page(
     name = str(session["session"])
     sources = list(dict.fromkeys(s.name for r in rows for s in r.report.sources if s.used))
     total = sum(r.billed for r in rows)
+    scale = max((r.report.window for r in rows), default=1)
     href = f"{base}/s/{_u(name)}"
     body = (
         f"<h1>Session {_e(name)}</h1>"
@@ -364,7 +371,8 @@ def timeline_page(
         "<th scope='col'>call</th><th scope='col'>window</th>"
         "<th scope='col' class='num'>tokens</th><th scope='col' class='num'>billed</th>"
         "<th scope='col'>notes</th></tr></thead>"
-        f'<tbody id="rows">{timeline_rows(rows, base=base, session=name, pricing=pricing)}'
+        f'<tbody id="rows" data-scale="{scale}">'
+        f"{timeline_rows(rows, base=base, session=name, pricing=pricing, scale=scale)}"
         "</tbody></table>"
         f'<p id="live" class="live" role="status" aria-live="polite" '
         f'data-events="{_e(href)}/events" data-rows="{_e(href)}/rows">'

@@ -9,7 +9,8 @@ tenant whose API key the browser holds) and by `loomctx inspect --web` (a local 
 - ``GET /inspect/search?q=``: which calls contained a text, and when it left the window;
 - ``GET /inspect/s/{session}/events``: server-sent events, one ``window`` event per new call.
   It polls the store (one small read a second), so it sees calls that any instance serving
-  the same store saved; ``/rows`` is the timeline's rows, what the page fetches on an event.
+  the same store saved; ``/rows?after=<seq>&scale=<tokens>`` is the timeline's rows saved
+  after the store's write `seq`, what the page fetches and appends on an event.
 
 Keys: a browser cannot send an ``Authorization`` header on a link, so the key goes once to
 ``POST /inspect/login`` (a form) or ``GET /inspect/login?key=`` (what `--web` opens), and
@@ -218,8 +219,9 @@ class Inspector:
     async def rows(self, request: Request, tenant: str) -> Response:
         session, info = self._session(request, tenant)
         pricing = self._pricing(info.get("model"))
-        rows = timeline(self._log(tenant), session, pricing)
-        text = timeline_rows(rows, base=BASE, session=session, pricing=pricing)
+        after, scale = (_count(request, name) for name in ("after", "scale"))
+        rows = timeline(self._log(tenant), session, pricing, after_seq=after)
+        text = timeline_rows(rows, base=BASE, session=session, pricing=pricing, scale=scale)
         return self._respond(text, secrets.token_urlsafe(16))
 
     async def window(self, request: Request, tenant: str) -> Response:
@@ -299,6 +301,13 @@ class Inspector:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
+
+
+def _count(request: Request, name: str) -> int:
+    raw = request.query_params.get(name, "0")
+    if not raw.isdigit() or len(raw) > 18:
+        raise RequestError(f"`{name}` must be a whole number, got {raw!r:.40}", param=name)
+    return int(raw)
 
 
 def service_inspector(service: LoomService) -> Inspector:

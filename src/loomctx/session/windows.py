@@ -293,9 +293,12 @@ class WindowLog:
         found = self.store.batch([self.index_get(session)])[0]
         return None if found is None else {"session": session, **dict(found.data)}
 
-    def records(self, session: str) -> list[Record]:
-        """The window records of `session` (report and message keys, no messages), in order."""
-        scan = Scan(prefix=self.namespace(session), kind=WINDOW_KIND, exact=True)
+    def records(self, session: str, *, after_seq: int = 0) -> list[Record]:
+        """The window records of `session` (report and message keys, no messages), in order;
+        only those written after the store's write `after_seq` (see `Record.seq`) if given."""
+        scan = Scan(
+            prefix=self.namespace(session), kind=WINDOW_KIND, exact=True, after_seq=after_seq
+        )
         found: list[Record] = self.store.batch([scan])[0]
         return sorted(found, key=lambda r: (int(r.data["turn"]), int(r.data["call"])))
 
