@@ -13,6 +13,7 @@ Colours: each source has a strong colour (bars, the left edge of its text) and a
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -24,7 +25,16 @@ from loomctx.messages import Message
 from loomctx.server._inspect_data import Pricing, Row, SessionHits, WindowDiff
 from loomctx.session.windows import SavedWindow
 
-__all__ = ["csp", "search_page", "sessions_page", "timeline_page", "timeline_rows", "window_page"]
+__all__ = [
+    "csp",
+    "escape",
+    "page",
+    "search_page",
+    "sessions_page",
+    "timeline_page",
+    "timeline_rows",
+    "window_page",
+]
 
 _COLOURS: Final[Mapping[str, tuple[str, str]]] = {
     "system_prompt": ("#1f5fbf", "#e3edfc"),
@@ -125,8 +135,12 @@ _SCRIPT: Final = """
 """
 
 
-def _e(value: object) -> str:
+def escape(value: object) -> str:
+    """`value` as HTML text (quotes escaped too: safe in attributes)."""
     return html.escape(str(value), quote=True)
+
+
+_e = escape
 
 
 def _u(value: str) -> str:
@@ -151,7 +165,8 @@ def csp(nonce: str) -> str:
     )
 
 
-def _page(title: str, body: str, *, base: str, nonce: str, script: bool = False) -> str:
+def page(title: str, body: str, *, base: str, nonce: str, script: bool = False) -> str:
+    """A whole page: `body` (HTML already escaped) in the inspector's frame."""
     js = f'<script nonce="{_e(nonce)}">{_SCRIPT}</script>' if script else ""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -228,7 +243,7 @@ def sessions_page(
         '<input type="search" id="text" name="q"><button type="submit">Search</button></form>'
         f"{table}"
     )
-    return _page("Sessions", body, base=base, nonce=nonce)
+    return page("Sessions", body, base=base, nonce=nonce)
 
 
 # --- a session's timeline -------------------------------------------------------------------
@@ -378,7 +393,7 @@ def timeline_page(
         f'data-events="{_e(href)}/events" data-rows="{_e(href)}/rows">'
         "live: new calls appear here as they are made</p>"
     )
-    return _page(f"Session {name}", body, base=base, nonce=nonce, script=True)
+    return page(f"Session {name}", body, base=base, nonce=nonce, script=True)
 
 
 # --- one window -----------------------------------------------------------------------------
@@ -520,8 +535,6 @@ def window_page(
     )
     tools = ""
     if window.tools:
-        import json
-
         names = ", ".join(
             str(t.get("name") or t.get("function", {}).get("name", "?")) for t in window.tools
         )
@@ -545,7 +558,7 @@ def window_page(
         f"<h2>Changes since the previous call</h2>{_diff(diff)}"
         f"<h2>The exact text sent</h2>{tools}{messages}"
     )
-    return _page(f"{window.session} {window.turn}.{window.call}", body, base=base, nonce=nonce)
+    return page(f"{window.session} {window.turn}.{window.call}", body, base=base, nonce=nonce)
 
 
 # --- search ---------------------------------------------------------------------------------
@@ -561,9 +574,9 @@ def search_page(query: str, hits: Sequence[SessionHits] | None, *, base: str, no
         "<button type='submit'>Search</button></form>"
     )
     if hits is None:
-        return _page("Search", form, base=base, nonce=nonce)
+        return page("Search", form, base=base, nonce=nonce)
     if not hits:
-        return _page(
+        return page(
             "Search",
             form + f"<p>No saved call's window contained {_e(repr(query))}.</p>",
             base=base,
@@ -594,4 +607,4 @@ def search_page(query: str, hits: Sequence[SessionHits] | None, *, base: str, no
             f"{first[0]}.{first[1]} ({_e(first[2])} message); {left}.</p>"
             f'<div class="presence">{cells}</div></section>'
         )
-    return _page("Search", "".join(parts), base=base, nonce=nonce)
+    return page("Search", "".join(parts), base=base, nonce=nonce)

@@ -40,9 +40,9 @@ from loomctx.evaluation.cost import PRICES
 from loomctx.server._errors import RequestError
 from loomctx.server._inspect_data import Pricing, diff_windows, search_text, timeline
 from loomctx.server._inspect_html import (
-    _e,
-    _page,
     csp,
+    escape,
+    page,
     search_page,
     sessions_page,
     timeline_page,
@@ -107,7 +107,7 @@ class Inspector:
                 return self._html(
                     "Not found" if status == 404 else "Cannot show that",
                     f"<h1>{'Not found' if status == 404 else 'Cannot show that'}</h1>"
-                    f"<p>{_e(exc)}</p>",
+                    f"<p>{escape(exc)}</p>",
                     status=status,
                 )
 
@@ -115,7 +115,7 @@ class Inspector:
 
     def _html(self, title: str, body: str, *, status: int = 200) -> HTMLResponse:
         nonce = secrets.token_urlsafe(16)
-        return self._respond(_page(title, body, base=BASE, nonce=nonce), nonce, status)
+        return self._respond(page(title, body, base=BASE, nonce=nonce), nonce, status)
 
     @staticmethod
     def _respond(text: str, nonce: str, status: int = 200) -> HTMLResponse:
@@ -139,7 +139,7 @@ class Inspector:
     # --- keys -------------------------------------------------------------------------------
 
     def _login(self, request: Request, *, status: int, message: str) -> HTMLResponse:
-        note = f'<p role="alert">{_e(message)}</p>' if message else ""
+        note = f'<p role="alert">{escape(message)}</p>' if message else ""
         body = (
             "<h1>Sign in to the inspector</h1>"
             "<p>Give the API key of your tenant (the one your agent sends to Loom). It is "
@@ -151,17 +151,23 @@ class Inspector:
         )
         return self._html("Sign in", body, status=status)
 
-    def _signed_in(self, key: str, to: str = BASE) -> Response:
-        response = RedirectResponse(to, status_code=303)
+    def _signed_in(self, request: Request, key: str) -> Response:
+        response = RedirectResponse(BASE, status_code=303)
         response.set_cookie(
-            COOKIE, key, httponly=True, samesite="strict", path=BASE, max_age=8 * 3600
+            COOKIE,
+            key,
+            httponly=True,
+            samesite="strict",
+            path=BASE,
+            max_age=8 * 3600,
+            secure=request.url.scheme == "https",  # behind TLS, never sent without it
         )
         return response
 
     async def login_form(self, request: Request) -> Response:
         key = request.query_params.get("key", "")
         if key and len(key) <= MAX_KEY and self.tenant_for(key) is not None:
-            return self._signed_in(key)
+            return self._signed_in(request, key)
         return self._login(
             request, status=401 if key else 200, message="That key is not valid." if key else ""
         )
@@ -173,7 +179,7 @@ class Inspector:
         key = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0].strip()
         if not key or self.tenant_for(key) is None:
             return self._login(request, status=401, message="That key is not valid for any tenant.")
-        return self._signed_in(key)
+        return self._signed_in(request, key)
 
     async def logout(self, request: Request) -> Response:
         response = RedirectResponse(BASE + "/login", status_code=303)
