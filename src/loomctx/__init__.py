@@ -112,6 +112,7 @@ from loomctx.session.controller import ContextController
 from loomctx.session.options import SessionOptions
 from loomctx.session.persist import L4Persister
 from loomctx.session.session import Session, SessionState
+from loomctx.session.windows import SavedWindow, WindowLog
 from loomctx.stores import open_store
 from loomctx.stores.base import MemoryStore, Record
 from loomctx.stores.sqlite import SQLiteStore
@@ -216,6 +217,7 @@ __all__ = [
     "Reranker",
     "RetrievalInjector",
     "SQLiteStore",
+    "SavedWindow",
     "SentenceTransformerEmbedder",
     "Session",
     "SessionOptions",
@@ -250,6 +252,7 @@ __all__ = [
     "UsageCalibration",
     "UserInputSource",
     "VectorScoreSignal",
+    "WindowLog",
     "complete",
     "counter_for_model",
     "default_embedder",

@@ -273,7 +273,7 @@ def test_inspect_needs_exactly_one_of_file_and_session(runner: CliRunner, tmp_pa
     (tmp_path / "r.json").write_text("{}")
     both = runner.invoke(app, ["inspect", "r.json", "--session", "x"])
     assert both.exit_code == 2
-    assert "give a FILE, `--session ID` or `--list`" in both.output
+    assert "give a FILE, `--session ID`, `--list` or `--web`" in both.output
     missing = runner.invoke(app, ["inspect", "nope.json"])
     assert missing.exit_code == 2
 

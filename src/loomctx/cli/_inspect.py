@@ -10,6 +10,8 @@
   builds a window before each). ``--text`` prints the exact messages and tools that were sent
   instead of the report; the answer to "what exactly did the model see on turn 7?" is
   ``loomctx inspect --session ID --turn 7 --text``.
+- ``loomctx inspect --web`` serves the web inspector over the store (loopback only) and
+  opens it in the browser (``--no-browser``: print the address only); see docs/inspector.md.
 - ``--json`` prints the report (with ``--text``: the window, messages included) as JSON.
 """
 
@@ -179,12 +181,41 @@ def inspect(
         typer.Option("--text", help="--session: print the exact messages and tools sent."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    web: Annotated[
+        bool, typer.Option("--web", help="Serve the web inspector over the store (loopback).")
+    ] = False,
+    browser: Annotated[
+        bool, typer.Option("--browser/--no-browser", help="--web: open it in the browser.")
+    ] = True,
+    port: Annotated[int, typer.Option("--port", help="--web: the port.", min=1)] = 8701,
+    pricing: Annotated[
+        str, typer.Option("--pricing", help="--web: cost as billed by `anthropic` or `openai`.")
+    ] = "anthropic",
+    price: Annotated[
+        float | None,
+        typer.Option("--price-per-mtok", help="--web: USD per million input tokens.", min=0),
+    ] = None,
     store: StoreOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Show what went into a context window, what did not, why, and the text sent."""
+    if web:
+        if path is not None or session is not None or listing:
+            raise typer.BadParameter(
+                "`--web` shows the whole store; give no FILE, `--session` or `--list`"
+            )
+        from loomctx.cli._inspect_web import serve_inspector
+
+        serve_inspector(
+            settings_from(config, store=store).store,
+            port=port,
+            browser=browser,
+            pricing=pricing,
+            usd_per_mtok=price,
+        )
+        return
     if sum((path is not None, session is not None, listing)) != 1:
-        raise typer.BadParameter("give a FILE, `--session ID` or `--list` (one of them)")
+        raise typer.BadParameter("give a FILE, `--session ID`, `--list` or `--web` (one of them)")
     if path is not None and (call is not None or text):
         raise typer.BadParameter("`--call` and `--text` read a session's saved windows")
     if listing:

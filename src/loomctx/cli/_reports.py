@@ -10,18 +10,16 @@ then known per source only (`left_out` says so).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from loomctx.context.report import BlockReport, ContextReport, SourceReport, source_fields
+from loomctx.context.report import ContextReport
 from loomctx.errors import ConfigError
-from loomctx.messages import Message, ToolCall
-from loomctx.stores.base import Get, MemoryStore, Put, Record, Scan
+from loomctx.messages import Message
+from loomctx.session.windows import WINDOW_FORMAT, SavedWindow, WindowLog, report_from_payload
+from loomctx.stores.base import Get, MemoryStore, Record, Scan
 
 __all__ = [
     "WINDOW_FORMAT",
@@ -37,47 +35,7 @@ __all__ = [
     "save_window",
 ]
 
-_FULL: Final = frozenset(f.name for f in fields(ContextReport))
-_SOURCE: Final = frozenset(f.name for f in fields(SourceReport))
-_BLOCK: Final = frozenset(f.name for f in fields(BlockReport))
 _EVENT: Final = "context_assembled"
-
-
-def _only(data: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k in names}
-
-
-def report_from_payload(data: Mapping[str, Any], *, window: int | None = None) -> ContextReport:
-    """A report from its JSON form, or from a `context_assembled` event's `report` payload
-    (`window`: the model's window, needed only for the summary form)."""
-    try:
-        if data.keys() >= _FULL:
-            full = _only(data, _FULL)
-            full["sources"] = [_only(source_fields(s), _SOURCE) for s in data["sources"]]
-            full["blocks"] = [_only(b, _BLOCK) for b in data["blocks"]]
-            return ContextReport.from_dict(full)
-        available = int(data["available"])
-        total = int(data["total_tokens"])
-        sources = tuple(
-            SourceReport(priority=0.0, **_only(source_fields(s), _SOURCE - {"priority"}))
-            for s in data["sources"]
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"not a context report: {type(exc).__name__} {exc}; expected the JSON of "
-            "`ContextReport.to_dict()` or a `context_assembled` event"
-        ) from None
-    window = available if window is None else window
-    return ContextReport(
-        window=window,
-        output_reserve=max(0, window - available),
-        available=available,
-        token_count=total,
-        overhead_tokens=max(0, total - sum(s.used for s in sources)),
-        token_counter=str(data.get("token_counter", "")),
-        sources=sources,
-        blocks=(),
-    )
 
 
 def report_from_event(event: Mapping[str, Any], *, window: int | None = None) -> ContextReport:
@@ -121,63 +79,10 @@ def load_reports(path: Path) -> list[ContextReport]:
     return reports
 
 
-# --- windows saved per session: the report and the exact messages sent ----------------------
+# --- windows saved per session: the record is `loomctx.session.windows`'s -----------------
 
-WINDOW_FORMAT: Final = 1
-_WINDOWS: Final = ("cli", "windows")
 _SESSIONS: Final = ("cli", "sessions")
-_WINDOW: Final = "context_window"
-_MESSAGE: Final = "window_message"
-_SESSION: Final = "chat_session"
 _OLD_REPORTS: Final = ("cli", "reports")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SavedWindow:
-    """One model call's window as `loomctx chat` saved it: which user `turn` of the session
-    and which model `call` of that turn (both from 1), the user's `prompt`, the `report`, and
-    the exact `messages` and `tools` sent (empty for windows saved before messages were)."""
-
-    session: str
-    turn: int
-    call: int
-    prompt: str
-    saved_at: str
-    report: ContextReport
-    messages: tuple[Message, ...] = ()
-    tools: tuple[Mapping[str, Any], ...] = ()
-
-
-def _message_dict(m: Message) -> dict[str, Any]:
-    return {
-        "role": m.role,
-        "content": m.content,
-        "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in m.tool_calls
-        ],
-        "tool_call_id": m.tool_call_id,
-        "name": m.name,
-        "is_error": m.is_error,
-    }
-
-
-def _message_of(data: Mapping[str, Any]) -> Message:
-    return Message(
-        role=data["role"],
-        content=data.get("content", ""),
-        tool_calls=tuple(
-            ToolCall(id=c["id"], name=c["name"], arguments=c.get("arguments", {}))
-            for c in data.get("tool_calls", ())
-        ),
-        tool_call_id=data.get("tool_call_id"),
-        name=data.get("name"),
-        is_error=bool(data.get("is_error", False)),
-    )
-
-
-def _digest(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def save_window(
@@ -190,88 +95,23 @@ def save_window(
     report: ContextReport,
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
+    model: str = "",
 ) -> None:
-    """Keep one model call's window: its report and the exact messages and tools sent.
-
-    The layout (documented in docs/cli.md, "Saved windows", for other readers such as a web
-    inspector):
-
-    - ``("cli", "windows", session)``, key ``window:<turn 6 digits>:<call 3 digits>``, kind
-      ``context_window``: ``{"format", "session", "turn", "call", "prompt", "saved_at",
-      "report": ContextReport.to_dict(), "messages": [message key, ...], "tools": tools key}``;
-    - the same namespace, key ``message:<sha256 of the message, 32 hex>``, kind
-      ``window_message``: one message ``{"role", "content", "tool_calls": [{"id", "name",
-      "arguments"}], "tool_call_id", "name", "is_error"}``; key ``tools:<sha256>`` the tool
-      schemas as sent. Messages and tools are stored once however many windows repeat them
-      (a conversation's history is in every window), so a session's windows take about the
-      size of its distinct messages plus each call's dynamic tail;
-    - ``("cli", "sessions")``, key the session, kind ``chat_session``: ``{"session", "turns",
-      "windows", "first_at", "last_at"}``, what `list_sessions` reads.
-
-    Records carry no text: search and background embedding never see them.
-    """
-    ns = (*_WINDOWS, session)
-    by_key: dict[str, Any] = {}
-    order = []
-    for m in messages:
-        data = _message_dict(m)
-        key = f"message:{_digest(data)}"
-        by_key.setdefault(key, data)
-        order.append(key)
-    tools_data = [dict(t) for t in tools]
-    tools_key = f"tools:{_digest(tools_data)}"
-    keys = [*by_key, tools_key]
-    index_key = session
-    found = store.batch(
-        [Get(namespace=ns, key=k) for k in keys] + [Get(namespace=_SESSIONS, key=index_key)]
-    )
-    now = datetime.now(UTC).isoformat()
-    puts = [
-        Put(record=Record(namespace=ns, key=k, kind=_MESSAGE, text="", data=by_key[k]))
-        for k, rec in zip(keys[:-1], found, strict=False)
-        if rec is None
-    ]
-    if found[len(keys) - 1] is None:
-        puts.append(
-            Put(
-                record=Record(
-                    namespace=ns, key=tools_key, kind=_MESSAGE, text="", data={"tools": tools_data}
-                )
-            )
-        )
-    window = {
-        "format": WINDOW_FORMAT,
-        "session": session,
-        "turn": turn,
-        "call": call,
-        "prompt": prompt,
-        "saved_at": now,
-        "report": report.to_dict(),
-        "messages": order,
-        "tools": tools_key,
-    }
-    puts.append(
-        Put(
-            record=Record(
-                namespace=ns,
-                key=f"window:{turn:06d}:{call:03d}",
-                kind=_WINDOW,
-                text="",
-                data=window,
-            )
+    """Keep one model call's window (its report and the exact messages and tools sent) in
+    the ``("cli",)`` scope of `store`; the layout is `loomctx.session.windows`'s."""
+    WindowLog(store, ("cli",)).save(
+        SavedWindow(
+            session=session,
+            turn=turn,
+            call=call,
+            prompt=prompt,
+            saved_at="",
+            report=report,
+            messages=tuple(messages),
+            tools=tuple(tools),
+            model=model,
         )
     )
-    old = found[-1]
-    index = dict(old.data) if old is not None else {"session": session, "first_at": now}
-    index.update(
-        turns=max(int(index.get("turns", 0)), turn),
-        windows=int(index.get("windows", 0)) + 1,
-        last_at=now,
-    )
-    puts.append(
-        Put(record=Record(namespace=_SESSIONS, key=index_key, kind=_SESSION, text="", data=index))
-    )
-    store.batch(puts)
 
 
 def next_turn(store: MemoryStore, session: str) -> int:
@@ -295,13 +135,8 @@ def next_turn(store: MemoryStore, session: str) -> int:
 def list_sessions(store: MemoryStore) -> list[dict[str, Any]]:
     """Every session with saved windows, oldest first: ``{"session", "turns", "windows",
     "first_at", "last_at"}`` (sessions saved by earlier versions: turns and windows only)."""
-    index, old = store.batch(
-        [
-            Scan(prefix=_SESSIONS, kind=_SESSION, exact=True),
-            Scan(prefix=_OLD_REPORTS, kind="context_report"),
-        ]
-    )
-    out = {str(r.key): dict(r.data) for r in index}
+    old: list[Record] = store.batch([Scan(prefix=_OLD_REPORTS, kind="context_report")])[0]
+    out = {e["session"]: e for e in WindowLog(store, ("cli",)).sessions()}
     legacy: dict[str, int] = {}
     for r in old:
         legacy[r.namespace[-1]] = legacy.get(r.namespace[-1], 0) + 1
@@ -319,10 +154,7 @@ def list_sessions(store: MemoryStore) -> list[dict[str, Any]]:
 
 def list_windows(store: MemoryStore, session: str) -> list[tuple[int, int]]:
     """The (turn, call) of every window saved for `session`, in order."""
-    found: list[Record] = store.batch(
-        [Scan(prefix=(*_WINDOWS, session), kind=_WINDOW, exact=True)]
-    )[0]
-    return sorted((int(r.data["turn"]), int(r.data["call"])) for r in found)
+    return WindowLog(store, ("cli",)).calls(session)
 
 
 def load_window(
@@ -331,37 +163,9 @@ def load_window(
     """A saved window of `session`: of user `turn` (default: the last) and model `call` of
     it (default: the turn's last), with its messages; None if there is none. Falls back to
     the reports earlier versions saved (one per turn, no messages)."""
-    ns = (*_WINDOWS, session)
-    found: list[Record] = store.batch([Scan(prefix=ns, kind=_WINDOW, exact=True)])[0]
-    if found:
-        chosen = [r for r in found if turn is None or int(r.data["turn"]) == turn]
-        if turn is None and chosen:
-            last = max(int(r.data["turn"]) for r in chosen)
-            chosen = [r for r in chosen if int(r.data["turn"]) == last]
-        if call is not None:
-            chosen = [r for r in chosen if int(r.data["call"]) == call]
-        if not chosen:
-            return None
-        rec = max(chosen, key=lambda r: (int(r.data["turn"]), int(r.data["call"])))
-        data = rec.data
-        keys = [*data["messages"], data["tools"]]
-        loaded = store.batch([Get(namespace=ns, key=k) for k in keys])
-        missing = [k for k, r in zip(keys, loaded, strict=True) if r is None]
-        if missing:
-            raise ConfigError(
-                f"session {session!r}, window {data['turn']}.{data['call']}: "
-                f"{len(missing)} stored message(s) are missing; the store was edited by hand?"
-            )
-        return SavedWindow(
-            session=session,
-            turn=int(data["turn"]),
-            call=int(data["call"]),
-            prompt=str(data.get("prompt", "")),
-            saved_at=str(data.get("saved_at", "")),
-            report=report_from_payload(data["report"]),
-            messages=tuple(_message_of(r.data) for r in loaded[:-1]),
-            tools=tuple(loaded[-1].data["tools"]),
-        )
+    log = WindowLog(store, ("cli",))
+    if log.records(session):
+        return log.load(session, turn=turn, call=call)
     if call not in (None, 1):
         return None
     scan = Scan(prefix=(*_OLD_REPORTS, session), kind="context_report", newest_first=True)

@@ -16,6 +16,7 @@ Routes (every `/v1/...` route needs ``Authorization: Bearer <key>``; the key nam
 - ``POST /v1/knowledge/{name}/documents`` (``{"text", "id"?, "metadata"?}``),
   ``GET /v1/knowledge/{name}/search?q=...``: a tenant's knowledge bases;
 - ``/mcp/{session}``: MCP over streamable HTTP;
+- ``/inspect``: the web inspector (`loomctx.server._inspector`; the key in a cookie);
 - ``GET /healthz`` (the process answers), ``GET /readyz`` (the store answers),
   ``GET /openapi.json``.
 
@@ -42,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._errors import RequestError, error_body
+from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._otel import ChatSpan
@@ -439,6 +441,7 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
         Route("/healthz", server.healthz, methods=["GET"]),
         Route("/readyz", server.readyz, methods=["GET"]),
         Route("/openapi.json", server.openapi, methods=["GET"]),
+        *service_inspector(service).routes(),  # the web inspector, /inspect
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.service = service

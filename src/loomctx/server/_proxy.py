@@ -16,7 +16,9 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    requests, so each call repeats the previous prompt up to the dynamic tail;
 4. forward the window upstream and stream the answer back; a reply without tool calls is
    recorded when it ends (one with tool calls is recorded with its results, when the client
-   sends them). The window's report is stored; its id is the `X-Loom-Report` header.
+   sends them). The window's report is stored; its id is the `X-Loom-Report` header. The
+   window itself (the exact messages and tools sent) is saved for the web inspector
+   (`loomctx.server._windows`), in the same write.
 
 If step 2 or 3 fails inside Loom (not for bad input), the client's request is forwarded
 unchanged and the failure logged, unless `passthrough` is off.
@@ -51,6 +53,7 @@ from loomctx.server._errors import RequestError
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
+from loomctx.server._windows import window_ops
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
@@ -240,9 +243,7 @@ class ChatProxy:
             model=request.model.name,
             requests=int(state.get("requests", 0)) + 1,
         )
-        writes = [service.proxy_state_op(tenant.name, session, state)]
-        if not claimed:
-            writes.append(service.claim_op(tenant.name, session))
+        writes = [] if claimed else [service.claim_op(tenant.name, session)]
         prepared.turn, prepared.state, prepared.recorded = turn, state, True
         try:
             prepared.window = await self._build(tenant, request, split, turn)
@@ -251,7 +252,9 @@ class ChatProxy:
             )
             writes.append(op)
             prepared.report_id = report_id
-        finally:  # the session's state and claim, and the report, in one write
+            writes += window_ops(service.store, tenant.name, request, prepared, state)
+        finally:  # the session's state and claim, the report and the window, in one write
+            writes.append(service.proxy_state_op(tenant.name, session, state))
             service.store.batch(writes)
 
     async def build_only(
