@@ -87,16 +87,20 @@ async def test_the_anthropic_provider_records_reported_usage(wire: WireServer) -
         AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=1.2)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("recorded", [False, True], ids=["plain", "recorded by the cli"])
 async def test_an_agent_builds_within_the_window_its_calibration_deems_safe(
-    wire: WireServer,
+    wire: WireServer, recorded: bool
 ) -> None:
     from loomctx.agent.events import ContextAssembled
     from loomctx.agent.executor import Agent
     from loomctx.agent.llm import allow_model_requests
+    from loomctx.cli._agent import RecordingLLM
 
     cal = UsageCalibration()
     llm = AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=cal)
-    agent = Agent(llm, "You are terse.", model_context_window=10_000, embedder=None)
+    # `loomctx chat` and `demo` wrap the model to save what each call sent: the margin stays.
+    model = RecordingLLM(llm) if recorded else llm
+    agent = Agent(model, "You are terse.", model_context_window=10_000, embedder=None)
 
     async def available() -> int:
         wire.script(anthropic_text("4", input_tokens=200))

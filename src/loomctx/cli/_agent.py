@@ -50,6 +50,11 @@ class RecordingLLM:
         self.name = inner.name
         self.sent: list[tuple[tuple[Message, ...], tuple[Mapping[str, Any], ...]]] = []
 
+    def __getattr__(self, name: str) -> Any:
+        # What the agent reads of its LLM besides `stream` (`model`, an `AnthropicLLM`'s
+        # `calibration`) is the inner one's, so recording changes nothing else.
+        return getattr(self.inner, name)
+
     def stream(
         self,
         messages: Sequence[Message],
