@@ -60,6 +60,26 @@ def test_a_kept_store_is_reused(runner: CliRunner) -> None:
     assert "RAG_knowledge" in window.stdout
 
 
+def test_every_window_the_demo_sent_is_saved_for_inspect(runner: CliRunner) -> None:
+    for _ in range(2):
+        assert runner.invoke(app, ["demo", "--lexical", "--store", "demo.db"]).exit_code == 0
+    listing = runner.invoke(app, ["inspect", "--list", "--store", "demo.db"])
+    assert listing.exit_code == 0, listing.output
+    assert "demo" in listing.stdout
+    # The second run's turns follow the first's: turn 10 is its last question, as sent.
+    sent = runner.invoke(
+        app, ["inspect", "--store", "demo.db", "--session", "demo", "--turn", "10", "--text"]
+    )
+    assert sent.exit_code == 0, sent.output
+    text = " ".join(sent.stdout.split())
+    assert QUESTIONS[-1] in text
+    assert "You are the project assistant of the Lantern team" in text
+    missing = runner.invoke(
+        app, ["inspect", "--store", "demo.db", "--session", "demo", "--turn", "11"]
+    )
+    assert missing.exit_code != 0
+
+
 @pytest.mark.slow
 def test_the_demo_with_the_default_embedder(runner: CliRunner) -> None:
     result = runner.invoke(app, ["demo"])

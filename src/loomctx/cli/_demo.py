@@ -26,9 +26,10 @@ from rich.table import Table
 from rich.text import Text
 
 from loomctx.agent.executor import Agent
-from loomctx.cli._agent import ask, choose_llm
+from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._common import out_console, progress_bar
 from loomctx.cli._render import report_view
+from loomctx.cli._reports import next_turn, save_window
 from loomctx.cli._workspace import (
     embed_pending,
     embedder_for,
@@ -124,7 +125,8 @@ def _summary(console: Console, rows: list[tuple[int, int, int, int, int]]) -> No
         "Loom's window stays within its budget however long the conversation grows; the whole "
         "history grows with every turn. Billed: input tokens at Anthropic's prompt-cache prices "
         "(what repeats the last prompt read at 0.1x, the rest at 1.25x); over a long conversation "
-        "`loomctx bench cost` measures both. Keep this store with `--store demo.db`, then try "
+        "`loomctx bench cost` measures both. Keep this store with `--store demo.db`, then see "
+        "every window in a browser with `loomctx inspect --web --store demo.db`, or go on with "
         "`loomctx chat --store demo.db --session demo` and `/context`.",
         style="dim",
     )
@@ -134,6 +136,8 @@ async def _turns(
     console: Console, agent: Agent, history: list[Message], events: IO[str] | None
 ) -> None:
     counter = agent.counter
+    store = agent.memory.store
+    first = next_turn(store, SESSION)  # a kept store counts on from its earlier runs
     rows: list[tuple[int, int, int, int, int]] = []
     previous_full = 0
     for turn, question in enumerate(QUESTIONS, 1):
@@ -141,6 +145,17 @@ async def _turns(
         console.print(Text.assemble(("you   ", "bold cyan"), question))
         history.append(Message.user(question))
         answer = await ask(agent, question, events=events)
+        for call, sent in enumerate(answer.calls, 1):  # what `loomctx inspect` shows
+            save_window(
+                store,
+                session=SESSION,
+                turn=first + turn - 1,
+                call=call,
+                prompt=question,
+                report=sent.report,
+                messages=sent.messages,
+                tools=sent.tools,
+            )
         console.print(Text.assemble(("loom  ", "bold green"), answer.text))
         full = counter.count_messages([Message.system(INSTRUCTIONS), *history])
         history.append(Message.assistant(answer.text))
@@ -207,7 +222,7 @@ def demo(
         _ingest(console, memory, kb, history)
         console.print(Text(f"\n2. ask {len(QUESTIONS)} questions", "bold"))
         agent = Agent(
-            llm,
+            RecordingLLM(llm),  # each window is saved with the exact messages sent
             system_instructions=INSTRUCTIONS,
             memory=memory,
             name="assistant",
