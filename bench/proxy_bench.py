@@ -13,11 +13,16 @@ uvicorn (one event loop), with a SQLite store in a temporary folder.
    as OpenAI clients do (then the upstream reads the whole history when called directly, and
    Loom reads it to find what is new and sends a window instead). The client waits 50 ms
    between turns (Loom records a reply after the client has it; the session's next request
-   waits for that, so back-to-back requests would measure the recording too).
+   waits for that, so back-to-back requests would measure the recording too). Added latency
+   is taken per request (through Loom minus direct, the two sent back to back), and its
+   median and 95th percentile are printed beside each side's own.
 2. Requests per second one instance sustains (4 client threads, new turns only).
 3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
    re-sending its whole history each turn, against the client calling the model directly
    (the whole history each time): tokens counted with o200k_base on what the upstream got.
+   Billed as well under prompt-cache pricing (`loomctx.evaluation.cost.PRICES`: Anthropic
+   0.1 x cached + 1.25 x new, OpenAI 0.5 x cached + 1 x new), a call's cached tokens being
+   the leading messages it repeats of the previous call's prompt.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from typing import Any
 import uvicorn
 from _common import LOCOMO, locomo_turns, p95_ms
 
+from loomctx.context.orchestrator import repeated_prefix_tokens
+from loomctx.evaluation.cost import PRICES
 from loomctx.memory.task import tasks_from_messages
-from loomctx.messages import from_openai
+from loomctx.messages import Message, from_openai
 from loomctx.server import LoomService, create_app, hash_key
 from loomctx.server._config import serve_config_from
 from loomctx.tokens import TiktokenCounter
@@ -48,11 +55,12 @@ COUNTER = TiktokenCounter()
 
 class Upstream:
     """An OpenAI-compatible server answering every request with one short streamed reply;
-    it keeps the token count of each request's messages when asked to."""
+    it keeps each request's messages and their token count when asked to."""
 
     def __init__(self, *, count: bool = False) -> None:
         self.count = count
         self.tokens: list[int] = []
+        self.prompts: list[list[Message]] = []
         self.reply = "ok"
         owner = self
 
@@ -69,7 +77,9 @@ class Upstream:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 if owner.count:
-                    owner.tokens.append(COUNTER.count_messages(from_openai(body["messages"])))
+                    prompt = from_openai(body["messages"])
+                    owner.prompts.append(prompt)
+                    owner.tokens.append(COUNTER.count_messages(prompt))
                 chunk = {
                     "id": "c1",
                     "object": "chat.completion.chunk",
@@ -181,7 +191,7 @@ def latency(requests: int) -> None:
         print("1. added latency, 10,000 stored turns, local upstream, streamed replies")
         print(
             f"   {'client sends':<26}{'direct p50':>12}{'loom p50':>10}{'added p50':>11}"
-            f"{'direct p95':>12}{'loom p95':>10}"
+            f"{'direct p95':>12}{'loom p95':>10}{'added p95':>11}"
         )
         for label, session in (("its new turn only", "new-only"), ("its whole history", "whole")):
             sent = list(stored) if session == "whole" else []
@@ -205,8 +215,9 @@ def latency(requests: int) -> None:
                 f"   {label:<26}{statistics.median(d_times) * 1000:>10.2f}ms"
                 f"{statistics.median(l_times) * 1000:>8.2f}ms"
                 f"{statistics.median(added) * 1000:>9.2f}ms"
-                f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms"
+                f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms{p95_ms(added):>9.2f}ms"
             )
+        print("   (added: per request, through Loom minus direct, sent back to back)")
         direct.close()
         loom.close()
         server.should_exit = True
@@ -265,6 +276,7 @@ def billed() -> None:
             {"role": "system", "content": "You are a friendly conversation partner."}
         ]
         whole: list[int] = []
+        direct_prompts: list[list[Message]] = []
         pending: list[str] = []
         for turn in lines:
             text = f"{turn['speaker']}: {turn['text']}"
@@ -275,7 +287,8 @@ def billed() -> None:
                 continue
             messages.append({"role": "user", "content": "\n".join(pending)})
             pending = []
-            whole.append(COUNTER.count_messages(from_openai(messages)))
+            direct_prompts.append(from_openai(messages))
+            whole.append(COUNTER.count_messages(direct_prompts[-1]))
             body = json.dumps({"model": "m", "messages": messages, "stream": True}).encode()
             upstream.reply = text  # the model "says" the other speaker's real line
             post(conn, "/v1/chat/completions", body, "locomo")
@@ -293,6 +306,33 @@ def billed() -> None:
         f"   loom:   {sum(through):,} tokens (last call {through[-1]:,}, max {max(through):,})"
         f"  = {sum(through) / sum(whole):.1%} of direct"
     )
+    direct_cached = cached_tokens(direct_prompts)
+    loom_cached = cached_tokens(upstream.prompts)
+    print(
+        f"   cached (repeating the previous call's prompt): direct {sum(direct_cached):,}, "
+        f"loom {sum(loom_cached):,}"
+    )
+    for provider, (read, write) in PRICES.items():
+        d = billed_tokens(whole, direct_cached, read, write)
+        lo = billed_tokens(through, loom_cached, read, write)
+        print(
+            f"   billed under {provider}'s cache pricing ({read} x cached + {write} x new): "
+            f"direct {d:,.0f}, loom {lo:,.0f} = {lo / d:.1%} of direct"
+        )
+
+
+def cached_tokens(prompts: list[list[Message]]) -> list[int]:
+    """Per call, the tokens of its leading messages that repeat the previous call's."""
+    out, previous = [], None
+    for prompt in prompts:
+        out.append(repeated_prefix_tokens(COUNTER, previous, prompt, ()))
+        previous = (prompt, ())
+    return out
+
+
+def billed_tokens(total: list[int], cached: list[int], read: float, write: float) -> float:
+    """Input tokens billed: cached ones at `read`, the rest at `write`."""
+    return sum(read * c + write * (t - c) for t, c in zip(total, cached, strict=True))
 
 
 def main() -> None:
