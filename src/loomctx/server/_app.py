@@ -125,9 +125,19 @@ class _Server:
             except UpstreamError as exc:
                 response = JSONResponse(exc.body, status_code=exc.status)
             except LoomError as exc:
-                log.exception("request failed")
+                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 response = JSONResponse(
                     error_body(f"{type(exc).__name__}: {exc}", type="server_error"),
+                    status_code=500,
+                )
+            except Exception as exc:  # not Loom's own error: a bug; its text stays in the log
+                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+                response = JSONResponse(
+                    error_body(
+                        f"Loom failed on this request ({type(exc).__name__}); the server's log "
+                        "has the details",
+                        type="server_error",
+                    ),
                     status_code=500,
                 )
             fields = {

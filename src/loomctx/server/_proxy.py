@@ -18,8 +18,9 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    recorded when it ends (one with tool calls is recorded with its results, when the client
    sends them). The window's report is stored; its id is the `X-Loom-Report` header.
 
-If step 2 or 3 fails inside Loom (not for bad input), the client's request is forwarded
-unchanged and the failure logged, unless `passthrough` is off.
+If step 2 or 3 fails inside Loom (not for bad input), with a `LoomError` or any other
+exception, the client's request is forwarded unchanged and the failure logged, unless
+`passthrough` is off (then the client gets a 500 in OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -194,11 +195,12 @@ class ChatProxy:
             await self._prepare(prepared)
         except RequestError:
             raise
-        except LoomError as exc:
+        except Exception as exc:  # a bug in Loom (or a store's) as much as a `LoomError`
             if not self.service.config.passthrough:
                 raise
             log.warning(
                 "loom failed; passing the request through unchanged",
+                exc_info=not isinstance(exc, LoomError),  # a bug: keep its traceback
                 extra={
                     "tenant": tenant.name,
                     "session": request.session,
