@@ -202,10 +202,12 @@ class LoomService:
         return Put(record=record)
 
     def sessions(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's sessions, most recently used first."""
+        """The tenant's sessions, most recently used first: those the proxy served, and
+        those only REST or MCP used (no model, no messages)."""
         scan = Scan(prefix=(tenant, "proxy"), kind=PROXY_KIND, exact=True, newest_first=True)
-        found: list[Record] = self.store.batch([scan])[0]
-        return [
+        claims = Scan(prefix=_CLAIMS, kind="session_claim", exact=True, where={"tenant": tenant})
+        found, claimed = self.store.batch([scan, claims])
+        out = [
             {
                 "id": r.key,
                 "model": r.data.get("model"),
@@ -215,6 +217,14 @@ class LoomService:
             }
             for r in found
         ]
+        served = {r.key for r in found}
+        out += [
+            {"id": r.key, "model": None, "messages": 0, "requests": 0, "updated_at": r.updated_at}
+            for r in claimed
+            if r.key not in served
+        ]
+        out.sort(key=lambda s: s["updated_at"], reverse=True)
+        return out
 
     def session_info(self, tenant: str, session: str) -> dict[str, Any]:
         """One session: its proxy state, its memory's tiers and its reports (404 if unknown)."""
