@@ -37,7 +37,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
@@ -74,7 +74,18 @@ def _too_large(size: str) -> RequestError:
 
 
 async def _read_json(request: Request, limit: int) -> Any:
-    """The body as JSON: 413 past `limit` bytes, 400 if it is not JSON.
+    """The body as JSON: 413 past `limit` bytes (`_read_body`), 400 if it is not JSON."""
+    body = await _read_body(request, limit)
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body: 413 past `limit` bytes.
 
     A body somewhat over the limit is read to its end (and dropped) before the 413 is sent:
     a server that answers while the client is still sending closes a socket with unread data,
@@ -93,12 +104,7 @@ async def _read_json(request: Request, limit: int) -> Any:
             body += part
     if size > limit:
         raise _too_large(str(size))
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+    return bytes(body)
 
 
 class _Server:
@@ -379,6 +385,9 @@ class _Server:
                     "the MCP endpoint is /mcp/{session}: name the session", status=404
                 )
             session = check_session_id(parts[1])
+            if request.method == "POST":  # JSON-RPC messages: read whole, within the limit
+                body = await _read_body(request, self.service.config.max_body_bytes)
+                receive = _replay(body, receive)
         except RequestError as exc:
             await _error(exc)(scope, receive, send)
             return
@@ -387,6 +396,21 @@ class _Server:
         inner["path"] = "/"
         inner["raw_path"] = b"/"
         await self.mcp_app(inner, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) first, then what `receive` gives (the
+    client's disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _limit(raw: str) -> int:

@@ -49,6 +49,7 @@ from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
@@ -289,9 +290,17 @@ class ChatProxy:
             new_session=False,
         )
         split = split_request([{"role": "user", "content": query}], count=0, first="", last="")
-        built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
-        report = built.report.to_dict()
-        report_id = self.service.save_report(tenant.name, session, config.name, report)
+        span = BuildSpan(model=model, tenant=tenant.name, session=session)
+        try:
+            built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
+            report = built.report.to_dict()
+            report_id = self.service.save_report(tenant.name, session, config.name, report)
+            span.built(built.report, report_id, built.messages)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
         return {
             "messages": to_openai(built.messages),
             "token_count": built.token_count,
