@@ -48,6 +48,7 @@ from loomctx.server._otel import ChatSpan
 from loomctx.server._proxy import ChatProxy, parse_chat_request
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError
+from loomctx.session.bus import open_bus
 from loomctx.stores.base import Get
 
 __all__ = ["REPORT_HEADER", "SESSION_HEADER", "create_app"]
@@ -452,11 +453,19 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The `bus` setting's bus is opened here, on the server's event loop (a bus belongs
+        # to one loop), and closed with the app; a bus the caller gave is the caller's.
+        opened = service.bus is None and service.config.bus is not None
+        if opened:
+            service.bus = open_bus(service.config.bus)
         async with server.mcp.session_manager.run():
             try:
                 yield
             finally:
                 await server.proxy.aclose()
+                if opened and service.bus is not None:
+                    await service.bus.close()
+                    service.bus = None
                 service.close()
 
     routes = [

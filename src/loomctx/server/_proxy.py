@@ -14,7 +14,9 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    the turn's tool exchange and the user's message, within the model's window less its output
    reserve; one `LayoutState` per server keeps each session's history append-only across
    requests, so each call repeats the previous prompt up to the dynamic tail;
-4. forward the window upstream and stream the answer back; a reply without tool calls is
+4. announce the window: its ``context.assembled`` event (the one Loom's sessions publish, with
+   the tenant, model and report id) goes on the service's bus, if one is configured;
+5. forward the window upstream and stream the answer back; a reply without tool calls is
    recorded when it ends (one with tool calls is recorded with its results, when the client
    sends them). The window's report is stored; its id is the `X-Loom-Report` header.
 
@@ -53,6 +55,7 @@ from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
+from loomctx.session.topics import CONTEXT_ASSEMBLED
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
@@ -256,6 +259,7 @@ class ChatProxy:
             prepared.report_id = report_id
         finally:  # the session's state and claim, and the report, in one write
             service.store.batch(writes)
+        await self._announce(tenant, session, request.model.name, split.query, prepared, "proxy")
 
     async def build_only(
         self,
@@ -301,12 +305,56 @@ class ChatProxy:
             raise
         finally:
             span.end()
+        await self._announce(tenant, session, config.name, query, built, "mcp", report_id)
         return {
             "messages": to_openai(built.messages),
             "token_count": built.token_count,
             "report_id": report_id,
             "report": report,
         }
+
+    async def _announce(
+        self,
+        tenant: TenantConfig,
+        session: str,
+        model: str,
+        query: str,
+        built: Prepared | ContextWindow,
+        via: str,
+        report_id: str | None = None,
+    ) -> None:
+        """Publish the window's ``context.assembled`` event on the service's bus (if any),
+        as Loom's sessions do, with the tenant, the model and the report's id (its whole
+        form is at ``GET /v1/reports/{id}``). A bus that fails is logged, never the
+        request's failure."""
+        bus = self.service.bus
+        if isinstance(built, Prepared):
+            window, report_id = built.window, built.report_id
+        else:
+            window = built
+        if bus is None or window is None:
+            return
+        payload = {
+            "session_ids": [session],
+            "query": query,
+            "strategy": None,
+            "report": window.report.summary(),
+            "report_id": report_id,
+            "tenant": tenant.name,
+            "model": model,
+            "via": via,
+        }
+        try:
+            await bus.publish(CONTEXT_ASSEMBLED, payload, source=f"serve:{tenant.name}")
+        except Exception as exc:
+            log.warning(
+                "the bus refused the window's event",
+                extra={
+                    "tenant": tenant.name,
+                    "session": session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
 
     async def _build(
         self, tenant: TenantConfig, request: ChatRequest, split: Split, turn: str

@@ -37,6 +37,7 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.server._config import ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
 from loomctx.tokens import TiktokenCounter
@@ -81,9 +82,13 @@ class LoomService:
         *,
         store: MemoryStore | None = None,
         embedder: Embedder | None = None,
+        bus: EventBus | None = None,
         max_open: int = 256,
     ) -> None:
         self.config = config
+        # Where each window's `context.assembled` event goes: `bus`, or the one the `bus`
+        # setting names, opened by the app on its event loop (`create_app`); None: nowhere.
+        self.bus = bus
         self.store = store if store is not None else open_store(config.store)
         self._owns_store = store is None
         if embedder is None and config.embedder == "default":
