@@ -3,8 +3,9 @@
 Run: .venv/bin/python bench/proxy_bench.py [--requests 200] [--seconds 5]
 
 A local upstream speaking OpenAI's wire protocol answers every request at once (a short
-streamed reply), so what is measured is the proxy. Loom's server runs in this process on
-uvicorn (one event loop), with a SQLite store in a temporary folder.
+streamed reply), so what is measured is the proxy. Loom's server runs as `loomctx serve` in a
+process of its own (one uvicorn worker, one event loop), with a SQLite store in a temporary
+folder; the upstream and the clients run in this process.
 
 1. Added latency (p50/p95), on a session holding 10,000 stored turns (LoCoMo text, cycled):
    the same chat-completions request sent to the upstream directly and through Loom, one after
@@ -13,11 +14,18 @@ uvicorn (one event loop), with a SQLite store in a temporary folder.
    as OpenAI clients do (then the upstream reads the whole history when called directly, and
    Loom reads it to find what is new and sends a window instead). The client waits 50 ms
    between turns (Loom records a reply after the client has it; the session's next request
-   waits for that, so back-to-back requests would measure the recording too).
+   waits for that, so back-to-back requests would measure the recording too). Added latency
+   is taken per request (through Loom minus direct, the two sent back to back), and its
+   median and 95th percentile are printed beside each side's own, with the median of what
+   the server logs as its own work (`loom_ms`: recording the turn and building the window;
+   the rest is reading the request, forwarding it and streaming the answer back).
 2. Requests per second one instance sustains (4 client threads, new turns only).
 3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
    re-sending its whole history each turn, against the client calling the model directly
    (the whole history each time): tokens counted with o200k_base on what the upstream got.
+   Billed as well under prompt-cache pricing (`loomctx.evaluation.cost.PRICES`: Anthropic
+   0.1 x cached + 1.25 x new, OpenAI 0.5 x cached + 1 x new), a call's cached tokens being
+   the leading messages it repeats of the previous call's prompt.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,13 +44,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from _common import LOCOMO, locomo_turns, p95_ms
 
+from loomctx.context.orchestrator import repeated_prefix_tokens
+from loomctx.evaluation.cost import PRICES
 from loomctx.memory.task import tasks_from_messages
-from loomctx.messages import from_openai
-from loomctx.server import LoomService, create_app, hash_key
-from loomctx.server._config import serve_config_from
+from loomctx.messages import Message, from_openai
+from loomctx.server import LoomService, hash_key, load_serve_config
 from loomctx.tokens import TiktokenCounter
 
 KEY = "sk-bench"
@@ -48,11 +59,12 @@ COUNTER = TiktokenCounter()
 
 class Upstream:
     """An OpenAI-compatible server answering every request with one short streamed reply;
-    it keeps the token count of each request's messages when asked to."""
+    it keeps each request's messages and their token count when asked to."""
 
     def __init__(self, *, count: bool = False) -> None:
         self.count = count
         self.tokens: list[int] = []
+        self.prompts: list[list[Message]] = []
         self.reply = "ok"
         owner = self
 
@@ -69,7 +81,9 @@ class Upstream:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 if owner.count:
-                    owner.tokens.append(COUNTER.count_messages(from_openai(body["messages"])))
+                    prompt = from_openai(body["messages"])
+                    owner.prompts.append(prompt)
+                    owner.tokens.append(COUNTER.count_messages(prompt))
                 chunk = {
                     "id": "c1",
                     "object": "chat.completion.chunk",
@@ -112,20 +126,81 @@ class Upstream:
         return int(self.httpd.server_address[1])
 
 
-def start_loom(upstream: Upstream, store: Path) -> tuple[LoomService, uvicorn.Server, int]:
-    table = {
-        "models": {"m": {"base_url": f"http://127.0.0.1:{upstream.port}/v1", "window": 8000}},
-        "tenants": {"bench": {"keys": [hash_key(KEY)]}},
-    }
-    service = LoomService(serve_config_from(table, store=str(store), embedder="none"))
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning")
+def loom_config(upstream: Upstream, store: Path) -> Path:
+    """A `loom.toml` beside `store`: model `m` forwarded to `upstream`, tenant `bench`."""
+    path = store.with_suffix(".toml")
+    path.write_text(
+        f"""store = "{store.as_posix()}"
+embedder = "none"
+
+[serve.models.m]
+base_url = "http://127.0.0.1:{upstream.port}/v1"
+window = 8000
+
+[serve.tenants.bench]
+keys = ["{hash_key(KEY)}"]
+""",
+        encoding="utf-8",
     )
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return service, server, int(port)
+    return path
+
+
+def start_loom(upstream: Upstream, store: Path) -> Loom:
+    """`loomctx serve` in a process of its own, as it is deployed (in this process, it would
+    share one interpreter lock with the clients and the upstream, and their work would count
+    as the proxy's)."""
+    port = free_port()
+    exe = Path(sys.executable).parent / "loomctx"
+    config = loom_config(upstream, store)
+    log = store.with_suffix(".log")
+    # At the default log level: a JSON line per request, as deployed (`Loom.loom_ms` reads it).
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(exe), "serve", "--config", str(config), "--port", str(port)],
+            cwd=store.parent,
+            stderr=sink,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            conn.close()
+            return Loom(process, port, log)
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise SystemExit("loomctx serve did not start") from None
+            time.sleep(0.1)
+
+
+class Loom:
+    """A running `loomctx serve` process."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.process = process
+        self.port = port
+        self.log = log
+        self._read = 0
+
+    def loom_ms(self) -> list[float]:
+        """What Loom's own work (recording the turn, building the window) took, per chat
+        request logged since the last call, by the server's own clock (`loom_ms`)."""
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        new, self._read = lines[self._read :], len(lines)
+        rows = [json.loads(line) for line in new if line.startswith("{")]
+        return [float(r["loom_ms"]) for r in rows if "loom_ms" in r]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def post(conn: http.client.HTTPConnection, path: str, body: bytes, session: str) -> float:
@@ -154,7 +229,10 @@ def latency(requests: int) -> None:
     turns = locomo_turns()
     upstream = Upstream()
     with tempfile.TemporaryDirectory() as tmp:
-        service, server, port = start_loom(upstream, Path(tmp) / "loom.db")
+        store = Path(tmp) / "loom.db"
+        service = LoomService(
+            load_serve_config(loom_config(upstream, store), store=str(store), embedder="none")
+        )
         stored = history(turns, 10_000)
         for session in ("new-only", "whole"):
             memory = service.memory("bench", session)
@@ -176,16 +254,19 @@ def latency(requests: int) -> None:
                 "last": fingerprint(msgs[-1]),
             },
         )
+        service.close()
+        server = start_loom(upstream, store)
         direct = http.client.HTTPConnection("127.0.0.1", upstream.port)
-        loom = http.client.HTTPConnection("127.0.0.1", port)
+        loom = http.client.HTTPConnection("127.0.0.1", server.port)
         print("1. added latency, 10,000 stored turns, local upstream, streamed replies")
         print(
             f"   {'client sends':<26}{'direct p50':>12}{'loom p50':>10}{'added p50':>11}"
-            f"{'direct p95':>12}{'loom p95':>10}"
+            f"{'direct p95':>12}{'loom p95':>10}{'added p95':>11}{'loom_ms p50':>13}"
         )
         for label, session in (("its new turn only", "new-only"), ("its whole history", "whole")):
             sent = list(stored) if session == "whole" else []
             d_times, l_times = [], []
+            server.loom_ms()  # the log so far is another scenario's
             for i in range(requests + 5):
                 turn = {"role": "user", "content": turns[(i * 7) % len(turns)]}
                 msgs_now = [*sent, turn]
@@ -201,27 +282,31 @@ def latency(requests: int) -> None:
                 # request of the session waits for that; a user (or a tool) takes longer.
                 time.sleep(0.05)
             added = [b - a for a, b in zip(d_times, l_times, strict=True)]
+            own = server.loom_ms()[5:]
             print(
                 f"   {label:<26}{statistics.median(d_times) * 1000:>10.2f}ms"
                 f"{statistics.median(l_times) * 1000:>8.2f}ms"
                 f"{statistics.median(added) * 1000:>9.2f}ms"
-                f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms"
+                f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms{p95_ms(added):>9.2f}ms"
+                f"{statistics.median(own):>11.2f}ms"
             )
+        print("   (added: per request, through Loom minus direct, sent back to back;")
+        print("   loom_ms: of that, recording the turn and building the window, the server's log)")
         direct.close()
         loom.close()
-        server.should_exit = True
+        server.stop()
 
 
 def throughput(seconds: float) -> None:
     upstream = Upstream()
     with tempfile.TemporaryDirectory() as tmp:
-        _, server, port = start_loom(upstream, Path(tmp) / "loom.db")
+        server = start_loom(upstream, Path(tmp) / "loom.db")
         turns = locomo_turns()
         done = [0] * 4
         stop = time.monotonic() + seconds
 
         def client(k: int) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", port)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port)
             i = 0
             while time.monotonic() < stop:
                 body = json.dumps(
@@ -245,7 +330,7 @@ def throughput(seconds: float) -> None:
             f"2. throughput: {sum(done) / seconds:.0f} requests/s (4 client threads, "
             f"{seconds:.0f} s, one uvicorn worker, new turns only)"
         )
-        server.should_exit = True
+        server.stop()
 
 
 def billed() -> None:
@@ -259,12 +344,13 @@ def billed() -> None:
     lines = [t for k in keys for t in sessions[k]]
     upstream = Upstream(count=True)
     with tempfile.TemporaryDirectory() as tmp:
-        _, server, port = start_loom(upstream, Path(tmp) / "loom.db")
-        conn = http.client.HTTPConnection("127.0.0.1", port)
+        server = start_loom(upstream, Path(tmp) / "loom.db")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port)
         messages: list[dict[str, str]] = [
             {"role": "system", "content": "You are a friendly conversation partner."}
         ]
         whole: list[int] = []
+        direct_prompts: list[list[Message]] = []
         pending: list[str] = []
         for turn in lines:
             text = f"{turn['speaker']}: {turn['text']}"
@@ -275,14 +361,15 @@ def billed() -> None:
                 continue
             messages.append({"role": "user", "content": "\n".join(pending)})
             pending = []
-            whole.append(COUNTER.count_messages(from_openai(messages)))
+            direct_prompts.append(from_openai(messages))
+            whole.append(COUNTER.count_messages(direct_prompts[-1]))
             body = json.dumps({"model": "m", "messages": messages, "stream": True}).encode()
             upstream.reply = text  # the model "says" the other speaker's real line
             post(conn, "/v1/chat/completions", body, "locomo")
             # The reply the client keeps is the other speaker's real line.
             messages.append({"role": "assistant", "content": text})
         conn.close()
-        server.should_exit = True
+        server.stop()
     through = upstream.tokens
     print(
         f"3. billed input tokens, LoCoMo conversation {conv['sample_id']} ({len(whole)} calls, "
@@ -293,6 +380,33 @@ def billed() -> None:
         f"   loom:   {sum(through):,} tokens (last call {through[-1]:,}, max {max(through):,})"
         f"  = {sum(through) / sum(whole):.1%} of direct"
     )
+    direct_cached = cached_tokens(direct_prompts)
+    loom_cached = cached_tokens(upstream.prompts)
+    print(
+        f"   cached (repeating the previous call's prompt): direct {sum(direct_cached):,}, "
+        f"loom {sum(loom_cached):,}"
+    )
+    for provider, (read, write) in PRICES.items():
+        d = billed_tokens(whole, direct_cached, read, write)
+        lo = billed_tokens(through, loom_cached, read, write)
+        print(
+            f"   billed under {provider}'s cache pricing ({read} x cached + {write} x new): "
+            f"direct {d:,.0f}, loom {lo:,.0f} = {lo / d:.1%} of direct"
+        )
+
+
+def cached_tokens(prompts: list[list[Message]]) -> list[int]:
+    """Per call, the tokens of its leading messages that repeat the previous call's."""
+    out, previous = [], None
+    for prompt in prompts:
+        out.append(repeated_prefix_tokens(COUNTER, previous, prompt, ()))
+        previous = (prompt, ())
+    return out
+
+
+def billed_tokens(total: list[int], cached: list[int], read: float, write: float) -> float:
+    """Input tokens billed: cached ones at `read`, the rest at `write`."""
+    return sum(read * c + write * (t - c) for t, c in zip(total, cached, strict=True))
 
 
 def main() -> None:

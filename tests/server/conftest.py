@@ -96,7 +96,8 @@ def serve_table(wire: WireServer, *, window: int = 2000, passthrough: bool = Tru
                 "knowledge": ["handbook"],
                 "instructions": "You work for ACME.",
             },
-            "globex": {"keys": [hash_key(GLOBEX_KEY)]},
+            # A knowledge base of the same name as acme's: a tenant's own, not acme's.
+            "globex": {"keys": [hash_key(GLOBEX_KEY)], "knowledge": ["handbook"]},
         },
     }
 

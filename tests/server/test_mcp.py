@@ -108,3 +108,31 @@ async def test_mcp_over_stdio(tmp_path: Path) -> None:
         resources = (await mcp.list_resources()).resources
         assert [str(r.uri) for r in resources] == ["loom://knowledge/notes"]
         await _exercise(mcp, "notes")
+
+
+async def test_mcp_bodies_have_a_size_limit(loom) -> None:
+    """A JSON-RPC message over `max_body_bytes` is refused with 413 before MCP reads it;
+    one within it is served."""
+    big = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "remember", "arguments": {"content": "z" * 2_100_000}},
+    }
+    status, body, _ = call(
+        "POST",
+        f"{loom.url}/mcp/limits",
+        key=ACME_KEY,
+        body=big,
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert status == 413
+    assert body["error"]["code"] == "request_too_large"
+    assert "max_body_bytes" in body["error"]["message"]
+    assert loom.service.owner("limits") is None  # nothing stored
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(f"{loom.url}/mcp/limits", http_client=http)
+        async with Client(transport) as mcp:
+            kept = _json(await mcp.call_tool("remember", {"content": "z" * 100_000}))
+    assert kept["task_id"]

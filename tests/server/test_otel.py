@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import httpx2
 import openai
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -78,3 +81,33 @@ def test_content_on_request_and_errors(loom, monkeypatch: pytest.MonkeyPatch) ->
     assert "Fine." in ok.attributes["gen_ai.output.messages"]
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.attributes["error.type"] == "UpstreamError"
+
+
+async def test_a_span_per_mcp_build(loom, monkeypatch: pytest.MonkeyPatch) -> None:
+    EXPORTER.clear()
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(f"{loom.url}/mcp/otel-mcp", http_client=http)
+        async with Client(transport) as mcp:
+            await mcp.call_tool("remember", {"content": "The spare key is under the mat."})
+            done = await mcp.call_tool(
+                "build_context", {"query": "Where is the spare key?", "model": "gpt-test"}
+            )
+            failed = await mcp.call_tool("build_context", {"query": "x" * 40_000, "window": 300})
+    built = json.loads(done.content[0].text)
+    assert failed.is_error
+    ok, bad = [s for s in EXPORTER.get_finished_spans() if s.name.startswith("build_context")]
+    attrs = dict(ok.attributes)
+    assert ok.name == "build_context gpt-test"
+    assert ok.kind == trace.SpanKind.INTERNAL
+    assert attrs["gen_ai.request.model"] == "gpt-test"
+    assert attrs["loom.tenant"] == "acme"
+    assert attrs["loom.session"] == "otel-mcp"
+    assert attrs["loom.report_id"] == built["report_id"]
+    assert attrs["loom.window.tokens"] == built["token_count"]
+    assert attrs["loom.source.user_input.tokens"] > 0
+    assert "spare key" not in json.dumps(attrs)  # content is off by default
+    assert bad.name == "build_context window"
+    assert bad.status.status_code is StatusCode.ERROR
+    assert bad.attributes["error.type"] == "BudgetExceededError"

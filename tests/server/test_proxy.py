@@ -218,6 +218,10 @@ def test_a_long_conversation_stays_within_budget(loom) -> None:
         sizes.append(counter.count_messages(from_openai(request.body["messages"])))
     assert len(sizes) == turns
     assert max(sizes) <= budget
+    # Flat: the last 100 requests cost what requests 50-150 did (within 25%), while the
+    # history the client sends grows fivefold between them.
+    early, late = sum(sizes[50:150]) / 100, sum(sizes[-100:]) / 100
+    assert 0.75 * early <= late <= 1.25 * early, (early, late)
     whole = counter.count_messages(from_openai(messages))
     assert whole > 10 * budget  # the client's history is far larger than what was sent
     last = loom.wire.requests[-1].body["messages"]

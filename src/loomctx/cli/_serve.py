@@ -65,7 +65,9 @@ def serve(
     from loomctx.server._logs import configure_logging
 
     settings = settings_from(config, store=store)
-    cfg = load_serve_config(_config_path(config), store=settings.store, embedder=settings.embedder)
+    cfg = load_serve_config(
+        _config_path(config), store=settings.store, embedder=settings.embedder, bus=settings.bus
+    )
     configure_logging(log_level)
     app = create_app(LoomService(cfg))
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -31,6 +31,7 @@ do not move.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -107,9 +108,15 @@ def _names(text: str) -> int:
     return count
 
 
+@functools.lru_cache(maxsize=8192)
 def content_score(text: str) -> float:
     """How much `text` says that a later turn may need, 0..1 (0.5: neutral; see the module
-    docstring). Small talk scores 0.05."""
+    docstring). Small talk scores 0.05.
+
+    Cached: every build scores each L2 task again (`L2ImportantSource` ranks by importance),
+    and a long message costs a fraction of a millisecond (finding names looks back over the
+    text for each capitalised word); at 10,000 stored turns the cache halved the proxy's
+    record-and-build step (medians 61 ms and 31 ms, side by side on a loaded 2-core machine)."""
     stripped = text.strip()
     if not stripped:
         return _SMALL_TALK

@@ -38,7 +38,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
@@ -50,6 +50,7 @@ from loomctx.server._otel import ChatSpan
 from loomctx.server._proxy import ChatProxy, parse_chat_request
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError
+from loomctx.session.bus import open_bus
 from loomctx.stores.base import Get
 
 __all__ = ["REPORT_HEADER", "SESSION_HEADER", "create_app"]
@@ -76,7 +77,18 @@ def _too_large(size: str) -> RequestError:
 
 
 async def _read_json(request: Request, limit: int) -> Any:
-    """The body as JSON: 413 past `limit` bytes, 400 if it is not JSON.
+    """The body as JSON: 413 past `limit` bytes (`_read_body`), 400 if it is not JSON."""
+    body = await _read_body(request, limit)
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body: 413 past `limit` bytes.
 
     A body somewhat over the limit is read to its end (and dropped) before the 413 is sent:
     a server that answers while the client is still sending closes a socket with unread data,
@@ -95,12 +107,7 @@ async def _read_json(request: Request, limit: int) -> Any:
             body += part
     if size > limit:
         raise _too_large(str(size))
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+    return bytes(body)
 
 
 class _Server:
@@ -127,9 +134,19 @@ class _Server:
             except UpstreamError as exc:
                 response = JSONResponse(exc.body, status_code=exc.status)
             except LoomError as exc:
-                log.exception("request failed")
+                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 response = JSONResponse(
                     error_body(f"{type(exc).__name__}: {exc}", type="server_error"),
+                    status_code=500,
+                )
+            except Exception as exc:  # not Loom's own error: a bug; its text stays in the log
+                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+                response = JSONResponse(
+                    error_body(
+                        f"Loom failed on this request ({type(exc).__name__}); the server's log "
+                        "has the details",
+                        type="server_error",
+                    ),
                     status_code=500,
                 )
             fields = {
@@ -371,6 +388,9 @@ class _Server:
                     "the MCP endpoint is /mcp/{session}: name the session", status=404
                 )
             session = check_session_id(parts[1])
+            if request.method == "POST":  # JSON-RPC messages: read whole, within the limit
+                body = await _read_body(request, self.service.config.max_body_bytes)
+                receive = _replay(body, receive)
         except RequestError as exc:
             await _error(exc)(scope, receive, send)
             return
@@ -379,6 +399,21 @@ class _Server:
         inner["path"] = "/"
         inner["raw_path"] = b"/"
         await self.mcp_app(inner, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) first, then what `receive` gives (the
+    client's disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _limit(raw: str) -> int:
@@ -420,11 +455,19 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The `bus` setting's bus is opened here, on the server's event loop (a bus belongs
+        # to one loop), and closed with the app; a bus the caller gave is the caller's.
+        opened = service.bus is None and service.config.bus is not None
+        if opened:
+            service.bus = open_bus(service.config.bus)
         async with server.mcp.session_manager.run():
             try:
                 yield
             finally:
                 await server.proxy.aclose()
+                if opened and service.bus is not None:
+                    await service.bus.close()
+                    service.bus = None
                 service.close()
 
     routes = [

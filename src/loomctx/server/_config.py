@@ -1,7 +1,7 @@
 """What `loomctx serve` serves: models, tenants and their keys, limits.
 
 The server reads the ``[serve]`` table of ``loom.toml`` (the same file as the other commands'
-settings, whose top-level `store` and `embedder` it shares)::
+settings, whose top-level `store`, `embedder` and `bus` it shares)::
 
     [serve]
     max_body_bytes = 4_000_000   # a larger request body is refused with 413
@@ -88,6 +88,7 @@ class ServeConfig:
     tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
     max_body_bytes: int = 4_000_000
     passthrough: bool = True
+    bus: str | None = None  # the `bus` setting: where each window's event is published
 
     def tenant_for_key(self, key: str) -> TenantConfig | None:
         """The tenant an API key belongs to, or None."""
@@ -179,7 +180,12 @@ def _tenant(name: str, table: Any, where: str) -> TenantConfig:
 
 
 def serve_config_from(
-    table: Mapping[str, Any], *, store: str, embedder: str, where: str = "[serve]"
+    table: Mapping[str, Any],
+    *,
+    store: str,
+    embedder: str,
+    bus: str | None = None,
+    where: str = "[serve]",
 ) -> ServeConfig:
     """A `ServeConfig` from a ``[serve]`` table (as parsed from TOML)."""
     _check_keys(table, ("max_body_bytes", "passthrough", "models", "tenants"), where)
@@ -213,15 +219,20 @@ def serve_config_from(
         tenants=tenants,
         max_body_bytes=size,
         passthrough=passthrough,
+        bus=bus,
     )
 
 
 def load_serve_config(
-    path: str | Path | None, *, store: str = ".loom/loom.db", embedder: str = "none"
+    path: str | Path | None,
+    *,
+    store: str = ".loom/loom.db",
+    embedder: str = "none",
+    bus: str | None = None,
 ) -> ServeConfig:
     """The ``[serve]`` table of the TOML file at `path` (none: an empty table)."""
     if path is None:
-        return serve_config_from({}, store=store, embedder=embedder)
+        return serve_config_from({}, store=store, embedder=embedder, bus=bus)
     try:
         with Path(path).open("rb") as f:
             data = tomllib.load(f)
@@ -232,4 +243,6 @@ def load_serve_config(
     table = data.get("serve", {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"`serve` in {str(path)!r} must be a table (`[serve]`)")
-    return serve_config_from(table, store=store, embedder=embedder, where=f"[serve] of {path}")
+    return serve_config_from(
+        table, store=store, embedder=embedder, bus=bus, where=f"[serve] of {path}"
+    )

@@ -1,5 +1,5 @@
-"""OpenTelemetry spans for the proxy's model calls (the `otel` extra), with the GenAI semantic
-conventions and Loom's own attributes.
+"""OpenTelemetry spans for the proxy's model calls and MCP's window builds (the `otel` extra),
+with the GenAI semantic conventions and Loom's own attributes.
 
 One span per chat completion, ``chat <model>`` (kind CLIENT), ended when the answer has been
 streamed back (or the request failed):
@@ -11,6 +11,9 @@ streamed back (or the request failed):
   ``loom.window.size`` / ``.available`` / ``.tokens``, ``loom.cached_prefix_tokens`` (what
   repeats the previous call's prompt), ``loom.dropped_blocks``, ``loom.compactions`` and
   ``loom.source.<name>.tokens`` for each source.
+
+One span per MCP `build_context` call, ``build_context <model>`` (kind INTERNAL: no model is
+called), with ``gen_ai.request.model`` when a model is named and the same Loom attributes.
 
 Message content is off by default (prompts are users' data): set
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` to add ``gen_ai.input.messages``
@@ -27,7 +30,7 @@ from typing import Any
 from loomctx.context.report import ContextReport
 from loomctx.messages import Message, to_openai
 
-__all__ = ["ChatSpan"]
+__all__ = ["BuildSpan", "ChatSpan"]
 
 try:  # the `otel` extra (also a dependency of the `mcp` SDK)
     from opentelemetry import trace
@@ -114,6 +117,42 @@ class ChatSpan:
             return
         self._span.set_attribute("error.type", type(exc).__name__)
         self._span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+
+    def end(self) -> None:
+        """End the span (once)."""
+        if self._span is not None:
+            self._span.end()
+            self._span = None
+
+
+class BuildSpan:
+    """The span of one MCP `build_context` call (a no-op without OpenTelemetry)."""
+
+    def __init__(self, *, model: str | None, tenant: str, session: str) -> None:
+        self._span: Any = None
+        if trace is None:  # pragma: no cover
+            return
+        attributes: dict[str, Any] = {"loom.tenant": tenant, "loom.session": session}
+        if model is not None:
+            attributes["gen_ai.request.model"] = model
+        self._span = trace.get_tracer("loomctx.server").start_span(
+            f"build_context {model or 'window'}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+
+    def built(self, report: ContextReport, report_id: str, messages: tuple[Message, ...]) -> None:
+        """What Loom built."""
+        if self._span is None:
+            return
+        self._span.set_attributes(report_attributes(report))
+        self._span.set_attribute("loom.report_id", report_id)
+        if _capture():
+            self._span.set_attribute("gen_ai.input.messages", json.dumps(to_openai(messages)))
+
+    def fail(self, exc: BaseException) -> None:
+        """The build failed with `exc`."""
+        if self._span is not None:
+            self._span.set_attribute("error.type", type(exc).__name__)
+            self._span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
 
     def end(self) -> None:
         """End the span (once)."""

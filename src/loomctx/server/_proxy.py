@@ -14,14 +14,17 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    the turn's tool exchange and the user's message, within the model's window less its output
    reserve; one `LayoutState` per server keeps each session's history append-only across
    requests, so each call repeats the previous prompt up to the dynamic tail;
-4. forward the window upstream and stream the answer back; a reply without tool calls is
+4. announce the window: its ``context.assembled`` event (the one Loom's sessions publish, with
+   the tenant, model and report id) goes on the service's bus, if one is configured;
+5. forward the window upstream and stream the answer back; a reply without tool calls is
    recorded when it ends (one with tool calls is recorded with its results, when the client
    sends them). The window's report is stored; its id is the `X-Loom-Report` header. The
    window itself (the exact messages and tools sent) is saved for the web inspector
    (`loomctx.server._windows`), in the same write.
 
-If step 2 or 3 fails inside Loom (not for bad input), the client's request is forwarded
-unchanged and the failure logged, unless `passthrough` is off.
+If step 2 or 3 fails inside Loom (not for bad input), with a `LoomError` or any other
+exception, the client's request is forwarded unchanged and the failure logged, unless
+`passthrough` is off (then the client gets a 500 in OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
 from loomctx.server._windows import window_ops
+from loomctx.session.topics import CONTEXT_ASSEMBLED
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
@@ -197,11 +202,12 @@ class ChatProxy:
             await self._prepare(prepared)
         except RequestError:
             raise
-        except LoomError as exc:
+        except Exception as exc:  # a bug in Loom (or a store's) as much as a `LoomError`
             if not self.service.config.passthrough:
                 raise
             log.warning(
                 "loom failed; passing the request through unchanged",
+                exc_info=not isinstance(exc, LoomError),  # a bug: keep its traceback
                 extra={
                     "tenant": tenant.name,
                     "session": request.session,
@@ -256,6 +262,7 @@ class ChatProxy:
         finally:  # the session's state and claim, the report and the window, in one write
             writes.append(service.proxy_state_op(tenant.name, session, state))
             service.store.batch(writes)
+        await self._announce(tenant, session, request.model.name, split.query, prepared, "proxy")
 
     async def build_only(
         self,
@@ -290,15 +297,67 @@ class ChatProxy:
             new_session=False,
         )
         split = split_request([{"role": "user", "content": query}], count=0, first="", last="")
-        built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
-        report = built.report.to_dict()
-        report_id = self.service.save_report(tenant.name, session, config.name, report)
+        span = BuildSpan(model=model, tenant=tenant.name, session=session)
+        try:
+            built = await self._build(tenant, request, split, "t_" + uuid.uuid4().hex)
+            report = built.report.to_dict()
+            report_id = self.service.save_report(tenant.name, session, config.name, report)
+            span.built(built.report, report_id, built.messages)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
+        await self._announce(tenant, session, config.name, query, built, "mcp", report_id)
         return {
             "messages": to_openai(built.messages),
             "token_count": built.token_count,
             "report_id": report_id,
             "report": report,
         }
+
+    async def _announce(
+        self,
+        tenant: TenantConfig,
+        session: str,
+        model: str,
+        query: str,
+        built: Prepared | ContextWindow,
+        via: str,
+        report_id: str | None = None,
+    ) -> None:
+        """Publish the window's ``context.assembled`` event on the service's bus (if any),
+        as Loom's sessions do, with the tenant, the model and the report's id (its whole
+        form is at ``GET /v1/reports/{id}``). A bus that fails is logged, never the
+        request's failure."""
+        bus = self.service.bus
+        if isinstance(built, Prepared):
+            window, report_id = built.window, built.report_id
+        else:
+            window = built
+        if bus is None or window is None:
+            return
+        payload = {
+            "session_ids": [session],
+            "query": query,
+            "strategy": None,
+            "report": window.report.summary(),
+            "report_id": report_id,
+            "tenant": tenant.name,
+            "model": model,
+            "via": via,
+        }
+        try:
+            await bus.publish(CONTEXT_ASSEMBLED, payload, source=f"serve:{tenant.name}")
+        except Exception as exc:
+            log.warning(
+                "the bus refused the window's event",
+                extra={
+                    "tenant": tenant.name,
+                    "session": session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
 
     async def _build(
         self, tenant: TenantConfig, request: ChatRequest, split: Split, turn: str

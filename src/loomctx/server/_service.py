@@ -37,6 +37,7 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.server._config import ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
 from loomctx.tokens import TiktokenCounter
@@ -81,9 +82,13 @@ class LoomService:
         *,
         store: MemoryStore | None = None,
         embedder: Embedder | None = None,
+        bus: EventBus | None = None,
         max_open: int = 256,
     ) -> None:
         self.config = config
+        # Where each window's `context.assembled` event goes: `bus`, or the one the `bus`
+        # setting names, opened by the app on its event loop (`create_app`); None: nowhere.
+        self.bus = bus
         self.store = store if store is not None else open_store(config.store)
         self._owns_store = store is None
         if embedder is None and config.embedder == "default":
@@ -202,10 +207,12 @@ class LoomService:
         return Put(record=record)
 
     def sessions(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's sessions, most recently used first."""
+        """The tenant's sessions, most recently used first: those the proxy served, and
+        those only REST or MCP used (no model, no messages)."""
         scan = Scan(prefix=(tenant, "proxy"), kind=PROXY_KIND, exact=True, newest_first=True)
-        found: list[Record] = self.store.batch([scan])[0]
-        return [
+        claims = Scan(prefix=_CLAIMS, kind="session_claim", exact=True, where={"tenant": tenant})
+        found, claimed = self.store.batch([scan, claims])
+        out = [
             {
                 "id": r.key,
                 "model": r.data.get("model"),
@@ -215,6 +222,14 @@ class LoomService:
             }
             for r in found
         ]
+        served = {r.key for r in found}
+        out += [
+            {"id": r.key, "model": None, "messages": 0, "requests": 0, "updated_at": r.updated_at}
+            for r in claimed
+            if r.key not in served
+        ]
+        out.sort(key=lambda s: s["updated_at"], reverse=True)
+        return out
 
     def session_info(self, tenant: str, session: str) -> dict[str, Any]:
         """One session: its proxy state, its memory's tiers and its reports (404 if unknown)."""

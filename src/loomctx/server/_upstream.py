@@ -13,8 +13,10 @@ yield OpenAI ``chat.completion.chunk`` dicts:
 
 Neither SDK retries (``max_retries=0``): the client has a retry policy of its own, and a proxy
 that retried too would multiply it. An upstream's refusal (a 4xx/5xx) is an `UpstreamError`
-carrying its status and an OpenAI error body; the upstream key is read from the environment
-variable the config names, and appears in no log line and no response.
+carrying its status and an OpenAI error body, passed on as the upstream sent it but for the
+upstream key, which is scrubbed from it (an upstream may echo the key in a 401); the key is
+read from the environment variable the config names, and appears in no log line and no
+response.
 """
 
 from __future__ import annotations
@@ -31,18 +33,51 @@ from loomctx.messages import Message
 from loomctx.server._config import ModelConfig
 from loomctx.server._errors import error_body
 
-__all__ = ["AnthropicUpstream", "OpenAIUpstream", "Reply", "UpstreamError", "upstream_for"]
+__all__ = [
+    "AnthropicUpstream",
+    "OpenAIUpstream",
+    "Reply",
+    "UpstreamError",
+    "scrub",
+    "upstream_for",
+]
 
 _NO_KEY = "no-key-needed"
 
 
 class UpstreamError(LoomError):
-    """The upstream refused or failed a request: `status` and an OpenAI error `body`."""
+    """The upstream refused or failed a request: `status` and an OpenAI error `body`, with
+    every `secrets` (the upstream key) replaced by ``[redacted]``: an upstream may echo the
+    key it was sent (a 401 body), and this error's body goes back to the client."""
 
-    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
-        super().__init__(f"upstream answered {status}: {body}")
+    def __init__(
+        self, status: int, body: Mapping[str, Any], *, secrets: Sequence[str] = ()
+    ) -> None:
+        clean = scrub(dict(body), secrets)
+        super().__init__(f"upstream answered {status}: {clean}")
         self.status = status
-        self.body = dict(body)
+        self.body: dict[str, Any] = clean
+
+
+def scrub(value: Any, secrets: Sequence[str]) -> Any:
+    """`value` (JSON: strings, lists, mappings) with each of `secrets` in its strings (keys
+    included) replaced by ``[redacted]``."""
+    live = [s for s in secrets if s and s != _NO_KEY]
+    if not live:
+        return value
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            for secret in live:
+                v = v.replace(secret, "[redacted]")
+            return v
+        if isinstance(v, Mapping):
+            return {walk(k): walk(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
 
 
 def _key(config: ModelConfig) -> str:
@@ -140,8 +175,9 @@ class OpenAIUpstream:
 
         self.config = config
         self._openai = openai
+        self._secrets = (_key(config),)
         self.client = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=_key(config), max_retries=0
+            base_url=config.base_url, api_key=self._secrets[0], max_retries=0
         )
 
     async def stream(
@@ -155,18 +191,24 @@ class OpenAIUpstream:
         openai = self._openai
         check_model_requests_allowed(f"proxy upstream `{self.config.name}`")
         try:
+            # The messages go in `extra_body`, which the SDK sends as given: as a typed
+            # argument they would be walked by its parameter transform, which took about a
+            # fifth of the proxy's time per request (bench/proxy_bench.py, py-spy); they are
+            # already in OpenAI's shape (`to_openai`, or the client's own).
             chunks = await self.client.chat.completions.create(
                 model=self.config.upstream_model,
-                messages=list(messages),  # type: ignore[arg-type]
+                messages=[],
                 stream=True,
-                extra_body=dict(fields),
+                extra_body={**fields, "messages": list(messages)},
             )
             assert isinstance(chunks, openai.AsyncStream), "stream=True gives a stream"
             async with chunks:
                 async for chunk in chunks:
                     yield chunk.model_dump(mode="json", exclude_unset=True)
         except openai.APIStatusError as exc:
-            raise UpstreamError(exc.status_code, _error_of(exc.body, str(exc))) from None
+            raise UpstreamError(
+                exc.status_code, _error_of(exc.body, str(exc)), secrets=self._secrets
+            ) from None
         except openai.APIConnectionError as exc:
             raise UpstreamError(
                 502,
@@ -189,8 +231,9 @@ class AnthropicUpstream:
         from loomctx.agent.providers import AnthropicLLM
 
         self.config = config
+        self._secrets = (_key(config),)
         self.llm = AnthropicLLM(
-            config.upstream_model, base_url=config.base_url, api_key=_key(config), max_retries=0
+            config.upstream_model, base_url=config.base_url, api_key=self._secrets[0], max_retries=0
         )
 
     async def stream(
@@ -216,9 +259,12 @@ class AnthropicUpstream:
                 "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
             }
 
-        yield chunk({"role": "assistant", "content": ""})
+        started = False
         try:
             async for part in self.llm.stream(list(messages), tools=list(tools), options=options):
+                if not started:  # after the upstream answered: a refusal keeps its status
+                    started = True
+                    yield chunk({"role": "assistant", "content": ""})
                 if part.kind == "text":
                     yield chunk({"content": part.text})
                 elif part.kind == "tool_call_delta":
@@ -249,8 +295,11 @@ class AnthropicUpstream:
                             },
                         }
         except ProviderError as exc:
-            status = int(getattr(exc, "status_code", None) or 502)
-            raise UpstreamError(status, error_body(str(exc), type="upstream_error")) from None
+            # The SDK's error (the cause) has the upstream's status: a 401 or a 429 stays one.
+            status = int(getattr(exc.__cause__, "status_code", None) or 502)
+            raise UpstreamError(
+                status, error_body(str(exc), type="upstream_error"), secrets=self._secrets
+            ) from None
 
     async def aclose(self) -> None:
         """Close the provider's client."""
