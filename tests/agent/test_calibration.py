@@ -122,3 +122,40 @@ async def test_an_agent_builds_within_the_window_its_calibration_deems_safe(
     from loomctx.context.budget import BudgetManager
 
     assert second == BudgetManager.available(safe, output_reserve_ratio=0.2)[0]
+
+
+async def test_every_anthropic_provider_keeps_a_margin_unless_told_not_to(
+    wire: WireServer,
+) -> None:
+    """The margin is the default: an agent on a plain `AnthropicLLM` builds its first window
+    for 10,000 / 1.25 tokens, and learns from the call; `calibration=None` turns it off."""
+    from loomctx.agent.events import ContextAssembled
+    from loomctx.agent.executor import Agent
+    from loomctx.agent.llm import allow_model_requests
+
+    async def first_available(llm: AnthropicLLM) -> int:
+        agent = Agent(llm, "You are terse.", model_context_window=10_000, embedder=None)
+        wire.script(anthropic_text("4", input_tokens=200))
+        try:
+            with allow_model_requests():
+                seen = [e async for e in agent.stream("What is 2 + 2?")]
+        finally:
+            await llm.aclose()
+        return int(next(e for e in seen if isinstance(e, ContextAssembled)).report["available"])
+
+    plain = AnthropicLLM("claude-test", base_url=wire.url, api_key="k")
+    assert isinstance(plain.calibration, UsageCalibration)
+    assert await first_available(plain) == 6_400  # the prior's margin, less the reply's 20%
+    assert plain.calibration.samples("claude-test") == 1
+    # Each provider learns on its own; a shared calibration is passed in and used as is.
+    other = AnthropicLLM("claude-test", base_url=wire.url, api_key="k")
+    assert other.calibration is not plain.calibration
+    await other.aclose()
+    shared = UsageCalibration(prior=1.6)
+    given = AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=shared)
+    assert given.calibration is shared
+    assert await first_available(given) == 5_000  # 10,000 / 1.6 = 6,250, less 20%
+
+    off = AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=None)
+    assert off.calibration is None
+    assert await first_available(off) == 8_000  # the whole window, less the reply's 20%

@@ -106,6 +106,10 @@ async def test_anthropic_with_its_key_and_base_url(wire: WireServer) -> None:
     assert request.body["model"] == "claude-haiku-4-5"
     sent = request.headers.get("x-api-key") or request.headers["authorization"]
     assert sent.removeprefix("Bearer ") == "sk-ant-test"
+    # Claude is counted with o200k, an estimate: `loomctx chat`'s provider keeps a margin and
+    # learnt from this call's reported usage.
+    assert llm.calibration is not None
+    assert llm.calibration.samples("claude-haiku-4-5") == 1
 
 
 def test_anthropic_at_the_official_host() -> None:

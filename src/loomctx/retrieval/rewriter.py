@@ -8,12 +8,23 @@ the `top_k` most frequent that the query does not already contain:
 
 Words are real words in both languages. English (and other space-separated) words are
 compared by `loomctx.text.terms` (stop words removed, stemmed: "tokens" counts as "token").
-Chinese has no spaces: its runs are cut into words by jieba's dictionary and HMM (`rjieba`,
-the Rust port), and a word counts every time it occurs in the window, inside a longer word
-too (安全 in 注意安全). Stop words and single characters are not added. The search side keeps
-`terms`' character bigrams, which need no dictionary and match both sides the same way; a
-rewrite appends words a reader can check, not bigram fragments such as 证方 (of 认证方案) or
-论认 (of 论证 and 认证 side by side).
+Chinese has no spaces: its runs are cut into words by jieba's dictionary (`rjieba`, the Rust
+port), and a word counts every time it occurs in the window, inside a longer word too (安全
+in 注意安全). Stop words and single characters are not added. A rewrite appends words a reader
+can check, not bigram fragments such as 证方 (of 认证方案) or 论认 (of 论证 and 认证 side by
+side).
+
+jieba's HMM is off: it joins characters the dictionary does not know into new words, and on
+the seed documents 14 of the 558 words of 2+ characters it makes are not in the dictionary,
+mostly non-words (前要 of 迁移前要备份, 越高越, 表不在, 从父, 将重), with a few real ones
+(会话, 三楼). Without it every word added is a dictionary word; a word the dictionary lacks is
+left out (its characters are single). Cutting is as fast either way (``bench/segmenter_bench.py``).
+
+The search side keeps `terms`' character bigrams, which need no dictionary and match both
+sides the same way: measured with one BM25 over the seed documents (83 Chinese headings, each
+asking for its section) bigrams find the section first 16.9% of the time against 10.8% for
+rjieba's words (MRR 0.249 against 0.207; search mode 0.237), and tie on the test suite's 9
+Chinese questions (``bench/segmenter_bench.py --recall-only``).
 
 Why rjieba: it segments exactly as jieba does (the same dictionary and HMM: identical on all
 1,336 Chinese runs of the seed documents) but 30-50x faster on those runs and about 70x on
@@ -51,13 +62,15 @@ _cut_lock = threading.Lock()
 
 
 def _segmenter() -> Callable[[str], list[str]]:
-    """rjieba's precise mode (dictionary + HMM), loaded once, on first use (0.3 s)."""
+    """rjieba's precise mode on its dictionary alone (no HMM), loaded once, on first use
+    (0.3 s)."""
     if not _cut:
         with _cut_lock:
             if not _cut:
                 import rjieba
 
-                _cut.append(rjieba.cut)
+                cut = rjieba.cut
+                _cut.append(lambda text: cut(text, False))
     return _cut[0]
 
 

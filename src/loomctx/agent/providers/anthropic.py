@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 from urllib.parse import urlsplit
 
 from loomctx.agent.llm import LLMChunk, LLMOptions, Usage
@@ -45,6 +46,13 @@ STOP_REASONS: dict[str, str] = {
 pass through unchanged."""
 
 
+class _Fresh(Enum):
+    """The default of `AnthropicLLM(calibration=...)`: a new `UsageCalibration` (a sentinel,
+    since None already means "no calibration")."""
+
+    CALIBRATION = "a new UsageCalibration"
+
+
 class AnthropicLLM(SDKProvider):
     """Claude through Anthropic's messages API.
 
@@ -65,11 +73,14 @@ class AnthropicLLM(SDKProvider):
     finish reasons by `STOP_REASONS`. Close the provider with ``await llm.aclose()`` (or
     ``async with``) when done.
 
-    Loom's token counts for Claude are an estimate (o200k by default; see `loomctx.tokens`).
-    With `calibration` (a `UsageCalibration`), each call's request is counted with
-    `counter` (default o200k, as the context engine counts) and recorded beside the input
-    tokens Anthropic reports, so `calibration.safe_window(model, window)` learns the margin
-    this model needs.
+    Loom's token counts for Claude are an estimate (o200k by default; see `loomctx.tokens`),
+    so by default the provider keeps a safety margin: `calibration` is a new
+    `UsageCalibration` unless you pass one (to share what it learns between providers, or to
+    set its prior) or None (no margin: the window is taken at its word). Each call's request
+    is counted with `counter` (default o200k, as the context engine counts) and recorded
+    beside the input tokens Anthropic reports, so `calibration.safe_window(model, window)`
+    starts at the prior's margin (a fifth below the window) and learns the margin this model
+    needs. An `Agent` on this provider builds within that safe window.
     """
 
     provider: ClassVar[str] = "anthropic"
@@ -85,16 +96,19 @@ class AnthropicLLM(SDKProvider):
         max_tokens: int = 4096,
         max_retries: int = 3,
         timeout: float = 60.0,
-        calibration: UsageCalibration | None = None,
+        calibration: UsageCalibration | Literal[_Fresh.CALIBRATION] | None = _Fresh.CALIBRATION,
         counter: TokenCounter | None = None,
         **default_options: Any,
     ) -> None:
+        if calibration is _Fresh.CALIBRATION:
+            calibration = UsageCalibration()
         if calibration is not None and not isinstance(calibration, UsageCalibration):
             raise ConfigError(
                 f"`calibration` must be a UsageCalibration, got {type(calibration).__name__}"
             )
-        self.calibration = calibration
-        """Where each call's counted and reported input tokens are recorded, if anywhere."""
+        self.calibration: UsageCalibration | None = calibration
+        """Where each call's counted and reported input tokens are recorded (None: nowhere,
+        and no margin)."""
         self.counter: TokenCounter = counter or TiktokenCounter()
         sdk = import_sdk("anthropic", feature="`AnthropicLLM`", extra="anthropic")
         check_settings("AnthropicLLM", model, max_retries, timeout)
