@@ -350,3 +350,37 @@ def test_passthrough_when_the_store_fails(loom) -> None:
     sent = loom.wire.requests[1].body
     assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello?"}]}]
     assert sent["tools"][0]["name"] == "get_weather"
+
+
+def test_claude_windows_keep_the_calibrated_margin(loom) -> None:
+    """Claude is counted with o200k, an estimate: the proxy builds within the part of the
+    model's window that the upstream's calibration deems safe (the prior's 1.25 before any
+    call), and the margin follows what Anthropic reports."""
+    from loomctx.context.budget import BudgetManager
+
+    # Anthropic reports far more input tokens than Loom counted: the margin must grow.
+    loom.wire.script(anthropic_text("Oui", input_tokens=900), anthropic_text("Encore"))
+    c = client(loom)
+
+    def available(text: str) -> int:
+        raw = c.chat.completions.with_raw_response.create(
+            model="claude-test", messages=[{"role": "user", "content": text}], user="margin"
+        )
+        _, report, _ = call(
+            "GET", f"{loom.v1}/reports/{raw.headers['x-loom-report']}", key=ACME_KEY
+        )
+        return int(report["report"]["available"])
+
+    first = available("Bonjour")
+    assert first == BudgetManager.available(1600, output_reserve_ratio=0.2)[0]  # 2,000 / 1.25
+    second = available("Encore?")
+    assert second < first
+    # An OpenAI model is counted with its own tokenizer: its whole window.
+    loom.wire.script(openai_text("Yes"))
+    raw = c.chat.completions.with_raw_response.create(
+        model="gpt-test", messages=[{"role": "user", "content": "Hi"}], user="margin-gpt"
+    )
+    _, report, _ = call("GET", f"{loom.v1}/reports/{raw.headers['x-loom-report']}", key=ACME_KEY)
+    assert (
+        report["report"]["available"] == BudgetManager.available(2000, output_reserve_ratio=0.2)[0]
+    )

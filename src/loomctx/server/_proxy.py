@@ -382,7 +382,7 @@ class ChatProxy:
         orchestrator = ContextOrchestrator(
             token_counter=service.counter,
             sources=sources,
-            model_context_window=request.model.window,
+            model_context_window=self.upstream(request.model).safe_window(request.model.window),
             output_reserve_ratio=request.model.output_reserve,
             cache_policy=CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC),
             state=service.layout,

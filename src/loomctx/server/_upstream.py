@@ -180,6 +180,10 @@ class OpenAIUpstream:
             base_url=config.base_url, api_key=self._secrets[0], max_retries=0
         )
 
+    def safe_window(self, window: int) -> int:
+        """`window`: Loom counts OpenAI's models with their own tokenizer, exactly."""
+        return window
+
     async def stream(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -235,6 +239,15 @@ class AnthropicUpstream:
         self.llm = AnthropicLLM(
             config.upstream_model, base_url=config.base_url, api_key=self._secrets[0], max_retries=0
         )
+
+    def safe_window(self, window: int) -> int:
+        """The part of `window` that Loom's count (o200k: an estimate for Claude) may fill so
+        that Anthropic's count still fits: the calibration's margin, learnt from the usage
+        this upstream's replies reported."""
+        calibration = self.llm.calibration
+        if calibration is None:
+            return window
+        return calibration.safe_window(self.config.upstream_model, window)
 
     async def stream(
         self,
