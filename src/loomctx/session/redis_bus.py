@@ -28,11 +28,13 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
   at the group's ``since`` (when the group was first subscribed, by the subscriber's clock),
   so an event published after subscribing is delivered even if its topic is found later.
 - **At least once.** A consumer reads with XREADGROUP (up to `max_pending` at a time, which
-  bounds what it holds locally) and XACKs an event after its handler returned. The acks (and
-  the dedupe ids) travel with the consumer's next read, in one round trip, at most 64 waiting:
-  a crash may redeliver up to that many handled events, which handlers then see again. An
-  event whose
-  handler raised, or whose consumer died, stays pending in the group; every consumer runs
+  bounds what it holds locally, and no more than its handler, timed as it runs, gets through
+  in a quarter of `claim_idle`: what waits locally is pending in Redis and would otherwise be
+  claimed and run again by another consumer) and XACKs an event after its handler returned.
+  The acks (and the dedupe ids) travel with the consumer's next read, in one round trip, at
+  most 64 waiting, and before each claim: a crash may redeliver up to that many handled
+  events, which handlers then see again. An event whose handler raised, or whose consumer
+  died, stays pending in the group; every consumer runs
   XAUTOCLAIM every few seconds and takes over what has been pending longer than `claim_idle`
   seconds (a SIGKILLed worker's events go to a live one). So a handler may see an event
   again: after it failed, after a crash mid-handling, or if it ran longer than `claim_idle`.
@@ -146,6 +148,7 @@ _BACKOFF_MAX: Final = 2.0
 _TRIM_EVERY: Final = 1000  # acks between trims of a dedupe set
 _PUBLISH_ATTEMPTS: Final = 8  # about 6 s of backoff before `publish` gives up
 _ACK_BATCH: Final = 64
+_FIRST_BATCH: Final = 16  # events taken before the handler's pace is known
 # An entry field marking an event whose id may have been handled before (see `_handle_buffer`).
 _CHECK: Final = "check"  # handled events acknowledged together, at most
 # URL query parameters that are the bus's own options, not redis-py's.
@@ -236,6 +239,8 @@ class RedisSubscription(CountedSubscription):
         self._acks_due: list[tuple[str, str, str | None]] = []  # stream, entry, event id
         self._duplicates = 0
         self._dead = 0
+        # Seconds an event waits locally and is handled in, a moving average (0: none yet).
+        self._per_event = 0.0
 
     @property
     def duplicates(self) -> int:
@@ -331,6 +336,9 @@ class RedisSubscription(CountedSubscription):
             await self._refresh(client)
         if now >= self._next_claim:
             self._next_claim = now + bus.claim_interval
+            # What this consumer handled is acked first: unacked, it would look idle and be
+            # claimed, by this consumer too, and handled again.
+            await self._flush(client)
             await self._claim(client)
             if self._stopping:
                 return
@@ -347,7 +355,7 @@ class RedisSubscription(CountedSubscription):
                     self._name,
                     bus.consumer,
                     dict.fromkeys(self._streams, ">"),
-                    count=self._capacity,
+                    count=self._batch(),
                     block=max(1, int(bus._read_block() * 1000)),
                 )
                 replies: Any = await pipe.execute()
@@ -410,7 +418,7 @@ class RedisSubscription(CountedSubscription):
             start = "0-0"
             while not self._stopping:
                 reply = await client.xautoclaim(
-                    key, self._name, bus.consumer, idle, start, count=self._capacity
+                    key, self._name, bus.consumer, idle, start, count=self._batch()
                 )
                 start, claimed = str(reply[0]), reply[1]
                 deleted = reply[2] if len(reply) > 2 else []
@@ -437,6 +445,16 @@ class RedisSubscription(CountedSubscription):
                 if start == "0-0":
                     break
 
+    def _batch(self) -> int:
+        """How many events to take at a time: up to `max_pending`, but no more than the
+        handler gets through in a quarter of `claim_idle`. An event waiting in the buffer is
+        pending in Redis and ages there: left waiting past `claim_idle`, another consumer
+        would claim it and run it a second time."""
+        if self._per_event <= 0:
+            return min(self._capacity, _FIRST_BATCH)
+        fits = int(self._bus.claim_idle / 4 / self._per_event)
+        return max(1, min(self._capacity, fits))
+
     async def _deliveries(
         self, client: aioredis.Redis, key: str, entry_ids: list[str]
     ) -> dict[str, int]:
@@ -453,6 +471,17 @@ class RedisSubscription(CountedSubscription):
     async def _handle_buffer(self, client: aioredis.Redis) -> None:
         """Handle what was read, in order. Acks wait for the next read (or `_ACK_BATCH`)."""
         acks = self._acks_due
+        began, count = time.monotonic(), len(self._buffer)
+        try:
+            await self._handle_each(client, acks)
+        finally:
+            # Wall time per event, other work of the process included: what the buffer ages by.
+            took = (time.monotonic() - began) / max(1, count)
+            self._per_event = took if self._per_event <= 0 else 0.7 * self._per_event + 0.3 * took
+
+    async def _handle_each(
+        self, client: aioredis.Redis, acks: list[tuple[str, str, str | None]]
+    ) -> None:
         while self._buffer:
             if self._stopping and not self._drain_buffer:
                 return
