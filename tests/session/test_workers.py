@@ -22,10 +22,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from loomctx.errors import ConfigError
 from loomctx.session import topics
 from loomctx.session.bus import Event
 from loomctx.session.controller import ContextController
 from loomctx.session.redis_bus import RedisStreamsBus
+from loomctx.session.session import SessionState
 from loomctx.stores import open_store
 from tests.session._helpers import note, said
 
@@ -198,3 +200,30 @@ async def test_a_killed_workers_pending_events_are_claimed_by_another(
         await survivor.close()
         await survivor.bus.close()
         survivor.store.close()
+
+
+async def test_a_workers_session_follows_what_another_worker_did_to_it(shared: str) -> None:
+    """State changes are stored; a worker that loaded the session earlier takes them up on
+    its next `get_session` (same object), and the queue other workers filled while paused."""
+    stores = [open_store(shared), open_store(shared)]
+    try:
+        async with ContextController(stores[0]) as a, ContextController(stores[1]) as b:
+            await a.create_session("conv")
+            loaded = b.get_session("conv")  # while it is active
+            await a.get_session("conv").pause()
+            assert b.get_session("conv").state is SessionState.PAUSED
+            await b.get_session("conv").add_task(said("u1", "queued in worker b"))
+            assert [t.task_id for t in a.get_session("conv").queued] == ["u1"]
+            await a.get_session("conv").resume()  # records what b queued
+            l1 = a.get_session("conv").memory.get_l1_tasks(10)
+            assert [t.task_id for t in l1] == ["u1"]
+            assert b.get_session("conv").state is SessionState.ACTIVE
+            assert b.get_session("conv").queued == ()
+            await a.get_session("conv").end()
+            with pytest.raises(ConfigError, match="has ended"):
+                await b.get_session("conv").add_task(said("u2", "too late"))
+            assert b.get_session("conv") is loaded
+            assert [t.task_id for t in loaded.memory.get_l1_tasks(10)] == ["u1"]
+    finally:
+        for store in stores:
+            store.close()
