@@ -30,7 +30,9 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
 - **At least once.** A consumer reads with XREADGROUP (up to `max_pending` at a time, which
   bounds what it holds locally, and no more than its handler, timed as it runs, gets through
   in a quarter of `claim_idle`: what waits locally is pending in Redis and would otherwise be
-  claimed and run again by another consumer) and XACKs an event after its handler returned.
+  claimed and run again by another consumer; when handling still takes longer, it renews its
+  hold on the rest with XCLAIM, and leaves to the other consumer what that one claimed
+  meanwhile) and XACKs an event after its handler returned.
   The acks (and the dedupe ids) travel with the consumer's next read, in one round trip, at
   most 64 waiting, and before each claim: a crash may redeliver up to that many handled
   events, which handlers then see again. An event whose handler raised, or whose consumer
@@ -241,6 +243,7 @@ class RedisSubscription(CountedSubscription):
         self._dead = 0
         # Seconds an event waits locally and is handled in, a moving average (0: none yet).
         self._per_event = 0.0
+        self._read_at = 0.0  # when what is in the buffer was read (or its hold renewed)
 
     @property
     def duplicates(self) -> int:
@@ -360,6 +363,7 @@ class RedisSubscription(CountedSubscription):
                 )
                 replies: Any = await pipe.execute()
             reply = replies[-1]
+            self._read_at = time.monotonic()
         except BaseException as exc:
             self._acks_due = due + self._acks_due
             if not isinstance(exc, ResponseError) or not (
@@ -421,6 +425,7 @@ class RedisSubscription(CountedSubscription):
                     key, self._name, bus.consumer, idle, start, count=self._batch()
                 )
                 start, claimed = str(reply[0]), reply[1]
+                self._read_at = time.monotonic()
                 deleted = reply[2] if len(reply) > 2 else []
                 if deleted:
                     self._dropped += len(deleted)
@@ -485,6 +490,10 @@ class RedisSubscription(CountedSubscription):
         while self._buffer:
             if self._stopping and not self._drain_buffer:
                 return
+            if self._held_long():
+                await self._renew(client)
+                acks = self._acks_due
+                continue
             batch = list(self._buffer)
             events: list[Event | None] = []
             for _, _, fields in batch:
@@ -506,6 +515,8 @@ class RedisSubscription(CountedSubscription):
             for (key, entry_id, fields), event in zip(batch, events, strict=True):
                 if self._stopping and not self._drain_buffer:
                     return
+                if self._held_long():
+                    break  # renew the hold on the rest first
                 self._buffer.popleft()
                 if event is None:
                     await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
@@ -524,6 +535,45 @@ class RedisSubscription(CountedSubscription):
                 if len(acks) >= _ACK_BATCH:
                     await self._flush(client)
                     acks = self._acks_due
+
+    def _held_long(self) -> bool:
+        return time.monotonic() - self._read_at > self._bus.claim_idle / 4
+
+    async def _renew(self, client: aioredis.Redis) -> None:
+        """Acknowledge what was handled, and renew this consumer's hold on what still waits
+        in the buffer (its idle time in Redis restarts), dropping the entries another
+        consumer has claimed since: they are that consumer's to handle now.
+
+        XCLAIM with a minimum idle time of (time held - claim_idle / 2) succeeds on an entry
+        still delivered to this consumer (idle for about the time held) and fails on one
+        another consumer claimed, which it could only do claim_idle after this one read it
+        (so it has been idle for at most the time held - claim_idle). ``JUSTID``: the
+        delivery count is left as it was."""
+        await self._flush(client)
+        held = time.monotonic() - self._read_at
+        min_idle = max(0, int((held - self._bus.claim_idle / 2) * 1000))
+        by_stream: dict[str, list[Any]] = {}  # entry ids (redis-py's stub wants a union)
+        for key, entry_id, _ in self._buffer:
+            by_stream.setdefault(key, []).append(entry_id)
+        async with client.pipeline(transaction=False) as pipe:
+            for key, entry_ids in by_stream.items():
+                pipe.xclaim(key, self._name, self._bus.consumer, min_idle, entry_ids, justid=True)
+            replies = await pipe.execute()
+        self._read_at = time.monotonic()
+        kept = {
+            (key, str(entry_id))
+            for key, ids in zip(by_stream, replies, strict=True)
+            for entry_id in ids
+        }
+        before = len(self._buffer)
+        self._buffer = deque(e for e in self._buffer if (e[0], e[1]) in kept)
+        if len(self._buffer) < before:
+            LOG.warning(
+                "redis bus: %r left %d event(s) to the consumer that claimed them; "
+                "raise `claim_idle` above the time a read's events take to handle",
+                self._name,
+                before - len(self._buffer),
+            )
 
     async def _deliver(self, entry_id: str, event: Event) -> bool:
         """Run the handler on `event`: True if it returned, False if it raised."""
