@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -104,6 +105,85 @@ async def test_a_dead_consumers_events_are_claimed_by_another(
     async with second:
         await until(lambda: sorted(got) == list(range(5)))
     assert sorted(got) == list(range(5))
+
+
+async def test_a_slow_consumer_takes_no_more_than_it_handles_before_claim_idle(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A consumer whose handler is slow reads few events at a time: the rest stay in the
+    stream for the group's other consumer, none waits in its buffer until it is claimed
+    (and run a second time)."""
+    got: list[tuple[str, int]] = []
+
+    async def slow(event: Event) -> None:
+        await asyncio.sleep(0.25)
+        got.append(("slow", event.payload["i"]))
+
+    slow_bus = bus_of(redis_url, redis_prefix, claim_idle=0.6, consumer="slow")
+    fast_bus = bus_of(redis_url, redis_prefix, claim_idle=0.6, consumer="fast")
+    slow_bus.subscribe("w", slow, name="svc")
+    async with slow_bus:
+        await slow_bus.publish("w", {"i": -1})
+        await until(lambda: bool(got))  # the slow consumer is reading
+        for i in range(8):
+            await slow_bus.publish("w", {"i": i})
+        fast_bus.subscribe("w", lambda e: got.append(("fast", e.payload["i"])), name="svc")
+        async with fast_bus:
+            await until(lambda: len(got) >= 9)
+            await asyncio.sleep(1.0)  # a second run of any would have happened by now
+    assert sorted(i for _, i in got) == list(range(-1, 8))  # each once between them
+    assert any(who == "fast" for who, _ in got)
+
+
+async def test_a_consumer_leaves_what_another_claimed_from_it_to_that_one(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer whose process stalled past `claim_idle` (here: a handler that blocks the
+    event loop) finds, when it renews its hold, that another consumer claimed the rest of
+    its buffer; it leaves them to that one instead of running them a second time."""
+    handled: list[int] = []
+    stream = f"{redis_prefix}:stream:w"
+    thief: list[str] = []
+    gate = asyncio.Event()
+
+    async def blocking(event: Event) -> None:
+        handled.append(event.payload["i"])
+        if event.payload["i"] == -1:
+            await gate.wait()  # until 0-4 are in the stream: the next read takes them all
+        if event.payload["i"] == 0:
+            time.sleep(0.5)  # noqa: ASYNC251 - the whole process stalls: nothing renews
+            client = sync_client(redis_url)
+            try:  # what another worker's XAUTOCLAIM does once the entries are idle enough
+                ids = client.xautoclaim(stream, "svc", "thief", 400, "0-0", justid=True)
+                thief.extend(str(i) for i in ids)
+            finally:
+                client.close()
+
+    bus = bus_of(redis_url, redis_prefix, claim_idle=0.4, consumer="stalled")
+    bus.subscribe("w", blocking, name="svc", max_pending=10)
+    async with bus:
+        await bus.publish("w", {"i": -1})
+        await until(lambda: bool(handled))
+        for i in range(5):
+            await bus.publish("w", {"i": i})
+        gate.set()
+        await until(lambda: "event(s) to the consumer that claimed them" in caplog.text)
+        assert handled == [-1, 0]
+        # 0 too (handled, not acknowledged yet), and what else the read took (as many as its
+        # pace allows: all 5 unless the machine is slow).
+        assert len(thief) >= 2
+        client = sync_client(redis_url)
+        try:
+            pending = client.xpending_range(stream, "svc", min="-", max="+", count=10)
+        finally:
+            client.close()
+        # 0 is acknowledged (it was handled); 1-4 wait for the consumer that claimed them.
+        assert {p["consumer"] for p in pending} == {"thief"}
+        assert {str(p["message_id"]) for p in pending} == set(thief[1:])
+        # The thief never handles them: after `claim_idle` they are claimed back, once.
+        await until(lambda: len(handled) == 6)
+        await asyncio.sleep(0.5)
+    assert sorted(handled) == [-1, 0, 1, 2, 3, 4]  # each once; a claimed-back one comes last
 
 
 async def test_a_failed_event_is_retried_then_dead_lettered(

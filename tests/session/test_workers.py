@@ -1,11 +1,12 @@
 """Several workers, one conversation: promotion and the L3/L4 flows run once per event.
 
 Each "worker" is a `ContextController` with its own `RedisStreamsBus` (one Redis, one key
-prefix) and its own `SQLiteStore` connection to one shared file, as separate processes would
-have. The controllers' triggers subscribe under the same group names in every worker, so
-each ``task.added`` / ``memory.persist`` event is handled by one of them. One test runs a real
-child process and SIGKILLs it mid-stream: what it had taken and not acknowledged is claimed
-by the surviving worker.
+prefix) and its own store connection, to one shared SQLite file or one PostgreSQL database
+(each test runs on both), as separate processes would have. The controllers' triggers
+subscribe under the same group names in every worker, so each ``task.added`` /
+``memory.persist`` event is handled by one of them. One test runs a real child process and
+SIGKILLs it mid-stream: what it had taken and not acknowledged is claimed by the surviving
+worker. (`test_many_workers.py` runs four processes on PostgreSQL.)
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from asyncio.subprocess import PIPE
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
+from loomctx.errors import ConfigError
 from loomctx.session import topics
 from loomctx.session.bus import Event
 from loomctx.session.controller import ContextController
 from loomctx.session.redis_bus import RedisStreamsBus
-from loomctx.stores.sqlite import SQLiteStore
+from loomctx.session.session import SessionState
+from loomctx.stores import open_store
 from tests.session._helpers import note, said
 
 SAFETY = 30  # seconds: a safety net, not a measure
@@ -48,17 +52,24 @@ async def until(check: Callable[[], bool]) -> None:
             await asyncio.sleep(0.02)
 
 
-def worker(path: Path, url: str, prefix: str, **options: float) -> CountingController:
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the workers' store is: a SQLite file's path, or a PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "shared.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def worker(store: str, url: str, prefix: str, **options: float) -> CountingController:
     bus = RedisStreamsBus(url, prefix=prefix, block=0.02, **options)
-    return CountingController(SQLiteStore(path), bus)
+    return CountingController(open_store(store), bus)
 
 
 async def test_two_workers_promote_and_persist_once_per_event(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    shared: str, redis_url: str, redis_prefix: str
 ) -> None:
-    path = tmp_path / "shared.db"
-    a = worker(path, redis_url, redis_prefix)
-    b = worker(path, redis_url, redis_prefix)
+    a = worker(shared, redis_url, redis_prefix)
+    b = worker(shared, redis_url, redis_prefix)
     watcher = RedisStreamsBus(redis_url, prefix=redis_prefix, block=0.02)
     added: list[str] = []
     persisted: list[Event] = []  # the L4Persister publishes one per run
@@ -117,7 +128,7 @@ CHILD = textwrap.dedent(
     import asyncio, sys
     from loomctx.session.controller import ContextController
     from loomctx.session.redis_bus import RedisStreamsBus
-    from loomctx.stores.sqlite import SQLiteStore
+    from loomctx.stores import open_store
 
     class Slow(ContextController):
         async def _promote(self, event):
@@ -128,7 +139,7 @@ CHILD = textwrap.dedent(
 
     async def main(path, url, prefix):
         bus = RedisStreamsBus(url, prefix=prefix, block=0.02, max_pending=1)
-        controller = Slow(SQLiteStore(path), bus)
+        controller = Slow(open_store(path), bus)
         await controller.start()
         print("ready", flush=True)
         await asyncio.Event().wait()
@@ -139,13 +150,12 @@ CHILD = textwrap.dedent(
 
 
 async def test_a_killed_workers_pending_events_are_claimed_by_another(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    shared: str, redis_url: str, redis_prefix: str
 ) -> None:
-    path = tmp_path / "shared.db"
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(path), redis_url, redis_prefix, stdout=PIPE
+        sys.executable, "-c", CHILD, shared, redis_url, redis_prefix, stdout=PIPE
     )
-    survivor = worker(path, redis_url, redis_prefix, claim_idle=0.5)
+    survivor = worker(shared, redis_url, redis_prefix, claim_idle=0.5)
     started: list[str] = []
     done: list[str] = []
     try:
@@ -190,3 +200,30 @@ async def test_a_killed_workers_pending_events_are_claimed_by_another(
         await survivor.close()
         await survivor.bus.close()
         survivor.store.close()
+
+
+async def test_a_workers_session_follows_what_another_worker_did_to_it(shared: str) -> None:
+    """State changes are stored; a worker that loaded the session earlier takes them up on
+    its next `get_session` (same object), and the queue other workers filled while paused."""
+    stores = [open_store(shared), open_store(shared)]
+    try:
+        async with ContextController(stores[0]) as a, ContextController(stores[1]) as b:
+            await a.create_session("conv")
+            loaded = b.get_session("conv")  # while it is active
+            await a.get_session("conv").pause()
+            assert b.get_session("conv").state is SessionState.PAUSED
+            await b.get_session("conv").add_task(said("u1", "queued in worker b"))
+            assert [t.task_id for t in a.get_session("conv").queued] == ["u1"]
+            await a.get_session("conv").resume()  # records what b queued
+            l1 = a.get_session("conv").memory.get_l1_tasks(10)
+            assert [t.task_id for t in l1] == ["u1"]
+            assert b.get_session("conv").state is SessionState.ACTIVE
+            assert b.get_session("conv").queued == ()
+            await a.get_session("conv").end()
+            with pytest.raises(ConfigError, match="has ended"):
+                await b.get_session("conv").add_task(said("u2", "too late"))
+            assert b.get_session("conv") is loaded
+            assert [t.task_id for t in loaded.memory.get_l1_tasks(10)] == ["u1"]
+    finally:
+        for store in stores:
+            store.close()

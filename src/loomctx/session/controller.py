@@ -209,12 +209,19 @@ class ContextController:
 
     def get_session(self, session_id: str) -> Session:
         """The session `session_id`, reopened from the store if this process has not loaded
-        it yet (same state, tiers, queue and options; add its `sources` again)."""
+        it yet (same state, tiers, queue and options; add its `sources` again).
+
+        A session loaded earlier is the same object, with its state (and, while paused, its
+        queue) read again from the store: another worker may have paused, resumed or ended
+        it. Get it per request, rather than keeping it across requests, when sessions move
+        between workers."""
         self._require_open()
+        record = self._stored(check_id(session_id, "session_id"))
         session = self._sessions.get(session_id)
         if session is not None:
+            if record is not None:
+                session._sync(record)
             return session
-        record = self._stored(check_id(session_id, "session_id"))
         if record is None:
             raise ConfigError(
                 f"no session {session_id!r} for agent {self.layout.agent_id!r}; create it "

@@ -28,11 +28,15 @@ reported failures); what Redis adds, and where it differs from `InProcessEventBu
   at the group's ``since`` (when the group was first subscribed, by the subscriber's clock),
   so an event published after subscribing is delivered even if its topic is found later.
 - **At least once.** A consumer reads with XREADGROUP (up to `max_pending` at a time, which
-  bounds what it holds locally) and XACKs an event after its handler returned. The acks (and
-  the dedupe ids) travel with the consumer's next read, in one round trip, at most 64 waiting:
-  a crash may redeliver up to that many handled events, which handlers then see again. An
-  event whose
-  handler raised, or whose consumer died, stays pending in the group; every consumer runs
+  bounds what it holds locally, and no more than its handler, timed as it runs, gets through
+  in a quarter of `claim_idle`: what waits locally is pending in Redis and would otherwise be
+  claimed and run again by another consumer; when handling still takes longer, it renews its
+  hold on the rest with XCLAIM, and leaves to the other consumer what that one claimed
+  meanwhile) and XACKs an event after its handler returned.
+  The acks (and the dedupe ids) travel with the consumer's next read, in one round trip, at
+  most 64 waiting, and before each claim: a crash may redeliver up to that many handled
+  events, which handlers then see again. An event whose handler raised, or whose consumer
+  died, stays pending in the group; every consumer runs
   XAUTOCLAIM every few seconds and takes over what has been pending longer than `claim_idle`
   seconds (a SIGKILLed worker's events go to a live one). So a handler may see an event
   again: after it failed, after a crash mid-handling, or if it ran longer than `claim_idle`.
@@ -147,6 +151,7 @@ _BACKOFF_MAX: Final = 2.0
 _TRIM_EVERY: Final = 1000  # acks between trims of a dedupe set
 _PUBLISH_ATTEMPTS: Final = 8  # about 6 s of backoff before `publish` gives up
 _ACK_BATCH: Final = 64
+_FIRST_BATCH: Final = 16  # events taken before the handler's pace is known
 # An entry field marking an event whose id may have been handled before (see `_handle_buffer`).
 _CHECK: Final = "check"  # handled events acknowledged together, at most
 # URL query parameters that are the bus's own options, not redis-py's.
@@ -237,6 +242,9 @@ class RedisSubscription(CountedSubscription):
         self._acks_due: list[tuple[str, str, str | None]] = []  # stream, entry, event id
         self._duplicates = 0
         self._dead = 0
+        # Seconds an event waits locally and is handled in, a moving average (0: none yet).
+        self._per_event = 0.0
+        self._read_at = 0.0  # when what is in the buffer was read (or its hold renewed)
 
     @property
     def duplicates(self) -> int:
@@ -332,6 +340,9 @@ class RedisSubscription(CountedSubscription):
             await self._refresh(client)
         if now >= self._next_claim:
             self._next_claim = now + bus.claim_interval
+            # What this consumer handled is acked first: unacked, it would look idle and be
+            # claimed, by this consumer too, and handled again.
+            await self._flush(client)
             await self._claim(client)
             if self._stopping:
                 return
@@ -348,11 +359,12 @@ class RedisSubscription(CountedSubscription):
                     self._name,
                     bus.consumer,
                     dict.fromkeys(self._streams, ">"),
-                    count=self._capacity,
+                    count=self._batch(),
                     block=max(1, int(bus._read_block() * 1000)),
                 )
                 replies: Any = await pipe.execute()
             reply = replies[-1]
+            self._read_at = time.monotonic()
         except BaseException as exc:
             self._acks_due = due + self._acks_due
             if not isinstance(exc, ResponseError) or not (
@@ -411,9 +423,10 @@ class RedisSubscription(CountedSubscription):
             start = "0-0"
             while not self._stopping:
                 reply = await client.xautoclaim(
-                    key, self._name, bus.consumer, idle, start, count=self._capacity
+                    key, self._name, bus.consumer, idle, start, count=self._batch()
                 )
                 start, claimed = str(reply[0]), reply[1]
+                self._read_at = time.monotonic()
                 deleted = reply[2] if len(reply) > 2 else []
                 if deleted:
                     self._dropped += len(deleted)
@@ -438,6 +451,16 @@ class RedisSubscription(CountedSubscription):
                 if start == "0-0":
                     break
 
+    def _batch(self) -> int:
+        """How many events to take at a time: up to `max_pending`, but no more than the
+        handler gets through in a quarter of `claim_idle`. An event waiting in the buffer is
+        pending in Redis and ages there: left waiting past `claim_idle`, another consumer
+        would claim it and run it a second time."""
+        if self._per_event <= 0:
+            return min(self._capacity, _FIRST_BATCH)
+        fits = int(self._bus.claim_idle / 4 / self._per_event)
+        return max(1, min(self._capacity, fits))
+
     async def _deliveries(
         self, client: aioredis.Redis, key: str, entry_ids: list[str]
     ) -> dict[str, int]:
@@ -454,9 +477,24 @@ class RedisSubscription(CountedSubscription):
     async def _handle_buffer(self, client: aioredis.Redis) -> None:
         """Handle what was read, in order. Acks wait for the next read (or `_ACK_BATCH`)."""
         acks = self._acks_due
+        began, count = time.monotonic(), len(self._buffer)
+        try:
+            await self._handle_each(client, acks)
+        finally:
+            # Wall time per event, other work of the process included: what the buffer ages by.
+            took = (time.monotonic() - began) / max(1, count)
+            self._per_event = took if self._per_event <= 0 else 0.7 * self._per_event + 0.3 * took
+
+    async def _handle_each(
+        self, client: aioredis.Redis, acks: list[tuple[str, str, str | None]]
+    ) -> None:
         while self._buffer:
             if self._stopping and not self._drain_buffer:
                 return
+            if self._held_long():
+                await self._renew(client)
+                acks = self._acks_due
+                continue
             batch = list(self._buffer)
             events: list[Event | None] = []
             for _, _, fields in batch:
@@ -478,6 +516,8 @@ class RedisSubscription(CountedSubscription):
             for (key, entry_id, fields), event in zip(batch, events, strict=True):
                 if self._stopping and not self._drain_buffer:
                     return
+                if self._held_long():
+                    break  # renew the hold on the rest first
                 self._buffer.popleft()
                 if event is None:
                     await self._dead_letter(client, key, entry_id, fields, 1, "malformed entry")
@@ -496,6 +536,45 @@ class RedisSubscription(CountedSubscription):
                 if len(acks) >= _ACK_BATCH:
                     await self._flush(client)
                     acks = self._acks_due
+
+    def _held_long(self) -> bool:
+        return time.monotonic() - self._read_at > self._bus.claim_idle / 4
+
+    async def _renew(self, client: aioredis.Redis) -> None:
+        """Acknowledge what was handled, and renew this consumer's hold on what still waits
+        in the buffer (its idle time in Redis restarts), dropping the entries another
+        consumer has claimed since: they are that consumer's to handle now.
+
+        XCLAIM with a minimum idle time of (time held - claim_idle / 2) succeeds on an entry
+        still delivered to this consumer (idle for about the time held) and fails on one
+        another consumer claimed, which it could only do claim_idle after this one read it
+        (so it has been idle for at most the time held - claim_idle). ``JUSTID``: the
+        delivery count is left as it was."""
+        await self._flush(client)
+        held = time.monotonic() - self._read_at
+        min_idle = max(0, int((held - self._bus.claim_idle / 2) * 1000))
+        by_stream: dict[str, list[Any]] = {}  # entry ids (redis-py's stub wants a union)
+        for key, entry_id, _ in self._buffer:
+            by_stream.setdefault(key, []).append(entry_id)
+        async with client.pipeline(transaction=False) as pipe:
+            for key, entry_ids in by_stream.items():
+                pipe.xclaim(key, self._name, self._bus.consumer, min_idle, entry_ids, justid=True)
+            replies = await pipe.execute()
+        self._read_at = time.monotonic()
+        kept = {
+            (key, str(entry_id))
+            for key, ids in zip(by_stream, replies, strict=True)
+            for entry_id in ids
+        }
+        before = len(self._buffer)
+        self._buffer = deque(e for e in self._buffer if (e[0], e[1]) in kept)
+        if len(self._buffer) < before:
+            LOG.warning(
+                "redis bus: %r left %d event(s) to the consumer that claimed them; "
+                "raise `claim_idle` above the time a read's events take to handle",
+                self._name,
+                before - len(self._buffer),
+            )
 
     async def _deliver(self, entry_id: str, event: Event) -> bool:
         """Run the handler on `event`: True if it returned, False if it raised."""

@@ -137,10 +137,7 @@ class Session:
         )
         """What builds its windows; `add_source` adds to it."""
         self.orchestrator.add_source(UserInputSource())
-        found: list[Record] = store.batch(
-            [Scan(prefix=layout.queue(session_id), kind=QUEUED_KIND, exact=True)]
-        )[0]
-        self._queue = [Task.from_dict(r.data["task"]) for r in found]
+        self._queue = self._stored_queue()
         self.needs_promotion = False
         """Whether L1 holds a Task above the promotion threshold that is not in L2 yet."""
         self.refresh_promotion_need()
@@ -369,6 +366,22 @@ class Session:
                 "created_at": self.created_at,
             },
         )
+
+    def _stored_queue(self) -> list[Task]:
+        found: list[Record] = self._store.batch(
+            [Scan(prefix=self._layout.queue(self.id), kind=QUEUED_KIND, exact=True)]
+        )[0]
+        return [Task.from_dict(r.data["task"]) for r in found]
+
+    def _sync(self, record: Record) -> None:
+        """Take the state as stored in `record` (another worker may have paused, resumed or
+        ended the session since this object loaded it), and, while PAUSED, the queue as
+        stored (other workers queue Tasks too)."""
+        state = SessionState(record.data["state"])
+        if state is self._state and state is not SessionState.PAUSED:
+            return
+        self._state = state
+        self._queue = self._stored_queue() if state is SessionState.PAUSED else []
 
     def _queued_record(self, task: Task) -> Record:
         return Record(
