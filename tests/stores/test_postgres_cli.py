@@ -42,9 +42,10 @@ def test_the_demo_runs_on_postgres_and_chat_resumes_it(
     )
     assert chat.exit_code == 0, chat.output
     assert "session   demo (resumed)" in chat.stdout
-    # `inspect` opens the URL too (the demo saves no window reports: it says so).
+    # `inspect` opens the URL too: the second demo's last window is turn 10 of the session.
     window = runner.invoke(app, ["inspect", "--session", "demo", "--store", postgres_url])
-    assert "session 'demo' has no saved window in" in window.output
+    assert window.exit_code == 0, window.output
+    assert "session demo  turn 10  call 1" in window.stdout
 
 
 def test_an_unknown_store_scheme_is_reported(runner: CliRunner) -> None:
