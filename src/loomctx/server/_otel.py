@@ -60,7 +60,25 @@ def report_attributes(report: ContextReport) -> dict[str, Any]:
     return out
 
 
-class ChatSpan:
+class _Span:
+    """A span that may not exist (no OpenTelemetry): what every span of the server ends with."""
+
+    _span: Any = None
+
+    def fail(self, exc: BaseException) -> None:
+        """The request or build failed with `exc`."""
+        if self._span is not None:
+            self._span.set_attribute("error.type", type(exc).__name__)
+            self._span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+
+    def end(self) -> None:
+        """End the span (once)."""
+        if self._span is not None:
+            self._span.end()
+            self._span = None
+
+
+class ChatSpan(_Span):
     """The span of one proxied chat completion (a no-op without OpenTelemetry)."""
 
     def __init__(self, *, model: str, provider: str, tenant: str, session: str) -> None:
@@ -111,21 +129,8 @@ class ChatSpan:
         if _capture():
             self._span.set_attribute("gen_ai.output.messages", json.dumps([choice["message"]]))
 
-    def fail(self, exc: BaseException) -> None:
-        """The request failed with `exc`."""
-        if self._span is None:
-            return
-        self._span.set_attribute("error.type", type(exc).__name__)
-        self._span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
 
-    def end(self) -> None:
-        """End the span (once)."""
-        if self._span is not None:
-            self._span.end()
-            self._span = None
-
-
-class BuildSpan:
+class BuildSpan(_Span):
     """The span of one MCP `build_context` call (a no-op without OpenTelemetry)."""
 
     def __init__(self, *, model: str | None, tenant: str, session: str) -> None:
@@ -147,15 +152,3 @@ class BuildSpan:
         self._span.set_attribute("loom.report_id", report_id)
         if _capture():
             self._span.set_attribute("gen_ai.input.messages", json.dumps(to_openai(messages)))
-
-    def fail(self, exc: BaseException) -> None:
-        """The build failed with `exc`."""
-        if self._span is not None:
-            self._span.set_attribute("error.type", type(exc).__name__)
-            self._span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-
-    def end(self) -> None:
-        """End the span (once)."""
-        if self._span is not None:
-            self._span.end()
-            self._span = None
