@@ -139,6 +139,22 @@ def test_bench_longmemeval_prints_a_table_and_writes_json(
         assert name in result.stdout
 
 
+def test_bench_cross_validated_figures_beside_the_plain_ones(
+    runner: CliRunner, locomo: Path, longmemeval: Path
+) -> None:
+    args = ["bench", "locomo", str(locomo), "--lexical", "--cv", "--cv-target", "r@10"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in ("cross-validated: all", "cv: category 1", "chosen by r@10 on the other folds",
+                 "conv-a: ", "defaults"):  # fmt: skip
+        assert name in result.stdout
+    args = ["bench", "longmemeval", str(longmemeval), "--lexical", "--cv", "--folds", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in ("cross-validated: all", "fold-1: ", "recall_all@5 of each setting"):
+        assert name in result.stdout
+
+
 def test_bench_longmemeval_stages(runner: CliRunner, longmemeval: Path) -> None:
     result = runner.invoke(app, ["bench", "longmemeval", str(longmemeval), "--stages"])
     assert result.exit_code == 0, result.output

@@ -298,6 +298,7 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
         ({"priority": 2}, "must be a number from 0 to 1"),
         ({"rewrite_max_terms": "4"}, "`rewrite_max_terms` must be an int, got '4'"),
         ({"rewrite_max_terms": True}, "`rewrite_max_terms` must be an int"),
+        ({"settings": {"recall_limit": 5}}, "`settings` must be a RetrievalSettings or None"),
     ],
 )
 def test_configuration_errors(store: SQLiteStore, kwargs: dict[str, object], match: str) -> None:

@@ -25,6 +25,7 @@ from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
 from loomctx.retrieval.recall import recall
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.text import terms
 from loomctx.tokens import TokenCounter
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TOKENS_PER_CANDIDATE", "RetrievalInjector", "UnifiedRetrievalSource"]
 
-TOKENS_PER_CANDIDATE: Final = 32
+TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 """With `fill`, how many tokens of budget call for one more candidate (a short turn: ~30)."""
 
 
@@ -136,6 +137,9 @@ class UnifiedRetrievalSource:
       more); with lexical search only, 1 fewer at 2,000 tokens and 4 at 4,000, turns the
       rewritten query's recall held deep (ranks 19-76).
     - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
+    - `settings` (`RetrievalSettings`, default its defaults) gives what is not passed:
+      `recall_limit`, `rewrite_max_terms`, the rewriter, the reranker's signal weights and
+      `tokens_per_candidate` (the memory-side fields are `LoomMemory`'s own arguments).
     """
 
     def __init__(
@@ -145,17 +149,28 @@ class UnifiedRetrievalSource:
         *,
         name: str = "unified_retrieval",
         priority: float = 0.9,
-        recall_limit: int = 20,
+        recall_limit: int | None = None,
         min_score: float = 0.0,
         rewrite: bool = True,
-        rewrite_max_terms: int = 4,
+        rewrite_max_terms: int | None = None,
         rewriter: QueryRewriter | None = None,
         fill: bool = True,
         reranker: Reranker | None = None,
         injector: RetrievalInjector | None = None,
         exclude_recent: bool = False,
+        settings: RetrievalSettings | None = None,
     ) -> None:
         self.name, self.priority = check_source("retrieval source", name, priority)
+        if settings is not None and not isinstance(settings, RetrievalSettings):
+            raise ConfigError(
+                f"source `{name}`: `settings` must be a RetrievalSettings or None, got "
+                f"{type(settings).__name__}"
+            )
+        self.settings = settings or RetrievalSettings()
+        if recall_limit is None:
+            recall_limit = self.settings.recall_limit
+        if rewrite_max_terms is None:
+            rewrite_max_terms = self.settings.rewrite_max_terms
         if memory is not None and not isinstance(memory, LoomMemory):
             raise ConfigError(
                 f"source `{name}`: `memory` must be a LoomMemory or None, got "
@@ -178,14 +193,14 @@ class UnifiedRetrievalSource:
         self.knowledge_bases = list(knowledge_bases)
         self.recall_limit = recall_limit
         self.min_score = min_score
-        self.rewriter = (rewriter or QueryRewriter()) if rewrite else None
+        self.rewriter = (rewriter or self.settings.rewriter()) if rewrite else None
         if isinstance(rewrite_max_terms, bool) or not isinstance(rewrite_max_terms, int):
             raise ConfigError(
                 f"source `{name}`: `rewrite_max_terms` must be an int, got {rewrite_max_terms!r}"
             )
         self.rewrite_max_terms = rewrite_max_terms
         self.fill = fill
-        self.reranker = reranker or Reranker()
+        self.reranker = reranker or self.settings.reranker()
         self.injector = injector or RetrievalInjector()
         self.exclude_recent = exclude_recent
 
@@ -247,7 +262,8 @@ class UnifiedRetrievalSource:
         """The best candidates as `context` blocks, within the ceiling."""
         limit = self.recall_limit
         if self.fill:
-            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // TOKENS_PER_CANDIDATE)
+            per = self.settings.tokens_per_candidate
+            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // per)
         run_id = ctx.metadata.get("run_id")
         ranked = await self.candidates(
             query, limit=limit, run_id=str(run_id) if run_id is not None else None
