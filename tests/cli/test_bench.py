@@ -176,6 +176,16 @@ def test_bench_errors(runner: CliRunner, tmp_path: Path, locomo: Path) -> None:
     assert unwritable.exit_code == 1
     assert "cannot write the results to" in unwritable.output
     assert runner.invoke(app, ["bench", "locomo", "missing.json"]).exit_code == 2
+    unknown = runner.invoke(app, ["bench", "locomo", str(locomo), "--set", "hop=1"])
+    assert unknown.exit_code == 1
+    assert "expected name=value with a name among" in unknown.output
+
+
+def test_bench_set_changes_the_plain_settings(runner: CliRunner, locomo: Path) -> None:
+    args = ["bench", "locomo", str(locomo), "--lexical", "--set", "hop_weight=0.3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "lexical only; hop_weight=0.3" in result.stdout
 
 
 def test_bench_cost_prints_each_strategy_and_writes_json(

@@ -21,6 +21,7 @@ from loomctx.cli._render import print_table
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
+from loomctx.retrieval.settings import RetrievalSettings
 
 __all__ = ["bench_app"]
 
@@ -66,6 +67,14 @@ CvOption = Annotated[
         "defaults once per fold, choose on the other folds, report the held-out figures.",
     ),
 ]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="A retrieval setting for the plain figures, name=value (RetrievalSettings; "
+        "repeatable), e.g. --set neighbour_weight=0.2.",
+    ),
+]
 NoCacheOption = Annotated[
     bool, typer.Option("--no-cache", help="Embed everything anew; keep no vectors.")
 ]
@@ -97,7 +106,10 @@ def _write(path: Path | None, result: dict[str, Any]) -> None:
 
 def _title(dataset: str, result: dict[str, Any]) -> str:
     config = result["config"]
-    return f"{dataset}: ranking {config['ranking']}, {config['embedder'] or 'lexical only'}"
+    settings = "" if config.get("settings", "defaults") == "defaults" else f"; {config['settings']}"
+    return (
+        f"{dataset}: ranking {config['ranking']}, {config['embedder'] or 'lexical only'}{settings}"
+    )
 
 
 def _budgets(text: str) -> tuple[int, ...]:
@@ -128,6 +140,7 @@ def locomo(
             "--cv-target", help="With --cv: the metric a setting is chosen by (a column name)."
         ),
     ] = "window@2000",
+    set_: SetOption = None,
 ) -> None:
     """Recall@k, nDCG@10 and evidence-in-window on a LoCoMo file (locomo10.json format);
     with --cv, leave-one-conversation-out figures beside the plain ones."""
@@ -139,6 +152,7 @@ def locomo(
         budgets=sizes,
         stages=stages,
         cache_dir=None if lexical else _cache_dir(cache, no_cache),
+        settings=RetrievalSettings.parse(set_ or []),
         cv=cv,
         cv_target=cv_target,
         progress=_progress,
@@ -191,6 +205,7 @@ def longmemeval(
             "--cv-target", help="With --cv: the metric a setting is chosen by (a column name)."
         ),
     ] = "recall_all@5",
+    set_: SetOption = None,
 ) -> None:
     """Session recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file; with --cv,
     k-fold cross-validated figures beside the plain ones."""
@@ -200,6 +215,7 @@ def longmemeval(
         limit=limit,
         stages=stages,
         cache_dir=None if lexical else _cache_dir(cache, no_cache),
+        settings=RetrievalSettings.parse(set_ or []),
         cv=cv,
         folds=folds,
         cv_target=cv_target,

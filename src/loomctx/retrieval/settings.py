@@ -18,6 +18,7 @@ The memory-side fields (`fusion_weights`, `neighbour_weight`, `time_decay`) are 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,8 +35,9 @@ from loomctx.retrieval.signals import (
 __all__ = ["RetrievalSettings"]
 
 _INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
-         "tokens_per_candidate", "length_low", "length_high")  # fmt: skip
-_UNITS = ("neighbour_weight", "time_decay")
+         "tokens_per_candidate", "length_low", "length_high", "hop_from",
+         "hop_terms")  # fmt: skip
+_UNITS = ("neighbour_weight", "time_decay", "hop_weight")
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight")
 
 
@@ -52,6 +54,10 @@ class RetrievalSettings:
     `tokens_per_candidate` tokens of twice the grant.
     Reranking (`Reranker`): the weights of the four signals, and the span of characters
     (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
+    Second hop (`loomctx.retrieval.hop`): with `hop_weight` above 0, the `hop_terms` names and
+    years the best `hop_from` candidates mention are recalled with the query again, and each
+    candidate's relevance gains `hop_weight` times its relevance in that recall (off by
+    default: not adopted until it measures better cross-validated).
     """
 
     fusion_weights: tuple[float, float] = (0.5, 0.5)
@@ -68,6 +74,9 @@ class RetrievalSettings:
     length_weight: float = 0.10
     length_low: int = 200
     length_high: int = 800
+    hop_weight: float = 0.0
+    hop_from: int = 3
+    hop_terms: int = 4
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -98,6 +107,36 @@ class RetrievalSettings:
                 "RetrievalSettings: `fusion_weights` must be a (lexical, dense) tuple of "
                 f"numbers >= 0, not both 0; got {fw!r}"
             )
+
+    @classmethod
+    def parse(cls, assignments: Sequence[str]) -> RetrievalSettings:
+        """Settings from ``name=value`` strings (``neighbour_weight=0.2``, ``fusion_weights=
+        0.4,0.6``), the defaults for the rest; `ConfigError` names a bad name or value."""
+        names = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for item in assignments:
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if not sep or name not in names:
+                raise ConfigError(
+                    f"RetrievalSettings: expected name=value with a name among {sorted(names)}, "
+                    f"got {item!r}"
+                )
+            try:
+                numbers = [float(x) for x in text.split(",")]
+            except ValueError:
+                raise ConfigError(
+                    f"RetrievalSettings: `{name}` takes a number, got {text!r}"
+                ) from None
+            if name == "fusion_weights":
+                values[name] = tuple(numbers)
+            elif len(numbers) != 1:
+                raise ConfigError(f"RetrievalSettings: `{name}` takes one number, got {text!r}")
+            elif name in _INTS:
+                values[name] = int(numbers[0]) if numbers[0].is_integer() else numbers[0]
+            else:
+                values[name] = numbers[0]
+        return cls(**values)
 
     def memory_options(self) -> dict[str, Any]:
         """`LoomMemory` keyword arguments: ``fusion_weights``, ``neighbour_weight``,

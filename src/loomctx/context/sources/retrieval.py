@@ -22,6 +22,7 @@ from loomctx.errors import ConfigError, check_unit
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, said_at, task_text
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loomctx.retrieval.hop import hop_terms
 from loomctx.retrieval.recall import recall
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
@@ -233,7 +234,34 @@ class UnifiedRetrievalSource:
             if rewritten != query:
                 extra = await self._recall(rewritten, exclude, min(limit, self.recall_limit))
                 found += self._after(found, extra)
+        if self.settings.hop_weight > 0 and found:
+            found = await self._hop(query, found, exclude, limit)
         return self.reranker.rerank(query, found)
+
+    async def _hop(
+        self, query: str, found: list[Candidate], exclude: set[str], limit: int
+    ) -> list[Candidate]:
+        """The second hop (`loomctx.retrieval.hop`): the query with what its best candidates
+        name, recalled again; each candidate's relevance gains `hop_weight` times its
+        relevance there (new candidates: that alone)."""
+        s = self.settings
+        first = self.reranker.rerank(query, list(found))[: s.hop_from]
+        named = hop_terms(query, first, s.hop_terms)
+        if not named:
+            return found
+        extra = await self._recall(
+            f"{query} {' '.join(named)}", exclude, min(limit, self.recall_limit)
+        )
+        by_key = {c.key: c for c in found}
+        out = list(found)
+        for c in extra:
+            seen = by_key.get(c.key)
+            if seen is not None:
+                seen.relevance += s.hop_weight * c.relevance
+            else:
+                c.relevance *= s.hop_weight
+                out.append(c)
+        return out
 
     @staticmethod
     def _after(found: list[Candidate], extra: list[Candidate]) -> list[Candidate]:
