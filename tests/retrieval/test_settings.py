@@ -74,3 +74,29 @@ def test_a_source_reads_its_settings(store: SQLiteStore) -> None:
 def test_bad_settings_are_named(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         RetrievalSettings(**kwargs)
+
+
+def test_short_candidates_go_in_whole_or_not_at_all(store: SQLiteStore) -> None:
+    from loomctx.context.sources import RetrievalInjector
+    from loomctx.retrieval.candidates import Candidate
+    from loomctx.tokens import TiktokenCounter
+
+    counter = TiktokenCounter()
+    ranked = [
+        Candidate(id="long", text="word " * 40, origin="memory", score=0.9),
+        Candidate(id="short", text="a short turn that fits.", origin="memory", score=0.5),
+    ]
+    # today: the first candidate is cut to the room, and nothing else fits
+    cut = RetrievalInjector().blocks(ranked, 25, counter, source="r")
+    assert [b.metadata.get("truncated_from") for b in cut] == [counter.count("word " * 40)]
+    # whole_below=64: the ~40-token turn is not cut; the short one goes in whole
+    whole = RetrievalInjector(whole_below=64).blocks(ranked, 25, counter, source="r")
+    assert [b.id for b in whole] == ["r:short"]
+    assert not whole[0].truncatable
+    memory = LoomMemory("s", store=store, embedder=None)
+    source = UnifiedRetrievalSource(memory, settings=RetrievalSettings(whole_below=64))
+    assert source.injector.whole_below == 64
+    with pytest.raises(ConfigError, match="`whole_below` must be an int >= 0, got -1"):
+        RetrievalInjector(whole_below=-1)
+    with pytest.raises(ConfigError, match="`whole_below` must be an int >= 0, got True"):
+        RetrievalSettings(whole_below=True)

@@ -54,6 +54,10 @@ class RetrievalSettings:
     `tokens_per_candidate` tokens of twice the grant.
     Reranking (`Reranker`): the weights of the four signals, and the span of characters
     (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
+    Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens goes into the
+    window whole or not at all (0: every candidate may be cut at a sentence end to fill the
+    room left): a turn cut to its first half rarely still holds what it was recalled for, and
+    the room it would fill may hold the next candidate whole.
     Second hop (`loomctx.retrieval.hop`): with `hop_weight` above 0, the `hop_terms` names and
     years the best `hop_from` candidates mention are recalled with the query again, and each
     candidate's relevance gains `hop_weight` times its relevance in that recall (off by
@@ -74,11 +78,20 @@ class RetrievalSettings:
     length_weight: float = 0.10
     length_low: int = 200
     length_high: int = 800
+    whole_below: int = 0
     hop_weight: float = 0.0
     hop_from: int = 3
     hop_terms: int = 4
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.whole_below, bool)
+            or not isinstance(self.whole_below, int)
+            or (self.whole_below < 0)
+        ):
+            raise ConfigError(
+                f"RetrievalSettings: `whole_below` must be an int >= 0, got {self.whole_below!r}"
+            )
         for name in _INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -132,7 +145,7 @@ class RetrievalSettings:
                 values[name] = tuple(numbers)
             elif len(numbers) != 1:
                 raise ConfigError(f"RetrievalSettings: `{name}` takes one number, got {text!r}")
-            elif name in _INTS:
+            elif name in (*_INTS, "whole_below"):
                 values[name] = int(numbers[0]) if numbers[0].is_integer() else numbers[0]
             else:
                 values[name] = numbers[0]

@@ -48,7 +48,17 @@ class RetrievalInjector:
     candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
     also its label in the window); memory items are labelled with when they were said
     (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
+
+    `whole_below`: a candidate of fewer tokens is offered as not truncatable, so the engine
+    keeps it whole or leaves it for a candidate that fits (`RetrievalSettings.whole_below`).
     """
+
+    def __init__(self, *, whole_below: int = 0) -> None:
+        if isinstance(whole_below, bool) or not isinstance(whole_below, int) or whole_below < 0:
+            raise ConfigError(
+                f"RetrievalInjector: `whole_below` must be an int >= 0, got {whole_below!r}"
+            )
+        self.whole_below = whole_below
 
     def blocks(
         self,
@@ -74,9 +84,8 @@ class RetrievalInjector:
             min_room=MIN_CUT_TOKENS,
         )
 
-    @staticmethod
     def _offered(
-        candidates: Sequence[Candidate], counter: TokenCounter, source: str
+        self, candidates: Sequence[Candidate], counter: TokenCounter, source: str
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
         for c in candidates:
@@ -102,9 +111,9 @@ class RetrievalInjector:
                 if c.origin == MEMORY_ORIGIN
                 else f"{source}:{c.origin}:{c.id}",
                 content=c.text,
-                token_count=counter.count(c.text),
+                token_count=(tokens := counter.count(c.text)),
                 priority=max(0.01, min(1.0, c.score / best)),
-                truncatable=True,
+                truncatable=tokens >= self.whole_below,
                 metadata=meta,
             )
 
@@ -202,7 +211,7 @@ class UnifiedRetrievalSource:
         self.rewrite_max_terms = rewrite_max_terms
         self.fill = fill
         self.reranker = reranker or self.settings.reranker()
-        self.injector = injector or RetrievalInjector()
+        self.injector = injector or RetrievalInjector(whole_below=self.settings.whole_below)
         self.exclude_recent = exclude_recent
 
     async def candidates(
