@@ -36,9 +36,13 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(fusion_weights=(0.6, 0.4)),
     RetrievalSettings(overlap_weight=0.25),
     RetrievalSettings(overlap_weight=0.45),
+    RetrievalSettings(whole_below=64),
+    RetrievalSettings(hop_weight=0.3),
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
-in its questions' "now", so `time_decay` plays no part there)."""
+in its questions' "now", so `time_decay` plays no part there), and the two packing and
+recall changes of issue 21 that are off by default (`whole_below`, `hop_weight`): a
+held-out conversation is reported with one only if the other four chose it."""
 
 LME_GRID: Final = (
     _BASE,
@@ -48,9 +52,11 @@ LME_GRID: Final = (
     RetrievalSettings(time_decay=0.7),
     RetrievalSettings(overlap_weight=0.25),
     RetrievalSettings(overlap_weight=0.45),
+    RetrievalSettings(hop_weight=0.3),
 )
 """As `LOCOMO_GRID`, with `time_decay` instead of the fusion weights (LongMemEval questions
-say when they are asked, and some name a time)."""
+say when they are asked, and some name a time) and without `whole_below` (LongMemEval is
+measured on the ranking, not in a window)."""
 
 
 @dataclass(frozen=True, slots=True)
