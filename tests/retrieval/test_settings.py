@@ -86,7 +86,8 @@ def test_short_candidates_go_in_whole_or_not_at_all(store: SQLiteStore) -> None:
         Candidate(id="long", text="word " * 40, origin="memory", score=0.9),
         Candidate(id="short", text="a short turn that fits.", origin="memory", score=0.5),
     ]
-    # today: the first candidate is cut to the room, and nothing else fits
+    # whole_below=0 (the injector's own default): the first candidate is cut to the room,
+    # and nothing else fits
     cut = RetrievalInjector().blocks(ranked, 25, counter, source="r")
     assert [b.metadata.get("truncated_from") for b in cut] == [counter.count("word " * 40)]
     # whole_below=64: the ~40-token turn is not cut; the short one goes in whole
@@ -94,8 +95,9 @@ def test_short_candidates_go_in_whole_or_not_at_all(store: SQLiteStore) -> None:
     assert [b.id for b in whole] == ["r:short"]
     assert not whole[0].truncatable
     memory = LoomMemory("s", store=store, embedder=None)
-    source = UnifiedRetrievalSource(memory, settings=RetrievalSettings(whole_below=64))
-    assert source.injector.whole_below == 64
+    assert UnifiedRetrievalSource(memory).injector.whole_below == 64  # the default
+    source = UnifiedRetrievalSource(memory, settings=RetrievalSettings(whole_below=0))
+    assert source.injector.whole_below == 0
     with pytest.raises(ConfigError, match="`whole_below` must be an int >= 0, got -1"):
         RetrievalInjector(whole_below=-1)
     with pytest.raises(ConfigError, match="`whole_below` must be an int >= 0, got True"):

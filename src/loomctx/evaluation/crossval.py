@@ -36,13 +36,14 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(fusion_weights=(0.6, 0.4)),
     RetrievalSettings(overlap_weight=0.25),
     RetrievalSettings(overlap_weight=0.45),
-    RetrievalSettings(whole_below=64),
+    RetrievalSettings(whole_below=0),
     RetrievalSettings(hop_weight=0.3),
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
-in its questions' "now", so `time_decay` plays no part there), and the two packing and
-recall changes of issue 21 that are off by default (`whole_below`, `hop_weight`): a
-held-out conversation is reported with one only if the other four chose it."""
+in its questions' "now", so `time_decay` plays no part there), every retrieved turn
+truncatable as before issue 21 (`whole_below=0`), and the second hop, off by default
+(`hop_weight`): a held-out conversation is reported with one only if the other four chose
+it."""
 
 LME_GRID: Final = (
     _BASE,

@@ -54,10 +54,11 @@ class RetrievalSettings:
     `tokens_per_candidate` tokens of twice the grant.
     Reranking (`Reranker`): the weights of the four signals, and the span of characters
     (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
-    Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens goes into the
-    window whole or not at all (0: every candidate may be cut at a sentence end to fill the
-    room left): a turn cut to its first half rarely still holds what it was recalled for, and
-    the room it would fill may hold the next candidate whole.
+    Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
+    into the window whole or not at all (0: every candidate may be cut at a sentence end to
+    fill the room left): a turn cut to its first half rarely still holds what it was recalled
+    for, and the room it would fill may hold the next candidate whole. Chosen by
+    cross-validation for 4 of the 5 LoCoMo dev conversations (README, "Measured").
     Second hop (`loomctx.retrieval.hop`): with `hop_weight` above 0, the `hop_terms` names and
     years the best `hop_from` candidates mention are recalled with the query again, and each
     candidate's relevance gains `hop_weight` times its relevance in that recall (off by
@@ -78,7 +79,7 @@ class RetrievalSettings:
     length_weight: float = 0.10
     length_low: int = 200
     length_high: int = 800
-    whole_below: int = 0
+    whole_below: int = 64
     hop_weight: float = 0.0
     hop_from: int = 3
     hop_terms: int = 4

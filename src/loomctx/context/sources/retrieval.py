@@ -50,7 +50,8 @@ class RetrievalInjector:
     (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
 
     `whole_below`: a candidate of fewer tokens is offered as not truncatable, so the engine
-    keeps it whole or leaves it for a candidate that fits (`RetrievalSettings.whole_below`).
+    keeps it whole or leaves it for a candidate that fits (default 0: all truncatable;
+    `UnifiedRetrievalSource` passes `RetrievalSettings.whole_below`, 64).
     """
 
     def __init__(self, *, whole_below: int = 0) -> None:
