@@ -96,6 +96,7 @@ EXPECTED = [
     "Record",
     "Reranker",
     "RetrievalInjector",
+    "RetrievalSettings",
     "SQLiteStore",
     "SavedWindow",
     "SentenceTransformerEmbedder",

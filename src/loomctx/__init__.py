@@ -104,6 +104,7 @@ from loomctx.retrieval import (
     QueryOverlapSignal,
     QueryRewriter,
     Reranker,
+    RetrievalSettings,
     Signal,
     VectorScoreSignal,
 )
@@ -216,6 +217,7 @@ __all__ = [
     "Record",
     "Reranker",
     "RetrievalInjector",
+    "RetrievalSettings",
     "SQLiteStore",
     "SavedWindow",
     "SentenceTransformerEmbedder",

@@ -139,6 +139,22 @@ def test_bench_longmemeval_prints_a_table_and_writes_json(
         assert name in result.stdout
 
 
+def test_bench_cross_validated_figures_beside_the_plain_ones(
+    runner: CliRunner, locomo: Path, longmemeval: Path
+) -> None:
+    args = ["bench", "locomo", str(locomo), "--lexical", "--cv", "--cv-target", "r@10"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in ("cross-validated: all", "cv: category 1", "chosen by r@10 on the other folds",
+                 "conv-a: ", "defaults"):  # fmt: skip
+        assert name in result.stdout
+    args = ["bench", "longmemeval", str(longmemeval), "--lexical", "--cv", "--folds", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in ("cross-validated: all", "fold-1: ", "recall_all@5 of each setting"):
+        assert name in result.stdout
+
+
 def test_bench_longmemeval_stages(runner: CliRunner, longmemeval: Path) -> None:
     result = runner.invoke(app, ["bench", "longmemeval", str(longmemeval), "--stages"])
     assert result.exit_code == 0, result.output
@@ -160,6 +176,16 @@ def test_bench_errors(runner: CliRunner, tmp_path: Path, locomo: Path) -> None:
     assert unwritable.exit_code == 1
     assert "cannot write the results to" in unwritable.output
     assert runner.invoke(app, ["bench", "locomo", "missing.json"]).exit_code == 2
+    unknown = runner.invoke(app, ["bench", "locomo", str(locomo), "--set", "hop=1"])
+    assert unknown.exit_code == 1
+    assert "expected name=value with a name among" in unknown.output
+
+
+def test_bench_set_changes_the_plain_settings(runner: CliRunner, locomo: Path) -> None:
+    args = ["bench", "locomo", str(locomo), "--lexical", "--set", "hop_weight=0.3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "lexical only; hop_weight=0.3" in result.stdout
 
 
 def test_bench_cost_prints_each_strategy_and_writes_json(

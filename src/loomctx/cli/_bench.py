@@ -21,6 +21,7 @@ from loomctx.cli._render import print_table
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
+from loomctx.retrieval.settings import RetrievalSettings
 
 __all__ = ["bench_app"]
 
@@ -58,6 +59,22 @@ CacheOption = Annotated[
         "$LOOM_BENCH_CACHE, else ~/.cache/loomctx/bench-vectors).",
     ),
 ]
+CvOption = Annotated[
+    bool,
+    typer.Option(
+        "--cv",
+        help="Also cross-validate the retrieval settings: measure a small grid around the "
+        "defaults once per fold, choose on the other folds, report the held-out figures.",
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="A retrieval setting for the plain figures, name=value (RetrievalSettings; "
+        "repeatable), e.g. --set neighbour_weight=0.2.",
+    ),
+]
 NoCacheOption = Annotated[
     bool, typer.Option("--no-cache", help="Embed everything anew; keep no vectors.")
 ]
@@ -89,7 +106,10 @@ def _write(path: Path | None, result: dict[str, Any]) -> None:
 
 def _title(dataset: str, result: dict[str, Any]) -> str:
     config = result["config"]
-    return f"{dataset}: ranking {config['ranking']}, {config['embedder'] or 'lexical only'}"
+    settings = "" if config.get("settings", "defaults") == "defaults" else f"; {config['settings']}"
+    return (
+        f"{dataset}: ranking {config['ranking']}, {config['embedder'] or 'lexical only'}{settings}"
+    )
 
 
 def _budgets(text: str) -> tuple[int, ...]:
@@ -113,8 +133,17 @@ def locomo(
     budgets: Annotated[
         str, typer.Option("--budgets", help="Window budgets for evidence-in-window, in tokens.")
     ] = "2000,4000",
+    cv: CvOption = False,
+    cv_target: Annotated[
+        str,
+        typer.Option(
+            "--cv-target", help="With --cv: the metric a setting is chosen by (a column name)."
+        ),
+    ] = "window@2000",
+    set_: SetOption = None,
 ) -> None:
-    """Recall@k, nDCG@10 and evidence-in-window on a LoCoMo file (locomo10.json format)."""
+    """Recall@k, nDCG@10 and evidence-in-window on a LoCoMo file (locomo10.json format);
+    with --cv, leave-one-conversation-out figures beside the plain ones."""
     sizes = _budgets(budgets)
     result = evaluate_locomo(
         path,
@@ -123,6 +152,9 @@ def locomo(
         budgets=sizes,
         stages=stages,
         cache_dir=None if lexical else _cache_dir(cache, no_cache),
+        settings=RetrievalSettings.parse(set_ or []),
+        cv=cv,
+        cv_target=cv_target,
         progress=_progress,
     )
     columns = ["questions", "r@5", "r@10", "r@20", "ndcg@10", *(f"window@{b}" for b in sizes)]
@@ -132,8 +164,26 @@ def locomo(
     ]
     rows += [(f"category {c}", v) for c, v in result["by_category"].items()]
     rows += [(f"stage: {s}", v) for s, v in result.get("stages", {}).items()]
+    if cv:
+        held = result["cross_validated"]
+        rows += [("cross-validated: all", held), ("cv: all but category 5",
+                                                    held["excluding_category_5"])]  # fmt: skip
+        rows += [(f"cv: category {c}", v) for c, v in held["by_category"].items()]
     print_table(out_console(), _title("LoCoMo", result), rows, columns)
+    if cv:
+        _print_choices(result["cross_validated"])
     _write(json_out, result)
+
+
+def _print_choices(held: dict[str, Any]) -> None:
+    """Which setting each held-out fold was reported under, and each setting's plain score."""
+    console = out_console()
+    console.print(f"cross-validation: chosen by {held['target']} on the other folds", markup=False)
+    for fold, label in held["chosen"].items():
+        console.print(f"  {fold}: {label}", markup=False)
+    console.print(f"{held['target']} of each setting on all folds:", markup=False)
+    for label, value in held["per_setting"].items():
+        console.print(f"  {value:.3f}  {label}", markup=False)
 
 
 @bench_app.command("longmemeval")
@@ -145,21 +195,43 @@ def longmemeval(
     stages: StagesOption = False,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
+    cv: CvOption = False,
+    folds: Annotated[
+        int, typer.Option("--folds", min=2, help="With --cv: how many folds of questions.")
+    ] = 5,
+    cv_target: Annotated[
+        str,
+        typer.Option(
+            "--cv-target", help="With --cv: the metric a setting is chosen by (a column name)."
+        ),
+    ] = "recall_all@5",
+    set_: SetOption = None,
 ) -> None:
-    """Session recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file."""
+    """Session recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file; with --cv,
+    k-fold cross-validated figures beside the plain ones."""
     result = evaluate_longmemeval(
         path,
         dense=not lexical,
         limit=limit,
         stages=stages,
         cache_dir=None if lexical else _cache_dir(cache, no_cache),
+        settings=RetrievalSettings.parse(set_ or []),
+        cv=cv,
+        folds=folds,
+        cv_target=cv_target,
         progress=_progress,
     )
     rows: list[tuple[str, dict[str, Any]]] = [("all", result)]
     rows += list(result["by_question_type"].items())
     rows += [(f"stage: {s}", v) for s, v in result.get("stages", {}).items()]
+    if cv:
+        held = result["cross_validated"]
+        rows += [("cross-validated: all", held)]
+        rows += [(f"cv: {t}", v) for t, v in held["by_question_type"].items()]
     columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"]
     print_table(out_console(), _title("LongMemEval", result), rows, columns)
+    if cv:
+        _print_choices(held)
     _write(json_out, result)
 
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 from loomctx.errors import ConfigError
 from loomctx.memory.core import TASK, LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.base import Hit, VectorSearch
 
 if TYPE_CHECKING:
@@ -313,6 +314,17 @@ class _Rankers:
     def __init__(self, fused: LoomMemory, lexical: LoomMemory | None) -> None:
         self.fused = fused
         self.lexical = lexical or fused
+        self.settings = RetrievalSettings()
+
+    def configure(self, settings: RetrievalSettings) -> None:
+        """Search with `settings` from now on (the memories' own search constants too; the
+        stored turns and their vectors stay as they are)."""
+        self.settings = settings
+        for memory in {id(self.fused): self.fused, id(self.lexical): self.lexical}.values():
+            memory.fusion_weights = settings.fusion_weights
+            memory.neighbour_weight = settings.neighbour_weight
+            if memory.time_decay:  # 0 where the dataset gives no "now" (`_open`)
+                memory.time_decay = settings.time_decay
 
     def rank(self, query: str, stage: str, limit: int) -> list[str]:
         if stage == "lexical":
@@ -349,6 +361,7 @@ class _Rankers:
         return UnifiedRetrievalSource(
             self.fused,
             reranker=None if reranker else Reranker([VectorScoreSignal()]),
+            settings=self.settings,
         )
 
 
@@ -506,7 +519,7 @@ async def _windows(
     return out
 
 
-def _locomo_summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+def _locomo_summary(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
     """Macro means of the ranking metrics; micro shares for window@B (`w@B` counts)."""
     out: dict[str, Any] = {"questions": len(rows)}
     for key in keys:
@@ -518,13 +531,84 @@ def _locomo_summary(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict
     return out
 
 
-def _locomo_report(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+def _locomo_report(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
     out = _locomo_summary(rows, keys)
     cats = sorted({r["category"] for r in rows})
     out["by_category"] = {
         str(c): _locomo_summary([r for r in rows if r["category"] == c], keys) for c in cats
     }
     out["excluding_category_5"] = _locomo_summary([r for r in rows if r["category"] != 5], keys)
+    return out
+
+
+def _locomo_rows(
+    rankers: _Rankers, usable: Sequence[LocomoQuestion], budgets: Sequence[int],
+    texts: Mapping[str, str], stage: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per question: the ranking metrics of `stage`, and with the main stage the gold
+    turns in the window at each budget (``window@B``) and how many there are (``gold``)."""
+    rows = []
+    for q in usable:
+        ranked = rankers.rank(q.question, stage, max(LOCOMO_KS))
+        row: dict[str, Any] = {f"r@{k}": recall_at(ranked, q.evidence, k) for k in LOCOMO_KS}
+        row["ndcg@10"] = ndcg_at(ranked, q.evidence, 10)
+        row["category"] = q.category
+        rows.append(row)
+    if stage != MAIN_STAGE:
+        return rows
+    windows = asyncio.run(_windows(rankers, usable, budgets, texts))
+    for q, found, row in zip(usable, windows, rows, strict=True):
+        row["gold"] = len(q.evidence)
+        for b in budgets:
+            row[f"window@{b}"] = len(found[b])
+    return rows
+
+
+def _cv_score(target: str) -> Callable[[Sequence[Mapping[str, Any]]], float]:
+    """The target metric over a set of rows, as the report computes it (micro for windows)."""
+
+    def score(rows: Sequence[Mapping[str, Any]]) -> float:
+        if target.startswith("window@"):
+            gold = sum(r["gold"] for r in rows)
+            return sum(r[target] for r in rows) / gold if gold else 0.0
+        return _mean([r[target] for r in rows])
+
+    return score
+
+
+def _check_cv(
+    cv: bool, grid: Sequence[RetrievalSettings], target: str, keys: Sequence[str]
+) -> None:
+    if not cv:
+        return
+    if not grid or not all(isinstance(g, RetrievalSettings) for g in grid):
+        raise ConfigError("`grid` must be a non-empty sequence of RetrievalSettings")
+    if target not in keys:
+        raise ConfigError(f"`cv_target` must be one of {list(keys)}, got {target!r}")
+
+
+def _cv_report(
+    table: dict[str, dict[str, list[dict[str, Any]]]], target: str, grid_size: int,
+    report: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    from loomctx.evaluation.crossval import cross_validate
+
+    folds = list(next(iter(table.values())))
+    if len(folds) < 2:
+        raise ConfigError(
+            f"cross-validation needs at least 2 folds; this run has {len(folds)} (raise "
+            "`--limit`, or leave it out)"
+        )
+    result = cross_validate(table, _cv_score(target))
+    out = report(result.rows)
+    out["target"] = target
+    out["chosen"] = result.chosen
+    out["grid"] = list(table)
+    out["grid_size"] = grid_size
+    out["per_setting"] = {
+        label: _cv_score(target)([r for f in folds for r in by_fold[f]])
+        for label, by_fold in table.items()
+    }
     return out
 
 
@@ -538,6 +622,10 @@ def evaluate_locomo(
     embedder: Embedder | None = None,
     cache_dir: str | Path | None = None,
     date_in_text: bool = False,
+    settings: RetrievalSettings | None = None,
+    cv: bool = False,
+    grid: Sequence[RetrievalSettings] | None = None,
+    cv_target: str = "window@2000",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """R@5/10/20, nDCG@10 and evidence-in-window @ each budget on a LoCoMo file.
@@ -546,22 +634,34 @@ def evaluate_locomo(
     only. `limit`: only the first `limit` questions (in file order). `stages`: also the
     lexical / dense / fused rankings (needs `dense`). `cache_dir`: keep document and query
     vectors on disk there between runs (e.g. `loomctx.evaluation._vector_cache.DEFAULT_CACHE_DIR`).
+    `settings`: the retrieval constants of the plain figures (default `RetrievalSettings()`).
+
+    `cv`: also ``cross_validated``, leave-one-conversation-out: every setting of `grid`
+    (default `loomctx.evaluation.crossval.LOCOMO_GRID`) is measured once per conversation;
+    each conversation is then reported under the setting that maximizes `cv_target` on the
+    other conversations (`loomctx.evaluation.crossval.cross_validate`).
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"`limit` must be >= 1 or None, got {limit!r}")
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in budgets):
         raise ConfigError(f"`budgets` must be ints >= 1, got {budgets!r}")
+    from loomctx.evaluation.crossval import LOCOMO_GRID
+
+    plain = settings or RetrievalSettings()
+    rank_keys = [f"r@{k}" for k in LOCOMO_KS] + ["ndcg@10"]
+    window_keys = [f"window@{b}" for b in budgets]
+    chosen_grid = list(grid if grid is not None else LOCOMO_GRID)
+    _check_cv(cv, chosen_grid, cv_target, rank_keys + window_keys)
     conversations = load_locomo(path)
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
-    main = MAIN_STAGE
-    rank_keys = [f"r@{k}" for k in LOCOMO_KS] + ["ndcg@10"]
-    window_keys = [f"window@{b}" for b in budgets]
     rows: list[dict[str, Any]] = []
     stage_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in run_stages}
+    table: dict[str, dict[str, list[dict[str, Any]]]] = {}
     skipped = 0
     left = limit
-    clock = _Clock(total=sum(len(c.turns) for c in conversations))
+    runs = 1 + (len(chosen_grid) if cv else 0)
+    clock = _Clock(total=sum(len(c.turns) for c in conversations) * runs)
     done = 0
     for conv in conversations:
         if left is not None and left <= 0:
@@ -578,44 +678,48 @@ def evaluate_locomo(
                 f"locomo {conv.sample_id}: {len(conv.turns)} turns, {len(usable)} questions "
                 f"({clock.line(done)})"
             )
-        done += len(conv.turns)
+        done += len(conv.turns) * runs
         tasks = _locomo_tasks(conv, date_in_text=date_in_text)
         texts = {t.task_id: str(t.parameters["content"]) for t in tasks}
         rankers = _open(conv.sample_id, tasks, emb)
         try:
+            rankers.configure(plain)
             for stage in run_stages:
-                for q in usable:
-                    ranked = rankers.rank(q.question, stage, max(LOCOMO_KS))
-                    row = {f"r@{k}": recall_at(ranked, q.evidence, k) for k in LOCOMO_KS}
-                    row["ndcg@10"] = ndcg_at(ranked, q.evidence, 10)
-                    row["category"] = q.category
-                    stage_rows[stage].append(row)
-            windows = asyncio.run(_windows(rankers, usable, budgets, texts))
+                stage_rows[stage].extend(_locomo_rows(rankers, usable, budgets, texts, stage))
+            rows.extend(stage_rows[MAIN_STAGE][-len(usable) :])
+            for setting in chosen_grid if cv else ():
+                label = setting.label()
+                if setting == plain:  # measured already
+                    rows_of = stage_rows[MAIN_STAGE][-len(usable) :]
+                else:
+                    rankers.configure(setting)
+                    rows_of = _locomo_rows(rankers, usable, budgets, texts, MAIN_STAGE)
+                table.setdefault(label, {})[conv.sample_id] = rows_of
         finally:
             _close(rankers, emb)
-        for q, found, base in zip(usable, windows, stage_rows[main][-len(usable) :], strict=True):
-            row = dict(base)
-            row["gold"] = len(q.evidence)
-            for b in budgets:
-                row[f"window@{b}"] = len(found[b])
-            rows.append(row)
+    keys = rank_keys + window_keys
     result: dict[str, Any] = {
         "dataset": "locomo",
         "path": str(path),
-        **_locomo_report(rows, rank_keys + window_keys),
+        **_locomo_report(rows, keys),
         "skipped": skipped,
         "config": {
             "dense": dense,
             "embedder": emb.name if emb is not None else None,
-            "ranking": main,
+            "ranking": MAIN_STAGE,
             "budgets": list(budgets),
             "limit": limit,
             "date_in_text": date_in_text,
             "window_sources": ["L1_recent", "unified_retrieval", "user_input"],
+            "settings": plain.label(),
         },
     }
     if stages:
         result["stages"] = {s: _locomo_report(stage_rows[s], rank_keys) for s in run_stages}
+    if cv:
+        result["cross_validated"] = _cv_report(
+            table, cv_target, len(chosen_grid), lambda r: _locomo_report(r, keys)
+        )
     return result
 
 
@@ -663,8 +767,8 @@ def _lme_row(ranked: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
     }
 
 
-def _lme_report(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    def summary(part: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _lme_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def summary(part: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {"questions": len(part), **{k: _mean([r[k] for r in part]) for k in LME_KEYS}}
 
     out = summary(rows)
@@ -684,18 +788,36 @@ def evaluate_longmemeval(
     embedder: Embedder | None = None,
     cache_dir: str | Path | None = None,
     turn_limit: int = 100,
+    settings: RetrievalSettings | None = None,
+    cv: bool = False,
+    folds: int = 5,
+    grid: Sequence[RetrievalSettings] | None = None,
+    cv_target: str = "recall_all@5",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Session-level recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file, over
     non-abstention questions. Sessions are ranked by their best turn among the top
-    `turn_limit` turns. `limit`: only the first `limit` non-abstention questions."""
+    `turn_limit` turns. `limit`: only the first `limit` non-abstention questions.
+    `settings`: the retrieval constants of the plain figures (default `RetrievalSettings()`).
+
+    `cv`: also ``cross_validated``: the questions are dealt round-robin into `folds` folds
+    (`loomctx.evaluation.crossval.folds_of`), every setting of `grid` (default
+    `loomctx.evaluation.crossval.LME_GRID`) ranks every question once, and each fold is
+    reported under the setting that maximizes `cv_target` on the other folds."""
     if limit is not None and limit < 1:
         raise ConfigError(f"`limit` must be >= 1 or None, got {limit!r}")
+    from loomctx.evaluation.crossval import LME_GRID, folds_of
+
+    plain = settings or RetrievalSettings()
+    chosen_grid = list(grid if grid is not None else LME_GRID)
+    _check_cv(cv, chosen_grid, cv_target, LME_KEYS)
     questions = load_longmemeval(path)
     usable = [q for q in questions if not q.abstention and q.answer_session_ids]
     skipped = len(questions) - len(usable)
     if limit is not None:
         usable = usable[:limit]
+    fold_of = folds_of(len(usable), folds) if cv else []
+    table: dict[str, dict[str, list[dict[str, Any]]]] = {}
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
     main = MAIN_STAGE
@@ -723,11 +845,22 @@ def evaluate_longmemeval(
             )
         rankers = _open(f"lme-{q.question_id}", _lme_tasks(q), emb, q.question_date)
         try:
+            rankers.configure(plain)
             for stage in run_stages:
                 ranked = _sessions(rankers.rank(q.question, stage, turn_limit), q)
                 row: dict[str, Any] = dict(_lme_row(ranked, q.answer_session_ids))
                 row["question_type"] = q.question_type
                 stage_rows[stage].append(row)
+            for setting in chosen_grid if cv else ():
+                if setting == plain:
+                    row = stage_rows[MAIN_STAGE][-1]
+                else:
+                    rankers.configure(setting)
+                    ranked = _sessions(rankers.rank(q.question, MAIN_STAGE, turn_limit), q)
+                    row = {**_lme_row(ranked, q.answer_session_ids),
+                           "question_type": q.question_type}  # fmt: skip
+                by_fold = table.setdefault(setting.label(), {f: [] for f in dict.fromkeys(fold_of)})
+                by_fold[fold_of[i]].append(row)
         finally:
             _close(rankers, emb)
     result: dict[str, Any] = {
@@ -742,8 +875,12 @@ def evaluate_longmemeval(
             "limit": limit,
             "session_score": "best turn",
             "turn_limit": turn_limit,
+            "settings": plain.label(),
         },
     }
     if stages:
         result["stages"] = {s: _lme_report(stage_rows[s]) for s in run_stages}
+    if cv:
+        result["cross_validated"] = _cv_report(table, cv_target, len(chosen_grid), _lme_report)
+        result["cross_validated"]["folds"] = folds
     return result

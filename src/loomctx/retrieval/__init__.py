@@ -10,6 +10,7 @@ from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate, fingerprint
 from loomctx.retrieval.recall import recall, recall_knowledge, recall_memory
 from loomctx.retrieval.reranker import Reranker, dedupe
 from loomctx.retrieval.rewriter import QueryRewriter
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.retrieval.signals import (
     ContentLengthSignal,
     OriginDiversitySignal,
@@ -27,6 +28,7 @@ __all__ = [
     "QueryOverlapSignal",
     "QueryRewriter",
     "Reranker",
+    "RetrievalSettings",
     "Signal",
     "VectorScoreSignal",
     "dedupe",

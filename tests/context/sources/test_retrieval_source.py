@@ -50,7 +50,9 @@ async def test_blocks_say_where_they_came_from_and_why(store: SQLiteStore) -> No
     source = UnifiedRetrievalSource(memory, kbs)
     blocks = await source.collect("rollback of the deploy", WIDE, ctx=CTX)
     assert blocks
-    assert all(b.section == "context" and b.truncatable and b.source == source.name for b in blocks)
+    assert all(b.section == "context" and b.source == source.name for b in blocks)
+    # short candidates go in whole or not at all (`RetrievalSettings.whole_below`, 64 tokens)
+    assert all(b.truncatable == (b.token_count >= 64) for b in blocks)
     scores = [b.metadata["score"] for b in blocks]
     assert scores == sorted(scores, reverse=True)
     assert blocks[0].priority == 1.0
@@ -298,6 +300,7 @@ async def test_one_fence_per_source_with_an_item_per_block(store: SQLiteStore) -
         ({"priority": 2}, "must be a number from 0 to 1"),
         ({"rewrite_max_terms": "4"}, "`rewrite_max_terms` must be an int, got '4'"),
         ({"rewrite_max_terms": True}, "`rewrite_max_terms` must be an int"),
+        ({"settings": {"recall_limit": 5}}, "`settings` must be a RetrievalSettings or None"),
     ],
 )
 def test_configuration_errors(store: SQLiteStore, kwargs: dict[str, object], match: str) -> None:

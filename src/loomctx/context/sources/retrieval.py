@@ -22,9 +22,11 @@ from loomctx.errors import ConfigError, check_unit
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, said_at, task_text
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loomctx.retrieval.hop import hop_terms
 from loomctx.retrieval.recall import recall
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.text import terms
 from loomctx.tokens import TokenCounter
 
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TOKENS_PER_CANDIDATE", "RetrievalInjector", "UnifiedRetrievalSource"]
 
-TOKENS_PER_CANDIDATE: Final = 32
+TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 """With `fill`, how many tokens of budget call for one more candidate (a short turn: ~30)."""
 
 
@@ -46,7 +48,18 @@ class RetrievalInjector:
     candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
     also its label in the window); memory items are labelled with when they were said
     (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
+
+    `whole_below`: a candidate of fewer tokens is offered as not truncatable, so the engine
+    keeps it whole or leaves it for a candidate that fits (default 0: all truncatable;
+    `UnifiedRetrievalSource` passes `RetrievalSettings.whole_below`, 64).
     """
+
+    def __init__(self, *, whole_below: int = 0) -> None:
+        if isinstance(whole_below, bool) or not isinstance(whole_below, int) or whole_below < 0:
+            raise ConfigError(
+                f"RetrievalInjector: `whole_below` must be an int >= 0, got {whole_below!r}"
+            )
+        self.whole_below = whole_below
 
     def blocks(
         self,
@@ -72,9 +85,8 @@ class RetrievalInjector:
             min_room=MIN_CUT_TOKENS,
         )
 
-    @staticmethod
     def _offered(
-        candidates: Sequence[Candidate], counter: TokenCounter, source: str
+        self, candidates: Sequence[Candidate], counter: TokenCounter, source: str
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
         for c in candidates:
@@ -100,9 +112,9 @@ class RetrievalInjector:
                 if c.origin == MEMORY_ORIGIN
                 else f"{source}:{c.origin}:{c.id}",
                 content=c.text,
-                token_count=counter.count(c.text),
+                token_count=(tokens := counter.count(c.text)),
                 priority=max(0.01, min(1.0, c.score / best)),
-                truncatable=True,
+                truncatable=tokens >= self.whole_below,
                 metadata=meta,
             )
 
@@ -136,6 +148,9 @@ class UnifiedRetrievalSource:
       more); with lexical search only, 1 fewer at 2,000 tokens and 4 at 4,000, turns the
       rewritten query's recall held deep (ranks 19-76).
     - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
+    - `settings` (`RetrievalSettings`, default its defaults) gives what is not passed:
+      `recall_limit`, `rewrite_max_terms`, the rewriter, the reranker's signal weights and
+      `tokens_per_candidate` (the memory-side fields are `LoomMemory`'s own arguments).
     """
 
     def __init__(
@@ -145,17 +160,28 @@ class UnifiedRetrievalSource:
         *,
         name: str = "unified_retrieval",
         priority: float = 0.9,
-        recall_limit: int = 20,
+        recall_limit: int | None = None,
         min_score: float = 0.0,
         rewrite: bool = True,
-        rewrite_max_terms: int = 4,
+        rewrite_max_terms: int | None = None,
         rewriter: QueryRewriter | None = None,
         fill: bool = True,
         reranker: Reranker | None = None,
         injector: RetrievalInjector | None = None,
         exclude_recent: bool = False,
+        settings: RetrievalSettings | None = None,
     ) -> None:
         self.name, self.priority = check_source("retrieval source", name, priority)
+        if settings is not None and not isinstance(settings, RetrievalSettings):
+            raise ConfigError(
+                f"source `{name}`: `settings` must be a RetrievalSettings or None, got "
+                f"{type(settings).__name__}"
+            )
+        self.settings = settings or RetrievalSettings()
+        if recall_limit is None:
+            recall_limit = self.settings.recall_limit
+        if rewrite_max_terms is None:
+            rewrite_max_terms = self.settings.rewrite_max_terms
         if memory is not None and not isinstance(memory, LoomMemory):
             raise ConfigError(
                 f"source `{name}`: `memory` must be a LoomMemory or None, got "
@@ -178,15 +204,15 @@ class UnifiedRetrievalSource:
         self.knowledge_bases = list(knowledge_bases)
         self.recall_limit = recall_limit
         self.min_score = min_score
-        self.rewriter = (rewriter or QueryRewriter()) if rewrite else None
+        self.rewriter = (rewriter or self.settings.rewriter()) if rewrite else None
         if isinstance(rewrite_max_terms, bool) or not isinstance(rewrite_max_terms, int):
             raise ConfigError(
                 f"source `{name}`: `rewrite_max_terms` must be an int, got {rewrite_max_terms!r}"
             )
         self.rewrite_max_terms = rewrite_max_terms
         self.fill = fill
-        self.reranker = reranker or Reranker()
-        self.injector = injector or RetrievalInjector()
+        self.reranker = reranker or self.settings.reranker()
+        self.injector = injector or RetrievalInjector(whole_below=self.settings.whole_below)
         self.exclude_recent = exclude_recent
 
     async def candidates(
@@ -218,7 +244,34 @@ class UnifiedRetrievalSource:
             if rewritten != query:
                 extra = await self._recall(rewritten, exclude, min(limit, self.recall_limit))
                 found += self._after(found, extra)
+        if self.settings.hop_weight > 0 and found:
+            found = await self._hop(query, found, exclude, limit)
         return self.reranker.rerank(query, found)
+
+    async def _hop(
+        self, query: str, found: list[Candidate], exclude: set[str], limit: int
+    ) -> list[Candidate]:
+        """The second hop (`loomctx.retrieval.hop`): the query with what its best candidates
+        name, recalled again; each candidate's relevance gains `hop_weight` times its
+        relevance there (new candidates: that alone)."""
+        s = self.settings
+        first = self.reranker.rerank(query, list(found))[: s.hop_from]
+        named = hop_terms(query, first, s.hop_terms)
+        if not named:
+            return found
+        extra = await self._recall(
+            f"{query} {' '.join(named)}", exclude, min(limit, self.recall_limit)
+        )
+        by_key = {c.key: c for c in found}
+        out = list(found)
+        for c in extra:
+            seen = by_key.get(c.key)
+            if seen is not None:
+                seen.relevance += s.hop_weight * c.relevance
+            else:
+                c.relevance *= s.hop_weight
+                out.append(c)
+        return out
 
     @staticmethod
     def _after(found: list[Candidate], extra: list[Candidate]) -> list[Candidate]:
@@ -247,7 +300,8 @@ class UnifiedRetrievalSource:
         """The best candidates as `context` blocks, within the ceiling."""
         limit = self.recall_limit
         if self.fill:
-            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // TOKENS_PER_CANDIDATE)
+            per = self.settings.tokens_per_candidate
+            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // per)
         run_id = ctx.metadata.get("run_id")
         ranked = await self.candidates(
             query, limit=limit, run_id=str(run_id) if run_id is not None else None

@@ -1,0 +1,119 @@
+"""Cross-validated choice of `RetrievalSettings`: tune on the other folds, report on this one.
+
+Loom's constants were tuned on the very conversations its figures are reported on (issue 21).
+``loomctx bench locomo --cv`` and ``loomctx bench longmemeval --cv`` evaluate every setting of
+a small grid once per fold (a LoCoMo conversation; a LongMemEval fold of questions), keep each
+question's metrics, and then, for each fold, pick the setting whose metrics on *the other
+folds* are best and report that setting's metrics on the held-out fold. The held-out figure
+is what a user whose conversations nobody tuned on can expect; beside the plain figure it
+shows how much of the plain one is fitted.
+
+`cross_validate` works on a table of metric rows and knows nothing of retrieval, so the
+selection is tested on hand-made tables (`tests/evaluation/test_crossval.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from loomctx.errors import ConfigError
+from loomctx.retrieval.settings import RetrievalSettings
+
+__all__ = ["LME_GRID", "LOCOMO_GRID", "CrossValidation", "cross_validate", "folds_of"]
+
+Row = Mapping[str, Any]
+Score = Callable[[Sequence[Row]], float]
+
+_BASE: Final = RetrievalSettings()
+
+LOCOMO_GRID: Final = (
+    _BASE,
+    RetrievalSettings(neighbour_weight=0.15),
+    RetrievalSettings(neighbour_weight=0.45),
+    RetrievalSettings(fusion_weights=(0.4, 0.6)),
+    RetrievalSettings(fusion_weights=(0.6, 0.4)),
+    RetrievalSettings(overlap_weight=0.25),
+    RetrievalSettings(overlap_weight=0.45),
+    RetrievalSettings(whole_below=0),
+    RetrievalSettings(hop_weight=0.3),
+)
+"""One step either way from today's values, one constant at a time (LoCoMo names no dates
+in its questions' "now", so `time_decay` plays no part there), every retrieved turn
+truncatable as before issue 21 (`whole_below=0`), and the second hop, off by default
+(`hop_weight`): a held-out conversation is reported with one only if the other four chose
+it."""
+
+LME_GRID: Final = (
+    _BASE,
+    RetrievalSettings(neighbour_weight=0.15),
+    RetrievalSettings(neighbour_weight=0.45),
+    RetrievalSettings(time_decay=0.3),
+    RetrievalSettings(time_decay=0.7),
+    RetrievalSettings(overlap_weight=0.25),
+    RetrievalSettings(overlap_weight=0.45),
+    RetrievalSettings(hop_weight=0.3),
+)
+"""As `LOCOMO_GRID`, with `time_decay` instead of the fusion weights (LongMemEval questions
+say when they are asked, and some name a time) and without `whole_below` (LongMemEval is
+measured on the ranking, not in a window)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrossValidation:
+    """What `cross_validate` chose and measured.
+
+    `chosen`: per held-out fold, the label of the setting chosen on the other folds.
+    `rows`: the held-out folds' rows under their chosen setting, fold after fold.
+    """
+
+    chosen: dict[str, str]
+    rows: list[Row]
+
+
+def cross_validate(
+    table: Mapping[str, Mapping[str, Sequence[Row]]], score: Score
+) -> CrossValidation:
+    """Leave-one-fold-out selection over ``table[setting][fold] = rows``.
+
+    For each fold, every setting is scored by `score` on the rows of all *other* folds; the
+    best (the first in `table`'s order on a tie, so list the defaults first) is that fold's
+    choice, and its rows on the fold are the held-out result. Every setting must have rows for
+    the same folds, and there must be at least two folds."""
+    if not table:
+        raise ConfigError("cross_validate: no settings in the table")
+    labels = list(table)
+    folds = list(table[labels[0]])
+    for label in labels[1:]:
+        if list(table[label]) != folds:
+            raise ConfigError(
+                f"cross_validate: setting {label!r} has folds {list(table[label])!r}, "
+                f"{labels[0]!r} has {folds!r}: every setting needs the same folds"
+            )
+    if len(folds) < 2:
+        raise ConfigError(
+            f"cross_validate: need at least 2 folds to hold one out, got {len(folds)}"
+        )
+    chosen: dict[str, str] = {}
+    rows: list[Row] = []
+    for held in folds:
+        best_label, best_score = labels[0], float("-inf")
+        for label in labels:
+            train = [r for f in folds if f != held for r in table[label][f]]
+            value = score(train)
+            if value > best_score:
+                best_label, best_score = label, value
+        chosen[held] = best_label
+        rows.extend(table[best_label][held])
+    return CrossValidation(chosen=chosen, rows=rows)
+
+
+def folds_of(count: int, k: int) -> list[str]:
+    """Fold names for `count` items dealt round-robin into `k` folds: ``["fold-1", ...]``
+    (item i goes to fold ``i % k``), so every question type spreads over the folds."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ConfigError(f"cross-validation needs an int >= 2 folds, got {k!r}")
+    if count < k:
+        raise ConfigError(f"cross-validation: {count} questions cannot fill {k} folds")
+    return [f"fold-{i % k + 1}" for i in range(count)]

@@ -1,0 +1,195 @@
+"""`RetrievalSettings`: every tuned constant of the retrieval path, in one place.
+
+Loom's retrieval was tuned by hand on the LoCoMo dev conversations (issue 21): the fusion of
+lexical and dense scores, the neighbours' weight, the time decay, when to rewrite a query and
+with how many words, how many candidates a grant asks for, and the reranker's signal weights.
+They are the fields below, with those values as defaults, so that one object says what a run
+used and ``loomctx bench locomo --cv`` can vary them and choose them honestly (tuned on four
+conversations, reported on the fifth).
+
+    settings = RetrievalSettings(neighbour_weight=0.2)
+    memory = LoomMemory("agent", **settings.memory_options())
+    source = UnifiedRetrievalSource(memory, settings=settings)
+
+The memory-side fields (`fusion_weights`, `neighbour_weight`, `time_decay`) are arguments of
+`LoomMemory`; the others are read by `UnifiedRetrievalSource` (its rewriter and reranker).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from loomctx.errors import ConfigError
+from loomctx.retrieval.reranker import Reranker
+from loomctx.retrieval.rewriter import QueryRewriter
+from loomctx.retrieval.signals import (
+    ContentLengthSignal,
+    OriginDiversitySignal,
+    QueryOverlapSignal,
+    VectorScoreSignal,
+)
+
+__all__ = ["RetrievalSettings"]
+
+_INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
+         "tokens_per_candidate", "length_low", "length_high", "hop_from",
+         "hop_terms")  # fmt: skip
+_UNITS = ("neighbour_weight", "time_decay", "hop_weight")
+_WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetrievalSettings:
+    """The tuned constants of recall, rewriting, reranking and filling a grant.
+
+    Memory search (`LoomMemory.search`): `fusion_weights` (lexical, dense), `neighbour_weight`
+    (what a turn gains from the scores of the turns just before and after it), `time_decay`
+    (what a task far from a time the query names loses).
+    Rewriting (`QueryRewriter`): queries of at most `rewrite_max_terms` distinct content terms
+    also recall with the `rewrite_top_k` most frequent words of the last `rewrite_window`
+    messages. Recall: `recall_limit` candidates per source; with `fill`, one more per
+    `tokens_per_candidate` tokens of twice the grant.
+    Reranking (`Reranker`): the weights of the four signals, and the span of characters
+    (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
+    Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
+    into the window whole or not at all (0: every candidate may be cut at a sentence end to
+    fill the room left): a turn cut to its first half rarely still holds what it was recalled
+    for, and the room it would fill may hold the next candidate whole. Chosen by
+    cross-validation for 4 of the 5 LoCoMo dev conversations (README, "Measured").
+    Second hop (`loomctx.retrieval.hop`): with `hop_weight` above 0, the `hop_terms` names and
+    years the best `hop_from` candidates mention are recalled with the query again, and each
+    candidate's relevance gains `hop_weight` times its relevance in that recall (off by
+    default: not adopted until it measures better cross-validated).
+    """
+
+    fusion_weights: tuple[float, float] = (0.5, 0.5)
+    neighbour_weight: float = 0.3
+    time_decay: float = 0.5
+    recall_limit: int = 20
+    rewrite_max_terms: int = 4
+    rewrite_window: int = 5
+    rewrite_top_k: int = 6
+    tokens_per_candidate: int = 32
+    vector_weight: float = 0.40
+    overlap_weight: float = 0.35
+    diversity_weight: float = 0.15
+    length_weight: float = 0.10
+    length_low: int = 200
+    length_high: int = 800
+    whole_below: int = 64
+    hop_weight: float = 0.0
+    hop_from: int = 3
+    hop_terms: int = 4
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.whole_below, bool)
+            or not isinstance(self.whole_below, int)
+            or (self.whole_below < 0)
+        ):
+            raise ConfigError(
+                f"RetrievalSettings: `whole_below` must be an int >= 0, got {self.whole_below!r}"
+            )
+        for name in _INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"RetrievalSettings: `{name}` must be an int >= 1, got {value!r}")
+        if self.length_low > self.length_high:
+            raise ConfigError(
+                f"RetrievalSettings: need `length_low` <= `length_high`, got "
+                f"{self.length_low!r} > {self.length_high!r}"
+            )
+        for name in _UNITS + _WEIGHTS:
+            value = getattr(self, name)
+            if not _number(value) or value < 0 or (name in _UNITS and value > 1):
+                bound = "in 0..1" if name in _UNITS else ">= 0"
+                raise ConfigError(f"RetrievalSettings: `{name}` must be a number {bound}, got "
+                                  f"{value!r}")  # fmt: skip
+        if sum(getattr(self, n) for n in _WEIGHTS) <= 0:
+            raise ConfigError("RetrievalSettings: at least one signal weight must be above 0")
+        fw = self.fusion_weights
+        if (
+            not isinstance(fw, tuple)
+            or len(fw) != 2
+            or not all(_number(w) and w >= 0 for w in fw)
+            or max(fw) <= 0
+        ):
+            raise ConfigError(
+                "RetrievalSettings: `fusion_weights` must be a (lexical, dense) tuple of "
+                f"numbers >= 0, not both 0; got {fw!r}"
+            )
+
+    @classmethod
+    def parse(cls, assignments: Sequence[str]) -> RetrievalSettings:
+        """Settings from ``name=value`` strings (``neighbour_weight=0.2``, ``fusion_weights=
+        0.4,0.6``), the defaults for the rest; `ConfigError` names a bad name or value."""
+        names = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for item in assignments:
+            name, sep, text = item.partition("=")
+            name = name.strip()
+            if not sep or name not in names:
+                raise ConfigError(
+                    f"RetrievalSettings: expected name=value with a name among {sorted(names)}, "
+                    f"got {item!r}"
+                )
+            try:
+                numbers = [float(x) for x in text.split(",")]
+            except ValueError:
+                raise ConfigError(
+                    f"RetrievalSettings: `{name}` takes a number, got {text!r}"
+                ) from None
+            if name == "fusion_weights":
+                values[name] = tuple(numbers)
+            elif len(numbers) != 1:
+                raise ConfigError(f"RetrievalSettings: `{name}` takes one number, got {text!r}")
+            elif name in (*_INTS, "whole_below"):
+                values[name] = int(numbers[0]) if numbers[0].is_integer() else numbers[0]
+            else:
+                values[name] = numbers[0]
+        return cls(**values)
+
+    def memory_options(self) -> dict[str, Any]:
+        """`LoomMemory` keyword arguments: ``fusion_weights``, ``neighbour_weight``,
+        ``time_decay``."""
+        return {
+            "fusion_weights": self.fusion_weights,
+            "neighbour_weight": self.neighbour_weight,
+            "time_decay": self.time_decay,
+        }
+
+    def rewriter(self) -> QueryRewriter:
+        """A `QueryRewriter` with `rewrite_window` and `rewrite_top_k`."""
+        return QueryRewriter(window=self.rewrite_window, top_k=self.rewrite_top_k)
+
+    def reranker(self) -> Reranker:
+        """A `Reranker` with the default four signals at these weights."""
+        return Reranker(
+            [
+                VectorScoreSignal(self.vector_weight),
+                QueryOverlapSignal(self.overlap_weight),
+                OriginDiversitySignal(self.diversity_weight),
+                ContentLengthSignal(self.length_weight, low=self.length_low, high=self.length_high),
+            ]
+        )
+
+    def changed(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, by name (``{}`` for the defaults)."""
+        base = RetrievalSettings()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(base, f.name)
+        }
+
+    def label(self) -> str:
+        """``"defaults"`` or ``"neighbour_weight=0.2, ..."``: the changed fields, for a table."""
+        changed = self.changed()
+        return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+
+
+def _number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
