@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 
 from loomctx.agent.llm import allow_model_requests
+from loomctx.memory.core import TASK
 from loomctx.server import LoomService
 from loomctx.server._config import serve_config_from
 from loomctx.server._service import REPORT_KIND
@@ -31,11 +32,15 @@ from tests.server.conftest import ACME_KEY, UPSTREAM_KEY, serve_table, start_loo
 
 
 class BuggyStore(SQLiteStore):
-    """A store (a third party's, say) with a bug: storing a window's report raises a plain
-    `RuntimeError`, not a `LoomError`."""
+    """A store (a third party's, say) with a bug: a write of records of kind `fails` (a
+    window's report, or a turn's task) raises a plain `RuntimeError`, not a `LoomError`."""
+
+    def __init__(self, path: Path, *, fails: str) -> None:
+        super().__init__(path)
+        self.fails = fails
 
     def batch(self, ops: Sequence[Op], *, ctx: Any = None) -> list[Any]:
-        if any(isinstance(op, Put) and op.record.kind == REPORT_KIND for op in ops):
+        if any(isinstance(op, Put) and op.record.kind == self.fails for op in ops):
             raise RuntimeError("disk quota logic fell over")
         return super().batch(ops, ctx=ctx)
 
@@ -45,8 +50,8 @@ def buggy(wire: WireServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("LOOM_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def make(*, passthrough: bool) -> str:
-        store = BuggyStore(tmp_path / f"buggy{len(running)}.db")
+    def make(*, passthrough: bool, fails: str = REPORT_KIND) -> str:
+        store = BuggyStore(tmp_path / f"buggy{len(running)}.db", fails=fails)
         config = serve_config_from(
             serve_table(wire, passthrough=passthrough), store=":memory:", embedder="none"
         )
@@ -71,7 +76,7 @@ def test_a_bug_inside_loom_passes_the_request_through(
     buggy: Any, wire: WireServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="loomctx.server")
-    url = buggy(passthrough=True)
+    url = buggy(passthrough=True, fails=TASK)  # recording the turn fails: no window is built
     wire.script(openai_text("answered anyway"))
     messages = [{"role": "user", "content": "Is anyone there?"}]
     with openai.OpenAI(base_url=f"{url}/v1", api_key=ACME_KEY, max_retries=0) as c:
@@ -88,6 +93,35 @@ def test_a_bug_inside_loom_passes_the_request_through(
     assert line.error == "RuntimeError: disk quota logic fell over"  # type: ignore[attr-defined]
     assert line.exc_info is not None  # a bug: the traceback is kept
     assert line.session == "bug"  # type: ignore[attr-defined]
+
+
+def test_a_window_whose_write_fails_is_answered_without_a_report(
+    buggy: Any, wire: WireServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With passthrough on, the window's write runs while the upstream is asked: when it
+    fails, the window has gone upstream, and the reply comes without a report id (none was
+    stored) and with the failure logged."""
+    caplog.set_level(logging.INFO, logger="loomctx.server")
+    url = buggy(passthrough=True)  # storing the report fails
+    wire.script(openai_text("answered all the same"))
+    with openai.OpenAI(base_url=f"{url}/v1", api_key=ACME_KEY, max_retries=0) as c:
+        raw = c.chat.completions.with_raw_response.create(
+            model="gpt-test", messages=[{"role": "user", "content": "Is anyone there?"}]
+        )
+    assert raw.parse().choices[0].message.content == "answered all the same"
+    assert "x-loom-report" not in raw.headers
+    assert "x-loom-passthrough" not in raw.headers  # a window was sent, not the request
+    sent = wire.requests[0].body["messages"]
+    assert sent[0]["role"] == "system"
+    assert "ACME" in sent[0]["content"]
+    assert sent[-1] == {"role": "user", "content": "Is anyone there?"}
+    (line,) = _failure_lines(caplog)
+    assert line.levelno == logging.WARNING
+    assert line.getMessage() == "loom could not store the window; its report is not kept"
+    assert line.exc_info is not None  # a bug: the traceback is kept
+    (request,) = [r.loom for r in caplog.records if hasattr(r, "loom")]
+    assert request["status"] == 200
+    assert "report" not in request
 
 
 def test_a_bug_inside_loom_without_passthrough_is_a_500(

@@ -47,9 +47,9 @@ from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._otel import ChatSpan
-from loomctx.server._proxy import ChatProxy, parse_chat_request
+from loomctx.server._proxy import ChatProxy, Prepared, parse_chat_request
 from loomctx.server._service import LoomService, check_session_id
-from loomctx.server._upstream import UpstreamError
+from loomctx.server._upstream import UpstreamError, preload_sdks
 from loomctx.session.bus import open_bus
 from loomctx.stores.base import Get
 
@@ -185,29 +185,44 @@ class _Server:
         lock = self.service.lock(tenant.name, chat.session)
         await lock.acquire()
 
-        def failed(exc: BaseException) -> None:
+        async def failed(exc: BaseException, prepared: Prepared | None = None) -> None:
             span.fail(exc)
             span.end()
-            lock.release()
+            try:
+                if prepared is not None:  # the session's state is written before it is free
+                    await self.proxy.saved(prepared)
+            finally:
+                lock.release()
 
         started = time.perf_counter()
         try:
             prepared = await self.proxy.prepare(tenant, chat)
         except BaseException as exc:
-            failed(exc)
+            await failed(exc)
             raise
         # What Loom itself took (recording the turn, building the window), before the model.
         request.state.log["loom_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        window = prepared.window
-        span.window(
-            window.report if window else None, prepared.report_id, window.messages if window else ()
-        )
-        headers = {SESSION_HEADER: chat.session}
-        if prepared.report_id is not None:
-            headers[REPORT_HEADER] = prepared.report_id
-            request.state.log["report"] = prepared.report_id
-        else:
-            headers["X-Loom-Passthrough"] = "true"
+
+        async def respond_headers() -> dict[str, str]:
+            """Once the window's write is done (it ran while the upstream was asked): the
+            headers, and the window on the span, with the report's id if it is stored."""
+            waited = time.perf_counter()
+            await self.proxy.saved(prepared)
+            request.state.log["save_wait_ms"] = round((time.perf_counter() - waited) * 1000, 2)
+            window = prepared.window
+            span.window(
+                window.report if window else None,
+                prepared.report_id,
+                window.messages if window else (),
+            )
+            headers = {SESSION_HEADER: chat.session}
+            if prepared.report_id is not None:
+                headers[REPORT_HEADER] = prepared.report_id
+                request.state.log["report"] = prepared.report_id
+            if window is None:
+                headers["X-Loom-Passthrough"] = "true"
+            return headers
+
         chunks = self.proxy.chunks(prepared)
 
         def finish() -> None:
@@ -224,8 +239,9 @@ class _Server:
             try:
                 async for _ in chunks:
                     pass
+                headers = await respond_headers()
             except BaseException as exc:
-                failed(exc)
+                await failed(exc, prepared)
                 raise
             assert prepared.reply is not None
             return JSONResponse(
@@ -233,12 +249,13 @@ class _Server:
             )
         try:
             first = await anext(chunks)
+            headers = await respond_headers()
         except StopAsyncIteration:
             empty = LoomError("the upstream sent no chunk")
-            failed(empty)
+            await failed(empty, prepared)
             raise empty from None
         except BaseException as exc:
-            failed(exc)
+            await failed(exc, prepared)
             raise
 
         async def events() -> AsyncIterator[bytes]:
@@ -460,6 +477,9 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
         opened = service.bus is None and service.config.bus is not None
         if opened:
             service.bus = open_bus(service.config.bus)
+        # The SDKs of the configured providers are imported now, not by the first request (the
+        # `openai` package takes 1-2 s to import: the first client waited for it).
+        preload_sdks(service.config.models.values())
         async with server.mcp.session_manager.run():
             try:
                 yield

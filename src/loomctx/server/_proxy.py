@@ -22,6 +22,13 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    window itself (the exact messages and tools sent) is saved for the web inspector
    (`loomctx.server._windows`), in the same write.
 
+With `passthrough` on (the default: availability first), that write (the session's state
+and claim, the report, the window) runs in a worker thread while the upstream is asked: the
+model's time to first token hides it instead of adding to it. The response's headers, which
+name the report, wait for it (`ChatProxy.saved`), so a client never holds the id of a report
+that is not stored; if the write fails, the reply comes without one. With `passthrough` off,
+nothing goes upstream before it is written: a failed write is a 500 and no model call.
+
 If step 2 or 3 fails inside Loom (not for bad input), with a `LoomError` or any other
 exception, the client's request is forwarded unchanged and the failure logged, unless
 `passthrough` is off (then the client gets a 500 in OpenAI's error shape).
@@ -29,6 +36,7 @@ exception, the client's request is forwarded unchanged and the failure logged, u
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -99,6 +107,7 @@ class Prepared:
     reply: Reply | None = None
     complete: bool = False
     recorded: bool = False  # the request's turn is in memory: its reply goes there too
+    saving: asyncio.Future[list[Any]] | None = None  # the write of step 5, running
 
 
 def parse_chat_request(
@@ -217,6 +226,28 @@ class ChatProxy:
             prepared.window = prepared.report_id = None
         return prepared
 
+    async def saved(self, prepared: Prepared) -> None:
+        """Wait for the write `prepare` started (the session's state, the report, the window).
+
+        If it failed, the report is not stored: `prepared.report_id` becomes None and the
+        failure is logged. Waiting again returns at once."""
+        saving, prepared.saving = prepared.saving, None
+        if saving is None:
+            return
+        try:
+            await saving
+        except Exception as exc:
+            log.warning(
+                "loom could not store the window; its report is not kept",
+                exc_info=not isinstance(exc, LoomError),
+                extra={
+                    "tenant": prepared.tenant.name,
+                    "session": prepared.request.session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            prepared.report_id = None
+
     async def _prepare(self, prepared: Prepared) -> None:
         service, request, tenant = self.service, prepared.request, prepared.tenant
         session = request.session
@@ -261,7 +292,10 @@ class ChatProxy:
             writes += window_ops(service.store, tenant.name, request, prepared, state)
         finally:  # the session's state and claim, the report and the window, in one write
             writes.append(service.proxy_state_op(tenant.name, session, state))
-            service.store.batch(writes)
+            if service.config.passthrough:
+                prepared.saving = asyncio.ensure_future(service.store.abatch(writes))
+            else:  # nothing goes upstream that Loom has not stored
+                await service.store.abatch(writes)
         await self._announce(tenant, session, request.model.name, split.query, prepared, "proxy")
 
     async def build_only(

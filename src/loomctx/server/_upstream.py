@@ -21,10 +21,12 @@ response.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from loomctx.agent.llm import LLMOptions, check_model_requests_allowed
@@ -38,6 +40,7 @@ __all__ = [
     "OpenAIUpstream",
     "Reply",
     "UpstreamError",
+    "preload_sdks",
     "scrub",
     "upstream_for",
 ]
@@ -345,6 +348,15 @@ def _error_of(body: object, message: str) -> dict[str, Any]:
         if "message" in body:
             return {"error": dict(body)}
     return error_body(message, type="upstream_error")
+
+
+def preload_sdks(models: Iterable[ModelConfig]) -> None:
+    """Import the SDKs the upstreams of `models` use (each upstream imports its own when
+    made: a server calls this at startup, so its first request does not pay for it)."""
+    for provider in {m.provider for m in models}:
+        # Not installed: the first request through that upstream says which extra to add.
+        with contextlib.suppress(ImportError):
+            importlib.import_module("anthropic" if provider == "anthropic" else "openai")
 
 
 def upstream_for(config: ModelConfig) -> OpenAIUpstream | AnthropicUpstream:
