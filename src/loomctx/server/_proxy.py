@@ -40,9 +40,10 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 from loomctx.agent.executor import DEFAULT_MAX_DYNAMIC, TurnSource
 from loomctx.context.block import BuildContext, ContextSource
@@ -73,6 +74,8 @@ __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 log = logging.getLogger("loomctx.server")
 
 _OWN = frozenset({"model", "messages", "stream"})
+
+_MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetrievalSource]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +178,10 @@ class ChatProxy:
     def __init__(self, service: LoomService) -> None:
         self.service = service
         self._upstreams: dict[str, OpenAIUpstream | AnthropicUpstream] = {}
+        # Each open session's memory sources, kept from request to request: they keep what
+        # they worked out of its tasks (their messages, their token counts), which a new
+        # source would work out again on every request.
+        self._memory_sources: OrderedDict[tuple[str, str], _MemorySources] = OrderedDict()
 
     def upstream(self, model: ModelConfig) -> OpenAIUpstream | AnthropicUpstream:
         """The upstream of `model` (made once)."""
@@ -397,7 +404,6 @@ class ChatProxy:
         self, tenant: TenantConfig, request: ChatRequest, split: Split, turn: str
     ) -> ContextWindow:
         service = self.service
-        memory = service.memory(tenant.name, request.session)
         system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
         sources: list[ContextSource] = [PromptSource(system)]
         names = [tool_spec(t)[0] for t in request.tools]
@@ -406,13 +412,7 @@ class ChatProxy:
         in_flight = TurnSource()
         for unit in split_units(list(split.in_flight)):
             in_flight.add(unit.messages)
-        sources += [
-            L1RecentSource(memory),
-            L2ImportantSource(memory),
-            UnifiedRetrievalSource(memory, service.knowledge_bases(tenant)),
-            in_flight,
-            UserInputSource(),
-        ]
+        sources += [*self._sources_of(tenant, request.session), in_flight, UserInputSource()]
         orchestrator = ContextOrchestrator(
             token_counter=service.counter,
             sources=sources,
@@ -435,6 +435,23 @@ class ChatProxy:
                 "tool the client may call"
             )
         return window
+
+    def _sources_of(self, tenant: TenantConfig, session: str) -> _MemorySources:
+        """The session's memory sources: made once per memory the service opens."""
+        key = (tenant.name, session)
+        memory = self.service.memory(tenant.name, session)
+        kept = self._memory_sources.get(key)
+        if kept is not None and kept[0].memory is memory:
+            self._memory_sources.move_to_end(key)
+            return kept
+        kept = self._memory_sources[key] = (
+            L1RecentSource(memory),
+            L2ImportantSource(memory),
+            UnifiedRetrievalSource(memory, self.service.knowledge_bases(tenant)),
+        )
+        while len(self._memory_sources) > self.service.max_open:
+            self._memory_sources.popitem(last=False)
+        return kept
 
     async def chunks(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
         """Step 4: the upstream's chunks (OpenAI shape), folded into `prepared.reply`; the
