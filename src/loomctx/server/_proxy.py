@@ -66,8 +66,9 @@ from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._turns import Split, fingerprint, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
-from loomctx.server._windows import window_ops
+from loomctx.server._windows import window_log, window_ops
 from loomctx.session.topics import CONTEXT_ASSEMBLED
+from loomctx.session.windows import WindowLog
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
@@ -182,6 +183,7 @@ class ChatProxy:
         # they worked out of its tasks (their messages, their token counts), which a new
         # source would work out again on every request.
         self._memory_sources: OrderedDict[tuple[str, str], _MemorySources] = OrderedDict()
+        self._window_logs: dict[str, WindowLog] = {}
 
     def upstream(self, model: ModelConfig) -> OpenAIUpstream | AnthropicUpstream:
         """The upstream of `model` (made once)."""
@@ -291,12 +293,11 @@ class ChatProxy:
         prepared.turn, prepared.state, prepared.recorded = turn, state, True
         try:
             prepared.window = await self._build(tenant, request, split, turn)
-            report_id, op = service.report_op(
-                tenant.name, session, request.model.name, prepared.window.report.to_dict()
-            )
+            report = prepared.window.report.to_dict()
+            report_id, op = service.report_op(tenant.name, session, request.model.name, report)
             writes.append(op)
             prepared.report_id = report_id
-            writes += window_ops(service.store, tenant.name, request, prepared, state)
+            writes += window_ops(self._window_log(tenant.name), request, prepared, state, report)
         finally:  # the session's state and claim, the report and the window, in one write
             writes.append(service.proxy_state_op(tenant.name, session, state))
             if service.config.passthrough:
@@ -435,6 +436,13 @@ class ChatProxy:
                 "tool the client may call"
             )
         return window
+
+    def _window_log(self, tenant: str) -> WindowLog:
+        """The tenant's saved windows (one log each: it remembers its messages' keys)."""
+        log = self._window_logs.get(tenant)
+        if log is None:
+            log = self._window_logs[tenant] = window_log(self.service.store, tenant)
+        return log
 
     def _sources_of(self, tenant: TenantConfig, session: str) -> _MemorySources:
         """The session's memory sources: made once per memory the service opens."""

@@ -14,6 +14,7 @@ written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loomctx.session.windows import SESSION_KIND, WINDOW_KIND, SavedWindow, WindowLog
@@ -44,14 +45,15 @@ def _prompt(request: ChatRequest) -> str:
 
 
 def window_ops(
-    store: MemoryStore,
-    tenant: str,
+    log: WindowLog,
     request: ChatRequest,
     prepared: Prepared,
     state: dict[str, Any],
+    report: Mapping[str, Any],
 ) -> list[Put]:
-    """The writes that save `prepared`'s window; updates `state` (the proxy's state of the
-    session, written by the caller) with the window's turn, call and the session's totals."""
+    """The writes that save `prepared`'s window (whose ``report.to_dict()`` is `report`) in
+    `log`, the tenant's; updates `state` (the proxy's state of the session, written by the
+    caller) with the window's turn, call and the session's totals."""
     window = prepared.window
     if window is None:
         return []
@@ -72,9 +74,8 @@ def window_ops(
         model=request.model.name,
         report_id=prepared.report_id or "",
     )
-    log = window_log(store, tenant)
     known = frozenset(seen.get("keys") or ())
-    ops = log.ops(saved, index=seen.get("totals"), known=known)
+    ops = log.ops(saved, index=seen.get("totals"), known=known, report=report)
     totals = next(op.record.data for op in reversed(ops) if op.record.kind == SESSION_KIND)
     record = next(op.record.data for op in reversed(ops) if op.record.kind == WINDOW_KIND)
     state["window"] = {

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -53,6 +55,8 @@ WINDOW_FORMAT: Final = 1
 WINDOW_KIND: Final = "context_window"
 MESSAGE_KIND: Final = "window_message"
 SESSION_KIND: Final = "chat_session"
+
+_KEY_CACHE: Final = 4096  # messages whose key a log keeps (L1 holds 50 tasks a session)
 
 _FULL: Final = frozenset(f.name for f in fields(ContextReport))
 _SOURCE: Final = frozenset(f.name for f in fields(SourceReport))
@@ -162,6 +166,25 @@ class WindowLog:
         self.store = store
         self.scope = tuple(scope)
         self.index_namespace = (*self.scope, "sessions")
+        self._keys: OrderedDict[int, tuple[Message, str, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _message_key(self, m: Message) -> tuple[str, dict[str, Any]]:
+        """A message's key and record data. Kept by message object (held, so its id is not
+        reused): a window repeats the history of the one before, and digesting it again
+        took a third of the proxy's window write."""
+        with self._lock:
+            hit = self._keys.get(id(m))
+            if hit is not None and hit[0] is m:
+                self._keys.move_to_end(id(m))
+                return hit[1], hit[2]
+        data = message_dict(m)
+        key = f"message:{_digest(data)}"
+        with self._lock:
+            self._keys[id(m)] = (m, key, data)
+            while len(self._keys) > _KEY_CACHE:
+                self._keys.popitem(last=False)
+        return key, data
 
     def namespace(self, session: str) -> tuple[str, ...]:
         """Where `session`'s windows and messages are."""
@@ -179,18 +202,19 @@ class WindowLog:
         *,
         index: Record | Mapping[str, Any] | None,
         known: frozenset[str] = frozenset(),
+        report: Mapping[str, Any] | None = None,
     ) -> list[Put]:
         """The writes that save `window`, given the session's totals so far (`index`: the
         record `index_get` read, or its data, or None for a new session). Messages whose key
         is in `known` are not written again; the others are (a repeated write of a message
-        is the same record, so a caller that cannot read first loses nothing but bytes)."""
+        is the same record, so a caller that cannot read first loses nothing but bytes).
+        `report`: the window's ``report.to_dict()``, if the caller made it already."""
         session = window.session
         ns = self.namespace(session)
         by_key: dict[str, dict[str, Any]] = {}
         order = []
         for m in window.messages:
-            data = message_dict(m)
-            key = f"message:{_digest(data)}"
+            key, data = self._message_key(m)
             by_key.setdefault(key, data)
             order.append(key)
         tools_data = [dict(t) for t in window.tools]
@@ -213,7 +237,6 @@ class WindowLog:
                 )
             )
         saved_at = window.saved_at or datetime.now(UTC).isoformat()
-        report = window.report
         data = {
             "format": WINDOW_FORMAT,
             "session": session,
@@ -223,7 +246,7 @@ class WindowLog:
             "model": window.model,
             "report_id": window.report_id,
             "saved_at": saved_at,
-            "report": report.to_dict(),
+            "report": dict(report) if report is not None else window.report.to_dict(),
             "messages": order,
             "tools": tools_key,
         }
@@ -243,8 +266,8 @@ class WindowLog:
         totals.update(
             turns=max(int(totals.get("turns", 0)), window.turn),
             windows=int(totals.get("windows", 0)) + 1,
-            tokens=int(totals.get("tokens", 0)) + report.token_count,
-            new_tokens=int(totals.get("new_tokens", 0)) + report.new_tokens,
+            tokens=int(totals.get("tokens", 0)) + window.report.token_count,
+            new_tokens=int(totals.get("new_tokens", 0)) + window.report.new_tokens,
             last_at=saved_at,
             model=window.model or totals.get("model", ""),
         )
