@@ -18,7 +18,9 @@ folder; the upstream and the clients run in this process.
    is taken per request (through Loom minus direct, the two sent back to back), and its
    median and 95th percentile are printed beside each side's own, with the median of what
    the server logs as its own work (`loom_ms`: recording the turn and building the window;
-   the rest is reading the request, forwarding it and streaming the answer back).
+   the rest is reading the request, forwarding it and streaming the answer back), and how long
+   the response waited for the window's write (`save_wait_ms`) after the upstream's first
+   chunk: the write runs while the upstream is asked, and this upstream answers at once.
 2. Requests per second one instance sustains (4 client threads, new turns only).
 3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
    re-sending its whole history each turn, against the client calling the model directly
@@ -184,13 +186,15 @@ class Loom:
         self.log = log
         self._read = 0
 
-    def loom_ms(self) -> list[float]:
-        """What Loom's own work (recording the turn, building the window) took, per chat
-        request logged since the last call, by the server's own clock (`loom_ms`)."""
+    def logged(self) -> list[dict[str, Any]]:
+        """The chat requests the server logged since the last call, with its own times:
+        `loom_ms` (recording the turn and building the window) and `save_wait_ms` (how long
+        the response then waited for the window's write, which runs while the upstream is
+        asked)."""
         lines = self.log.read_text(encoding="utf-8").splitlines()
         new, self._read = lines[self._read :], len(lines)
         rows = [json.loads(line) for line in new if line.startswith("{")]
-        return [float(r["loom_ms"]) for r in rows if "loom_ms" in r]
+        return [r for r in rows if "loom_ms" in r]
 
     def stop(self) -> None:
         self.process.terminate()
@@ -262,11 +266,12 @@ def latency(requests: int) -> None:
         print(
             f"   {'client sends':<26}{'direct p50':>12}{'loom p50':>10}{'added p50':>11}"
             f"{'direct p95':>12}{'loom p95':>10}{'added p95':>11}{'loom_ms p50':>13}"
+            f"{'write wait p50':>16}"
         )
         for label, session in (("its new turn only", "new-only"), ("its whole history", "whole")):
             sent = list(stored) if session == "whole" else []
             d_times, l_times = [], []
-            server.loom_ms()  # the log so far is another scenario's
+            server.logged()  # the log so far is another scenario's
             for i in range(requests + 5):
                 turn = {"role": "user", "content": turns[(i * 7) % len(turns)]}
                 msgs_now = [*sent, turn]
@@ -282,16 +287,19 @@ def latency(requests: int) -> None:
                 # request of the session waits for that; a user (or a tool) takes longer.
                 time.sleep(0.05)
             added = [b - a for a, b in zip(d_times, l_times, strict=True)]
-            own = server.loom_ms()[5:]
+            rows = server.logged()[5:]
+            own = [float(r["loom_ms"]) for r in rows]
+            wait = [float(r.get("save_wait_ms", 0.0)) for r in rows]
             print(
                 f"   {label:<26}{statistics.median(d_times) * 1000:>10.2f}ms"
                 f"{statistics.median(l_times) * 1000:>8.2f}ms"
                 f"{statistics.median(added) * 1000:>9.2f}ms"
                 f"{p95_ms(d_times):>10.2f}ms{p95_ms(l_times):>8.2f}ms{p95_ms(added):>9.2f}ms"
-                f"{statistics.median(own):>11.2f}ms"
+                f"{statistics.median(own):>11.2f}ms{statistics.median(wait):>14.2f}ms"
             )
         print("   (added: per request, through Loom minus direct, sent back to back;")
-        print("   loom_ms: of that, recording the turn and building the window, the server's log)")
+        print("   loom_ms: of that, recording the turn and building the window, the server's log;")
+        print("   write wait: then waiting for the window's write, run while upstream was asked)")
         direct.close()
         loom.close()
         server.stop()
