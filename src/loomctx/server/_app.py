@@ -26,9 +26,11 @@ milliseconds, tenant, session, report id. Never a header's value, a body, or a k
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -226,14 +228,32 @@ class _Server:
         chunks = self.proxy.chunks(prepared)
 
         def finish() -> None:
-            """After the response is sent: record the reply, end the span, free the session."""
+            """After the response is sent: end the span, record the reply in a worker thread
+            (the event loop serves other sessions meanwhile), then free the session. Runs on
+            the event loop's thread, which alone may release its lock."""
             try:
                 if prepared.complete and prepared.reply is not None:
                     span.reply(prepared.reply.completion())
                 span.end()
-                self.proxy.record(prepared)
-            finally:
+                loop = asyncio.get_running_loop()
+                recording = loop.run_in_executor(None, self.proxy.record, prepared)
+            except BaseException:
                 lock.release()
+                raise
+
+            def recorded(done: asyncio.Future[None]) -> None:
+                lock.release()
+                if not done.cancelled() and done.exception() is not None:
+                    log.error(
+                        "the reply could not be recorded",
+                        exc_info=done.exception(),
+                        extra={"tenant": tenant.name, "session": chat.session},
+                    )
+
+            recording.add_done_callback(recorded)
+
+        async def finish_on_loop() -> None:
+            finish()  # a sync background task would run in a thread
 
         if not chat.stream:
             try:
@@ -245,7 +265,9 @@ class _Server:
                 raise
             assert prepared.reply is not None
             return JSONResponse(
-                prepared.reply.completion(), headers=headers, background=BackgroundTask(finish)
+                prepared.reply.completion(),
+                headers=headers,
+                background=BackgroundTask(finish_on_loop),
             )
         try:
             first = await anext(chunks)
@@ -477,9 +499,12 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
         opened = service.bus is None and service.config.bus is not None
         if opened:
             service.bus = open_bus(service.config.bus)
-        # The SDKs of the configured providers are imported now, not by the first request (the
-        # `openai` package takes 1-2 s to import: the first client waited for it).
-        preload_sdks(service.config.models.values())
+        # The SDKs of the configured providers are imported now, beside the server starting,
+        # not by the first request (`anthropic` takes 1-2 s to import: the first client
+        # waited for it); a request that comes sooner waits for the import to end.
+        threading.Thread(
+            target=preload_sdks, args=(list(service.config.models.values()),), daemon=True
+        ).start()
         async with server.mcp.session_manager.run():
             try:
                 yield
