@@ -31,13 +31,13 @@ records it already holds (`PostgresStore._hits`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
 import psycopg
-from psycopg import sql
 
 __all__ = ["K1", "B", "search_ids", "term_counts"]
 
@@ -59,16 +59,13 @@ def search_ids(
     conn: psycopg.Connection,
     query_terms: Sequence[str],
     *,
-    filters: sql.Composable,
+    filters: str,
     params: dict[str, Any],
     limit: int,
 ) -> list[tuple[int, float, int]]:
     """Up to `limit` (record id, BM25 score, record seq) triples, best first (ties: lower id
-    first), of the records having any of `query_terms` that pass `filters` (a condition
-    over the postings' ``namespace`` and ``kind`` columns, with its `params`).
-
-    The statistics and the first round are one statement (the round trip is a good part
-    of a search's time); a second round, when MaxScore needs one, is another."""
+    first), of the records having any of `query_terms` that pass `filters` (SQL text: ``AND``
+    conditions over the postings' ``namespace`` and ``kind`` columns, with `params`)."""
     unique = list(dict.fromkeys(query_terms))
     stats, *hits = conn.execute(
         _first_round(filters),
@@ -100,106 +97,9 @@ def search_ids(
         essential.remove(term)
     if set(essential) <= first:
         return found_hits
-    return _score(conn, essential, idf, bound, average, filters, params, limit, theta)
-
-
-def _first_round(filters: sql.Composable) -> sql.Composed:
-    """The statement of the statistics and the first round, for `filters`.
-
-    Its first row holds the corpus statistics (columns 4..) and, rarest first, each query
-    term found with its document frequency, MaxScore bounds and whether the first round
-    scored it; the other rows are the first round's best `limit` (id, score, seq), best
-    first. The first round scores the records having any of the rarest terms whose
-    postings add up to at most `_FIRST_ROUND` (always the rarest), or of every term when
-    they all add up to at most `_SCORE_ALL`, over every query term; the other terms'
-    postings of a record are looked up by key."""
-    weight = _weight("(SELECT total / n FROM c)")
-    return sql.SQL(
-        "WITH c AS (SELECT max(value::float8) FILTER (WHERE key = 'texts') AS n, "
-        "max(value::float8) FILTER (WHERE key = 'total_len') AS total FROM loom_meta "
-        "WHERE key IN ('texts', 'total_len')), "
-        "t AS (SELECT term, df, max_tf, min_len, ln(1 + (c.n - df + 0.5) / (df + 0.5)) AS idf, "
-        "(row_number() OVER rarity = 1 OR sum(df) OVER rarity <= %(first)s "
-        "OR sum(df) OVER () <= %(all)s) AS first FROM lexical_terms, c "
-        "WHERE term = ANY(%(terms)s::text[]) AND df > 0 AND c.n > 0 "
-        "WINDOW rarity AS (ORDER BY df, term)), "
-        "e AS (SELECT p.record_id, sum(t.idf * {weight}) AS partial FROM lexical_postings AS p "
-        "JOIN t ON t.term = p.term WHERE p.term = ANY(ARRAY(SELECT term FROM t WHERE first))"
-        "{filters} GROUP BY p.record_id), "
-        "h AS (SELECT e.record_id, e.partial + CASE WHEN (SELECT bool_and(first) FROM t) "
-        "THEN 0 ELSE coalesce((SELECT sum(t.idf * {weight}) FROM lexical_postings AS p "
-        "JOIN t ON t.term = p.term WHERE p.record_id = e.record_id "
-        "AND p.term = ANY(ARRAY(SELECT term FROM t WHERE NOT first))), 0) END AS score "
-        "FROM e ORDER BY score DESC, e.record_id LIMIT %(limit)s) "
-        "SELECT 0, NULL::bigint, NULL::float8, NULL::bigint, c.n::bigint, c.total::bigint, "
-        "(SELECT array_agg(term ORDER BY df, term) FROM t), "
-        "(SELECT array_agg(df ORDER BY df, term) FROM t), "
-        "(SELECT array_agg(max_tf ORDER BY df, term) FROM t), "
-        "(SELECT array_agg(min_len ORDER BY df, term) FROM t), "
-        "(SELECT array_agg(first ORDER BY df, term) FROM t) FROM c "
-        "UNION ALL SELECT 1, h.record_id, h.score, r.seq, NULL, NULL, NULL, NULL, NULL, NULL, "
-        "NULL FROM h JOIN records AS r ON r.id = h.record_id ORDER BY 1, 3 DESC, 2"
-    ).format(weight=weight, filters=filters)
-
-
-def _weight(average: str) -> sql.Composed:
-    """BM25's term weight of a posting ``p`` (without the IDF), the text's average length
-    being the SQL expression `average`; in float8 throughout (a numeric literal would make
-    PostgreSQL compute part of it in slow `numeric` arithmetic)."""
-    return sql.SQL(
-        "p.tf * {k1p}::float8 / (p.tf + {k1}::float8 * ({b1}::float8 + {b}::float8 * p.nterms "
-        "/ " + average + "))"
-    ).format(
-        k1p=sql.Literal(K1 + 1),
-        k1=sql.Literal(K1),
-        b1=sql.Literal(1 - B),
-        b=sql.Literal(B),
-    )
-
-
-def _score(
-    conn: psycopg.Connection,
-    essential: list[str],
-    idf: dict[str, float],
-    bound: dict[str, float],
-    average: float,
-    filters: sql.Composable,
-    params: dict[str, Any],
-    limit: int,
-    theta: float,
-) -> list[tuple[int, float, int]]:
-    """The best `limit` (id, score, seq) of the records having any `essential` term,
-    scored over every query term in `idf`; records that cannot reach `theta` are not
-    scored in full.
-
-    The essential terms' postings are read in one range scan per term and summed per
-    record; only a record whose sum plus the other terms' bounds reaches `theta` has its
-    postings of the other terms looked up by key (reading every posting of the common
-    terms is what MaxScore avoids)."""
-    others = [t for t in idf if t not in essential]
-    rest = sum(bound[t] for t in others)
-    weight = _weight("%(avg)s::float8")
-    full: sql.Composable = sql.SQL("e.partial")
-    if others:
-        full = sql.SQL(
-            "e.partial + coalesce((SELECT sum(w.idf * {weight}) FROM lexical_postings AS p "
-            "JOIN unnest(%(others)s::text[], %(oidf)s::float8[]) AS w (term, idf) "
-            "ON w.term = p.term WHERE p.record_id = e.record_id "
-            "AND p.term = ANY(%(others)s::text[])), 0)"
-        ).format(weight=weight)
-    query = sql.SQL(
-        "WITH e AS (SELECT p.record_id, sum(w.idf * {weight}) AS partial "
-        "FROM lexical_postings AS p "
-        "JOIN unnest(%(ess)s::text[], %(eidf)s::float8[]) AS w (term, idf) ON w.term = p.term "
-        "WHERE p.term = ANY(%(ess)s::text[]){filters} GROUP BY p.record_id), "
-        "h AS (SELECT e.record_id, {full} AS score FROM e "
-        "WHERE e.partial + %(rest)s >= %(theta)s ORDER BY score DESC, e.record_id "
-        "LIMIT %(limit)s) "
-        "SELECT h.record_id, h.score, r.seq FROM h JOIN records AS r ON r.id = h.record_id "
-        "ORDER BY h.score DESC, h.record_id"
-    ).format(weight=weight, full=full, filters=filters)
+    others = [t for t in found if t not in essential]
     rows = conn.execute(
-        query,
+        _second_round(filters, others=bool(others)),
         {
             **params,
             "avg": average,
@@ -207,9 +107,105 @@ def _score(
             "eidf": [idf[t] for t in essential],
             "others": others,
             "oidf": [idf[t] for t in others],
-            "rest": rest,
+            "rest": sum(bound[t] for t in others),
             "theta": theta * (1 - 1e-9),
             "limit": limit,
         },
     ).fetchall()
     return [(int(record_id), float(score), int(seq)) for record_id, score, seq in rows]
+
+
+# BM25's term weight of a posting ``p`` without the IDF, `{avg}` being the average text
+# length; in float8 throughout (a numeric literal would make PostgreSQL compute part of it
+# in slow `numeric` arithmetic).
+_WEIGHT: Final = (
+    f"p.tf * {K1 + 1!r}::float8 / (p.tf + {K1!r}::float8 * ({1 - B!r}::float8 "
+    f"+ {B!r}::float8 * p.nterms / {{avg}}))"
+)
+
+
+@functools.cache
+def _first_round(filters: str) -> str:
+    """The statement of the statistics and the first round, for `filters` (made once per
+    filter: psycopg then parses and prepares it once per connection).
+
+    Its first row holds the corpus statistics (columns 4..) and, rarest first, each query
+    term found with its document frequency, MaxScore bounds and whether the first round
+    scored it; the other rows are the first round's best `limit` (id, score, seq), best
+    first. The first round scores the records having any of the rarest terms whose
+    postings add up to at most `_FIRST_ROUND` (always the rarest), or of every term when
+    they all add up to at most `_SCORE_ALL`, over every query term; the other terms'
+    postings of a record are looked up by key (a subquery run only when there are any)."""
+    weight = _WEIGHT.format(avg="(SELECT total / n FROM c)")
+    return f"""
+        WITH c AS (
+            SELECT max(value::float8) FILTER (WHERE key = 'texts') AS n,
+                   max(value::float8) FILTER (WHERE key = 'total_len') AS total
+            FROM loom_meta WHERE key IN ('texts', 'total_len')),
+        t AS (
+            SELECT term, df, max_tf, min_len, ln(1 + (c.n - df + 0.5) / (df + 0.5)) AS idf,
+                   (row_number() OVER rarity = 1 OR sum(df) OVER rarity <= %(first)s
+                    OR sum(df) OVER () <= %(all)s) AS first
+            FROM lexical_terms, c
+            WHERE term = ANY(%(terms)s::text[]) AND df > 0 AND c.n > 0
+            WINDOW rarity AS (ORDER BY df, term)),
+        e AS (
+            SELECT p.record_id, sum(t.idf * {weight}) AS partial
+            FROM lexical_postings AS p JOIN t ON t.term = p.term
+            WHERE p.term = ANY(ARRAY(SELECT term FROM t WHERE first)){filters}
+            GROUP BY p.record_id),
+        h AS (
+            SELECT e.record_id, e.partial + CASE WHEN (SELECT bool_and(first) FROM t) THEN 0
+                ELSE coalesce((
+                    SELECT sum(t.idf * {weight}) FROM lexical_postings AS p
+                    JOIN t ON t.term = p.term
+                    WHERE p.record_id = e.record_id
+                    AND p.term = ANY(ARRAY(SELECT term FROM t WHERE NOT first))), 0)
+                END AS score
+            FROM e ORDER BY score DESC, e.record_id LIMIT %(limit)s)
+        SELECT 0, NULL::bigint, NULL::float8, NULL::bigint, c.n::bigint, c.total::bigint,
+               a.terms, a.dfs, a.max_tfs, a.min_lens, a.firsts
+        FROM c, LATERAL (
+            SELECT array_agg(term ORDER BY df, term) AS terms,
+                   array_agg(df ORDER BY df, term) AS dfs,
+                   array_agg(max_tf ORDER BY df, term) AS max_tfs,
+                   array_agg(min_len ORDER BY df, term) AS min_lens,
+                   array_agg(first ORDER BY df, term) AS firsts FROM t) AS a
+        UNION ALL
+        SELECT 1, h.record_id, h.score, r.seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM h JOIN records AS r ON r.id = h.record_id
+        ORDER BY 1, 3 DESC, 2"""
+
+
+@functools.cache
+def _second_round(filters: str, *, others: bool) -> str:
+    """The statement of a second round, for `filters`: the best `limit` (id, score, seq) of
+    the records having any essential term, scored over every query term; records that
+    cannot reach θ are not scored in full.
+
+    The essential terms' postings are read in one range scan per term and summed per
+    record; only a record whose sum plus the other terms' bounds reaches θ has its
+    postings of the other terms looked up by key (reading every posting of the common
+    terms is what MaxScore avoids)."""
+    weight = _WEIGHT.format(avg="%(avg)s::float8")
+    full = "e.partial"
+    if others:
+        full = f"""e.partial + coalesce((
+            SELECT sum(w.idf * {weight}) FROM lexical_postings AS p
+            JOIN unnest(%(others)s::text[], %(oidf)s::float8[]) AS w (term, idf)
+            ON w.term = p.term
+            WHERE p.record_id = e.record_id AND p.term = ANY(%(others)s::text[])), 0)"""
+    return f"""
+        WITH e AS (
+            SELECT p.record_id, sum(w.idf * {weight}) AS partial
+            FROM lexical_postings AS p
+            JOIN unnest(%(ess)s::text[], %(eidf)s::float8[]) AS w (term, idf)
+            ON w.term = p.term
+            WHERE p.term = ANY(%(ess)s::text[]){filters}
+            GROUP BY p.record_id),
+        h AS (
+            SELECT e.record_id, {full} AS score FROM e
+            WHERE e.partial + %(rest)s >= %(theta)s
+            ORDER BY score DESC, e.record_id LIMIT %(limit)s)
+        SELECT h.record_id, h.score, r.seq FROM h JOIN records AS r ON r.id = h.record_id
+        ORDER BY h.score DESC, h.record_id"""

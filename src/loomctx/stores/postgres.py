@@ -814,8 +814,8 @@ class PostgresStore(BaseStore):
         self._flush_lexical(conn, state)  # the batch's own writes count
         clauses, params = _filters(prefix, op.kind, exact=op.exact)
         named: dict[str, Any] = {f"f{i}": value for i, value in enumerate(params)}
-        filters = sql.SQL("").join(
-            sql.SQL(" AND ") + clause.format(*(sql.Placeholder(f"f{i}") for i in range(n0, n1)))
+        filters = "".join(
+            " AND " + clause.format(*(f"%(f{i})s" for i in range(n0, n1)))
             for clause, (n0, n1) in _spans(clauses)
         )
         found = _pg_lexical.search_ids(
@@ -1009,15 +1009,15 @@ def _where(clauses: list[sql.Composable]) -> sql.Composable:
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
 
 
-def _spans(clauses: list[sql.Composable]) -> Iterator[tuple[sql.SQL, tuple[int, int]]]:
-    """Each clause of `_filters` with its ``%s`` turned into ``{}`` and the index range of
-    its parameters, to name them for a query that takes named parameters."""
+def _spans(clauses: list[sql.Composable]) -> Iterator[tuple[str, tuple[int, int]]]:
+    """Each clause of `_filters` as text with its ``%s`` turned into ``{}``, and the index
+    range of its parameters, to name them for a query that takes named parameters."""
     start = 0
     for clause in clauses:
         assert isinstance(clause, sql.SQL)
         text = clause.as_string()
         count = text.count("%s")
-        yield sql.SQL(text.replace("%s", "{}")), (start, start + count)
+        yield text.replace("%s", "{}"), (start, start + count)
         start += count
 
 
