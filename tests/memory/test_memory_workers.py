@@ -4,6 +4,7 @@ tiers (the store is the truth; each memory's tiers are a cache it keeps current)
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import subprocess
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from loomctx import ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus
-from loomctx.stores.base import Put, Record
+from loomctx.memory.core import same_view
+from loomctx.stores.base import Put, Record, Version
 
 NS = ("acme", "bot", "session", "s1")
 
@@ -102,6 +104,68 @@ def test_a_namespace_that_keeps_changing_is_an_error_not_a_hang() -> None:
         with pytest.raises(ConflictError, match="changed under every one"):
             memory.add_task(turn(0))
         assert tiers(memory)[0] == []
+
+
+class CountingStore(SQLiteStore):
+    """Counts the `Version` reads: one per check of another writer's changes."""
+
+    versions = 0
+
+    def batch(self, ops, *, ctx=None):  # type: ignore[no-untyped-def]
+        self.versions += sum(isinstance(op, Version) for op in ops)
+        return super().batch(ops, ctx=ctx)
+
+
+def test_in_one_view_a_memory_checks_the_store_once(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with CountingStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS, embedder=None)
+        b = LoomMemory("b", store=two, namespace=NS, embedder=None)
+        b.add_task(turn(0))
+        assert tiers(a)[0] == ["turn0"]
+        one.versions = 0
+        tiers(a)
+        assert one.versions == 3  # outside a view: every read checks
+        with same_view():
+            assert tiers(a)[0] == ["turn0"]
+            b.add_task(turn(1))  # another worker, during the view: seen in the next one
+            assert tiers(a)[0] == ["turn0"]
+            assert one.versions == 4
+        with same_view():
+            assert tiers(a)[0] == ["turn0", "turn1"]
+            a.add_task(turn(2))  # its own writes are in its view
+            assert tiers(a)[0] == ["turn0", "turn1", "turn2"]
+            b.add_task(turn(3))
+            a.add_task(turn(4))  # stale: refused by the store's guard, caught up, written
+            assert tiers(a)[0] == tiers(b)[0] == [f"turn{n}" for n in range(5)]
+
+
+async def test_a_view_follows_the_task_that_opened_it(tmp_path: Path) -> None:
+    with CountingStore(tmp_path / "one.db") as store:
+        a = LoomMemory("a", store=store, namespace=NS, embedder=None)
+        opened, read = asyncio.Event(), asyncio.Event()
+        checks: dict[str, int] = {}
+
+        async def build() -> None:
+            with same_view():
+                tiers(a)
+                checks["view opened"] = store.versions
+                opened.set()
+                await read.wait()
+                # Tasks and threads started in the view share it: no second check.
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(asyncio.to_thread(tiers, a))
+                checks["view's task"] = store.versions
+
+        async def other() -> None:
+            await opened.wait()
+            tiers(a)  # another task, outside the view: checks, on every read
+            checks["other task"] = store.versions
+            read.set()
+
+        store.versions = 0
+        await asyncio.gather(build(), other())
+        assert checks == {"view opened": 1, "other task": 4, "view's task": 4}
 
 
 class TwoWorkers(RuleBasedStateMachine):

@@ -75,12 +75,14 @@ def _corpus(rnd: random.Random, n: int) -> list[tuple[tuple[str, ...], str, str,
     return out
 
 
-@pytest.mark.parametrize("first_round", [3, 40, 4_000])
+@pytest.mark.parametrize(("first_round", "score_all"), [(3, 0), (40, 0), (4_000, 0), (3, 10**9)])
 def test_search_ranks_and_scores_as_sqlite_does(
-    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, first_round: int
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, first_round: int, score_all: int
 ) -> None:
-    # A small first round forces MaxScore's second round; a large one scores everything.
+    # A small first round forces MaxScore's second round; a large one, or a `_SCORE_ALL`
+    # above every query's postings, scores everything in one round.
     monkeypatch.setattr(_pg_lexical, "_FIRST_ROUND", first_round)
+    monkeypatch.setattr(_pg_lexical, "_SCORE_ALL", score_all)
     rnd = random.Random(first_round)
     corpus = _corpus(rnd, 600)
     with SQLiteStore() as reference:
@@ -212,6 +214,33 @@ def test_two_workers_see_each_others_writes_at_once(postgres_url: str) -> None:
         assert two.get(NS, "x") is None
 
 
+def test_search_reads_a_record_again_once_another_worker_changed_it(postgres_url: str) -> None:
+    with PostgresStore(postgres_url) as one, PostgresStore(postgres_url) as two:
+        one.put(Record(namespace=NS, key="k", kind="note", text="orange", data={"v": 1}))
+        assert [h.record.data for h in one.search(NS, "orange")] == [{"v": 1}]  # now held
+        # Same text (the postings stay), new data: only the record's seq tells.
+        changed = two.put(Record(namespace=NS, key="k", kind="note", text="orange", data={"v": 2}))
+        assert [h.record for h in one.search(NS, "orange")] == [changed]
+        assert one.search(NS, "orange")[0].record is one.search(NS, "orange")[0].record
+
+
+def test_search_keeps_no_record_of_a_batch_that_rolled_back(store: PostgresStore) -> None:
+    store.put(Record(namespace=NS, key="k", kind="note", text="orange", data={"v": 1}))
+    with pytest.raises(ConfigError, match="#2"):
+        store.batch(
+            [
+                Put(
+                    record=Record(namespace=NS, key="k", kind="note", text="orange", data={"v": 2})
+                ),
+                Search(prefix=NS, query="orange"),
+                Put(record=rec("bad", "a\x00b")),
+            ]
+        )
+    # The next write hands out the seq the rolled-back one had, to other data.
+    again = store.put(Record(namespace=NS, key="k", kind="note", text="orange", data={"v": 3}))
+    assert [h.record for h in store.search(NS, "orange")] == [again]
+
+
 def test_concurrent_writers_get_unique_seqs_in_commit_order(postgres_url: str) -> None:
     stores = [PostgresStore(postgres_url, max_connections=4) for _ in range(3)]
     errors: list[BaseException] = []
@@ -270,6 +299,9 @@ def test_bad_options_are_config_errors(postgres_url: str) -> None:
         PostgresStore(postgres_url, min_connections=5, max_connections=2)
     with pytest.raises(ConfigError, match="connect_timeout"):
         PostgresStore(postgres_url, connect_timeout=0)
+    for cache in (-1, True, 1.5):
+        with pytest.raises(ConfigError, match="record_cache"):
+            PostgresStore(postgres_url, record_cache=cache)  # type: ignore[arg-type]
 
 
 def test_a_lost_connection_is_replaced(store: PostgresStore, postgres_admin_url: str) -> None:

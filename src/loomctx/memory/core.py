@@ -27,7 +27,8 @@ The store is the truth, and the tiers a cache of it:
   closed store, text the store cannot encode), the tiers are as they were before the call.
 - **One conversation across workers.** Several `LoomMemory` objects, in one process or many,
   may serve one namespace. Before a tier is read, the store's `NamespaceVersion` of the
-  namespace is checked (one indexed lookup); if another writer moved it, the records it
+  namespace is checked (one indexed lookup; once per window build, see `same_view`); if
+  another writer moved it, the records it
   changed are read and applied (or, after a delete, the tiers are restored whole). Writes
   are guarded by `Expect`: a writer whose view was stale gets a `ConflictError`, catches
   up and works its change out again. So each task's `order` (its place in L1, and what
@@ -45,7 +46,8 @@ import math
 import threading
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -89,7 +91,14 @@ from loomctx.tokens import TiktokenCounter, TokenCounter
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["DEFAULT_EMBEDDER", "EmbedderDefault", "LoomMemory", "MemoryHit", "shipped_embedder"]
+__all__ = [
+    "DEFAULT_EMBEDDER",
+    "EmbedderDefault",
+    "LoomMemory",
+    "MemoryHit",
+    "same_view",
+    "shipped_embedder",
+]
 
 
 class EmbedderDefault(Enum):
@@ -102,6 +111,27 @@ DEFAULT_EMBEDDER: Final = EmbedderDefault.EMBEDDER
 """The default of `LoomMemory(embedder=...)` (and `Agent`'s): `shipped_embedder()`."""
 
 _warmed = threading.Event()
+
+# The `same_view` block the caller is in (a fresh object per block), or None.
+_VIEW: ContextVar[object | None] = ContextVar("loomctx_memory_view", default=None)
+
+
+@contextlib.contextmanager
+def same_view() -> Iterator[None]:
+    """A block in which each memory checks the store for other writers' changes once.
+
+    Every read of a tier checks the namespace's version in the store (one round trip: on
+    PostgreSQL, a fifth of a window build's store time, and a build reads the tiers four
+    times). Inside the block, a memory checks on its first read and later reads use that
+    view, plus the memory's own writes. A block is entered per window build
+    (`Session.build_context`), so each build still sees everything stored before it
+    began, whichever worker stored it. It follows the asyncio context: tasks started in
+    the block share it; other tasks, and threads not started from it, do not."""
+    token = _VIEW.set(object())
+    try:
+        yield
+    finally:
+        _VIEW.reset(token)
 
 
 def shipped_embedder() -> Embedder | None:
@@ -301,6 +331,7 @@ class LoomMemory:
         self._l3: deque[TaskSummary] = deque()
         self._order = 0
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
+        self._checked_in: object | None = None  # the `same_view` block that last checked it
         # Tasks decoded from search hits, by record version (see `_decode`).
         self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
         self._decoded_lock = threading.Lock()
@@ -602,7 +633,7 @@ class LoomMemory:
                     )[1:]
                 except ConflictError:
                     self._roll_back(saved)
-                    self._sync()
+                    self._catch_up()  # whatever the view: it is stale
                     continue
                 except BaseException:
                     self._roll_back(saved)
@@ -848,6 +879,14 @@ class LoomMemory:
         self._seen = version
 
     def _sync(self) -> None:
+        """`_catch_up`, unless it was done in the current `same_view` block."""
+        view = _VIEW.get()
+        if view is None or view is not self._checked_in:
+            self._catch_up()
+            if view is not None:  # (a check outside any view leaves the view's valid)
+                self._checked_in = view
+
+    def _catch_up(self) -> None:
         """Catch the tiers up with what other writers stored since (when nothing changed,
         the usual case, one version lookup)."""
         ns = self.namespace

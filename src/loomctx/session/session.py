@@ -41,7 +41,7 @@ from loomctx.context.sources import (
     UserInputSource,
 )
 from loomctx.errors import ConfigError
-from loomctx.memory.core import LoomMemory
+from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import MemoryTier, Task, importance_of
 from loomctx.session import topics
 from loomctx.session._layout import QUEUED_KIND, SESSION_KIND, Layout
@@ -236,7 +236,8 @@ class Session:
             agent_id=self._layout.agent_id,
             tenant_id=self._layout.tenant_id,
         )
-        window = await self.orchestrator.build(query, ctx=ctx)
+        with same_view():  # one read of the store's version for the whole build
+            window = await self.orchestrator.build(query, ctx=ctx)
         await self._bus.publish(
             topics.CONTEXT_ASSEMBLED,
             {

@@ -39,7 +39,7 @@ import json
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -142,6 +142,8 @@ class PostgresStore(BaseStore):
     ``CREATE EXTENSION vector``). `min_connections` / `max_connections`: the pool's bounds
     per store object (each `batch` holds one connection while it runs). `connect_timeout`:
     seconds to wait for a connection (from the pool or the server) before a `StoreError`.
+    `record_cache`: how many records search keeps decoded for its next hits (0: none; see
+    `_hits`).
     See the module docstring for transactions and search. Use it as a context manager, or
     call `close`."""
 
@@ -152,6 +154,7 @@ class PostgresStore(BaseStore):
         min_connections: int = 1,
         max_connections: int = 8,
         connect_timeout: float = 10.0,
+        record_cache: int = 16_384,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigError(
@@ -166,6 +169,8 @@ class PostgresStore(BaseStore):
             )
         if not isinstance(connect_timeout, int | float) or connect_timeout <= 0:
             raise ConfigError(f"`connect_timeout` must be a number > 0, got {connect_timeout!r}")
+        if isinstance(record_cache, bool) or not isinstance(record_cache, int) or record_cache < 0:
+            raise ConfigError(f"`record_cache` must be an int >= 0, got {record_cache!r}")
         try:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError as error:
@@ -175,6 +180,9 @@ class PostgresStore(BaseStore):
         self._timeout = float(connect_timeout)
         self._models: dict[str, tuple[int, int]] = {}  # model -> (vector set id, dim), read
         self._lock = threading.Lock()
+        self.record_cache = record_cache
+        self._records: OrderedDict[int, Record] = OrderedDict()  # by record id, oldest first
+        self._cache_lock = threading.Lock()
         try:
             with psycopg.connect(
                 url, autocommit=True, connect_timeout=max(1, round(connect_timeout))
@@ -208,6 +216,10 @@ class PostgresStore(BaseStore):
         error names the op's index. A `ctx.deadline` that passes between ops fails the batch
         the same way."""
         ops = list(ops)
+        if not ops:  # nothing to ask the server (memory's search asks for nothing, often)
+            if self._pool is None:
+                raise self._closed()
+            return []
         deadline = ctx.deadline if ctx is not None else None
         writes = any(isinstance(op, _WRITES) for op in ops)
         guarded = writes or any(isinstance(op, Expect) for op in ops)
@@ -275,9 +287,7 @@ class PostgresStore(BaseStore):
     def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         pool = self._pool
         if pool is None:
-            raise StoreClosedError(
-                f"the PostgresStore at {self.where} is closed; open a new `PostgresStore` to use it"
-            )
+            raise self._closed()
         try:
             with pool.connection() as conn:
                 yield conn
@@ -286,6 +296,11 @@ class PostgresStore(BaseStore):
                 f"no connection to {self.where} within {self._timeout:g} s: {error}; is the "
                 f"server up, and is `max_connections` large enough for the concurrent calls?"
             ) from error
+
+    def _closed(self) -> StoreClosedError:
+        return StoreClosedError(
+            f"the PostgresStore at {self.where} is closed; open a new `PostgresStore` to use it"
+        )
 
     # --- dispatch ---------------------------------------------------------------------------
 
@@ -799,14 +814,14 @@ class PostgresStore(BaseStore):
         self._flush_lexical(conn, state)  # the batch's own writes count
         clauses, params = _filters(prefix, op.kind, exact=op.exact)
         named: dict[str, Any] = {f"f{i}": value for i, value in enumerate(params)}
-        filters = sql.SQL("").join(
-            sql.SQL(" AND ") + clause.format(*(sql.Placeholder(f"f{i}") for i in range(n0, n1)))
+        filters = "".join(
+            " AND " + clause.format(*(f"%(f{i})s" for i in range(n0, n1)))
             for clause, (n0, n1) in _spans(clauses)
         )
         found = _pg_lexical.search_ids(
             conn, query_terms, filters=filters, params=named, limit=limit
         )
-        return self._hits(conn, found)
+        return self._hits(conn, state, found)
 
     def _vector_search(
         self, conn: psycopg.Connection[Any], state: _Batch, op: VectorSearch
@@ -867,16 +882,42 @@ class PostgresStore(BaseStore):
             known = self._models[model] = (int(row[0]), int(row[1]))
         return known
 
-    @staticmethod
-    def _hits(conn: psycopg.Connection[Any], found: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(
+        self, conn: psycopg.Connection[Any], state: _Batch, found: list[tuple[int, float, int]]
+    ) -> list[Hit]:
+        """`Hit`s for (record id, score, seq) triples, in their order.
+
+        Reading and decoding the records was a third of a window build's store time, and
+        the same records come back search after search (an agent re-retrieves before every
+        model call). So the last `record_cache` records read are kept decoded, by id, and
+        one is used only while its `seq` is the one the search found: every write gives a
+        record a new seq, whichever worker made it, so a record changed since is read
+        again. Only committed records are kept (not those read inside a write batch's
+        transaction, whose seqs a rollback would hand out again)."""
         if not found:
             return []
-        rows = conn.execute(
-            f"SELECT id, {_COLUMNS} FROM records WHERE id = ANY(%s::bigint[])",
-            ([record_id for record_id, _ in found],),
-        ).fetchall()
-        by_id = {row[0]: _record(row[1:]) for row in rows}
-        return [Hit(record=by_id[r], score=s) for r, s in found if r in by_id]
+        cache = self._records
+        with self._cache_lock:
+            known = {}
+            for record_id, _, seq in found:
+                record = cache.get(record_id)
+                if record is not None and record.seq == seq:
+                    known[record_id] = record
+                    cache.move_to_end(record_id)
+        missing = [record_id for record_id, _, _ in found if record_id not in known]
+        if missing:
+            rows = conn.execute(
+                f"SELECT id, {_COLUMNS} FROM records WHERE id = ANY(%s::bigint[])", (missing,)
+            ).fetchall()
+            fetched = {row[0]: _record(row[1:]) for row in rows}
+            known |= fetched
+            if self.record_cache and not state.locked:
+                with self._cache_lock:
+                    cache.update(fetched)
+                    while len(cache) > self.record_cache:
+                        cache.popitem(last=False)
+        # A record deleted since the search found it is left out.
+        return [Hit(record=known[r], score=s) for r, s, _ in found if r in known]
 
     def _unembedded(
         self, conn: psycopg.Connection[Any], state: _Batch, op: Unembedded
@@ -968,15 +1009,15 @@ def _where(clauses: list[sql.Composable]) -> sql.Composable:
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
 
 
-def _spans(clauses: list[sql.Composable]) -> Iterator[tuple[sql.SQL, tuple[int, int]]]:
-    """Each clause of `_filters` with its ``%s`` turned into ``{}`` and the index range of
-    its parameters, to name them for a query that takes named parameters."""
+def _spans(clauses: list[sql.Composable]) -> Iterator[tuple[str, tuple[int, int]]]:
+    """Each clause of `_filters` as text with its ``%s`` turned into ``{}``, and the index
+    range of its parameters, to name them for a query that takes named parameters."""
     start = 0
     for clause in clauses:
         assert isinstance(clause, sql.SQL)
         text = clause.as_string()
         count = text.count("%s")
-        yield sql.SQL(text.replace("%s", "{}")), (start, start + count)
+        yield text.replace("%s", "{}"), (start, start + count)
         start += count
 
 
