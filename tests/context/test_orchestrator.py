@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -329,3 +330,44 @@ async def test_must_keep_content_that_fits_is_built_though_framing_for_the_rest_
     assert built.token_count <= orch.available
     assert built.messages[0].content == instructions
     assert built.messages[-1] == Message.user(query)
+
+
+class EveryUnitHistory(HistorySource):
+    """A history source that offers every unit within the ceiling, wherever the window's
+    kept history starts (as `HistorySource` did before `BuildContext.history_start`)."""
+
+    async def collect(
+        self, query: str, budget: TokenBudget, *, ctx: BuildContext
+    ) -> list[ContextBlock]:
+        return await super().collect(query, budget, ctx=replace(ctx, history_start={}))
+
+
+async def test_history_offered_from_where_it_starts_gives_the_same_windows() -> None:
+    units = split_units(conversation(300))
+    short, every = (kind([m for u in units[:60] for m in u.messages])
+                    for kind in (HistorySource, EveryUnitHistory))  # fmt: skip
+    orchs = [
+        orchestrator(
+            PromptSource("Rules."),
+            source,
+            DocsSource(["a note " * 40] * 3),
+            UserInputSource(),
+            window=1500,
+        )
+        for source in (short, every)
+    ]
+    compacted = fewer = 0
+    for k in range(60, len(units), 6):
+        a, b = [await o.build(query=f"order {1000 + k}") for o in orchs]
+        assert a.messages == b.messages
+        assert a.report.compactions == b.report.compactions
+        compacted += len(a.report.compactions)
+        offered = [
+            s.blocks_offered for w in (a, b) for s in w.report.sources if s.name == "history"
+        ]
+        assert offered[0] <= offered[1]
+        fewer += offered[0] < offered[1]
+        for source in (short, every):
+            source.extend([m for u in units[k : k + 6] for m in u.messages])
+    assert compacted > 3  # the history was compacted, summaries included, several times
+    assert fewer > 10  # and offered fewer units for it

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
@@ -41,6 +42,7 @@ from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
 
 __all__ = [
+    "SUMMARY_UNITS",
     "CachePolicy",
     "Candidate",
     "Compaction",
@@ -48,6 +50,12 @@ __all__ = [
     "Decision",
     "HistoryMark",
 ]
+
+
+SUMMARY_UNITS: Final = 40
+"""A history summary covers at most this many units, the newest of those it stands for: a
+history source need offer no more than these before the unit its kept history starts at
+(`BuildContext.history_start`)."""
 
 
 def _task_of(block: ContextBlock) -> str | None:
@@ -105,11 +113,13 @@ class CachePolicy:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryMark:
-    """Where a history source's kept history starts (`start`, a block id) and the frozen
-    summary of what came before it (a `history` block, or None)."""
+    """Where a history source's kept history starts (`start`, a block id, and `sequence`,
+    that block's) and the frozen summary of what came before it (a `history` block, or
+    None)."""
 
     start: str
     summary: ContextBlock | None = None
+    sequence: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,7 +281,9 @@ class ContextCompactor:
                 cost_of,
             )
             if kept:
-                new_marks[source] = HistoryMark(start=kept[0].block.id, summary=summary)
+                new_marks[source] = HistoryMark(
+                    start=kept[0].block.id, summary=summary, sequence=kept[0].block.sequence
+                )
             if note is not None:
                 notes.append(note)
             first = units.index(kept[0]) if kept else len(units)
@@ -449,11 +461,12 @@ class ContextCompactor:
         counter: TokenCounter,
         cost_of: Callable[[ContextBlock], int],
     ) -> ContextBlock | None:
-        """The frozen summary of the units that left history (the last 40 of them: the
-        oldest material is what memory tiers are for), within `room` tokens, or None."""
+        """The frozen summary of the units that left history (the last `SUMMARY_UNITS` of
+        them: the oldest material is what memory tiers are for), within `room` tokens, or
+        None."""
         if not (self.summarize_history and dropped) or room < self.min_truncated_tokens:
             return None
-        recent = list(dropped[-40:])
+        recent = list(dropped[-SUMMARY_UNITS:])
         header = f"Summary of {len(recent)} earlier conversation units not shown in full:\n"
         frame = cost_of(self._summary_block(source, header, recent))
         texts = [" | ".join(_describe(m) for m in c.block.messages) for c in recent]

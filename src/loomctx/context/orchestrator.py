@@ -223,7 +223,13 @@ class ContextOrchestrator:
 
     async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
         """The window for `query` (the current user turn; may be empty mid-run)."""
-        ctx = replace(ctx or BuildContext(), counter=self.token_counter)
+        ctx = ctx or BuildContext()
+        session = self.state._session(ctx.session_id)
+        ctx = replace(
+            ctx,
+            counter=self.token_counter,
+            history_start={name: mark.sequence for name, mark in session.marks.items()},
+        )
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
@@ -257,7 +263,6 @@ class ContextOrchestrator:
             demands[c.block.source] += c.cost
         priorities = {s.name: s.priority for s in self.sources}
         self._check_static(candidates)
-        session = self.state._session(ctx.session_id)
         for _ in range(_MAX_ROUNDS):
             # Shares of the room left after framing; what a source does not need flows on.
             shares = self.budget_manager.allocate(names, max(room, 0), ctx=ctx)

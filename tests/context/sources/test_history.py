@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from loomctx import CallableCounter, HeuristicCounter, Message, MessageFormatError, TiktokenCounter
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.compactor import SUMMARY_UNITS
 from loomctx.context.sources import HistorySource
 from loomctx.messages import ToolCall, flatten_units, split_units
 from tests.strategies import histories
@@ -197,3 +198,26 @@ def test_every_item_must_be_a_message() -> None:
 
 def test_messages_round_trip() -> None:
     assert HistorySource(HISTORY).messages == flatten_units(split_units(HISTORY))
+
+
+async def test_units_long_before_where_kept_history_starts_are_not_offered() -> None:
+    source = HistorySource([Message.user(f"m{i}") for i in range(300)])
+    budget = TokenBudget(tokens=0, ceiling=100_000)
+    ctx = BuildContext(counter=COUNTER, history_start={"history": 250})
+    blocks = await source.collect("q", budget, ctx=ctx)
+    # From the newest back to SUMMARY_UNITS before the start: what a compaction summarizes.
+    assert [b.sequence for b in blocks] == list(range(299, 250 - SUMMARY_UNITS - 1, -1))
+    other = BuildContext(counter=COUNTER, history_start={"another": 250})
+    assert len(await source.collect("q", budget, ctx=other)) == 300
+
+
+async def test_the_same_blocks_while_the_history_does_not_grow() -> None:
+    source = HistorySource(HISTORY[:5])
+    first = await source.collect("q", ROOMY, ctx=CTX)
+    again = await source.collect("q", ROOMY, ctx=CTX)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    source.append(HISTORY[5])
+    grown = await source.collect("q", ROOMY, ctx=CTX)
+    # Every age moved on: new blocks, with the ages and priorities counted from the newest.
+    assert [b.metadata["age"] for b in grown] == list(range(5))
+    assert [b.priority for b in grown] == [0.98**a for a in range(5)]

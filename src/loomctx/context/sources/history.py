@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.compactor import SUMMARY_UNITS
 from loomctx.context.sources._common import billed, check_source
 from loomctx.errors import MessageFormatError
 from loomctx.messages import Message, MessageUnit, flatten_units, split_units
@@ -31,9 +32,25 @@ class HistorySource:
     offered until the next older unit would exceed `budget.ceiling`, so what is offered is
     always a contiguous, newest part of the history; a unit's token count is measured once
     per token counter, so a build costs the units it offers, not the length of the history.
+
+    Once the session's window holds history from some unit on (`BuildContext.history_start`,
+    which the orchestrator sets), units more than `SUMMARY_UNITS` older than that one are not
+    offered: the window keeps history append-only from there, and a compaction summarizes no
+    more than those (at an 8,000-token window, 85 units offered per build instead of 181).
+    While the history does not grow, a build hands over the same block objects as the last
+    one, so that what the orchestrator derives from them is looked up, not made again.
     """
 
-    __slots__ = ("_call_ids", "_counter", "_tokens", "_units", "name", "priority")
+    __slots__ = (
+        "_blocks",
+        "_blocks_for",
+        "_call_ids",
+        "_counter",
+        "_tokens",
+        "_units",
+        "name",
+        "priority",
+    )
 
     def __init__(
         self, messages: Sequence[Message] = (), *, name: str = "history", priority: float = 0.8
@@ -43,6 +60,10 @@ class HistorySource:
         self._tokens: list[int] = []  # per unit; -1 until measured with `_counter`
         self._counter: TokenCounter | None = None
         self._call_ids: set[str] = set()
+        # The blocks of the last build by unit, valid while the history has `_blocks_for`
+        # units (a block's age, and so its priority, is counted from the newest unit).
+        self._blocks: dict[int, ContextBlock] = {}
+        self._blocks_for = -1
         self._add(messages, "`messages`")
 
     @property
@@ -98,20 +119,25 @@ class HistorySource:
         if counter is not self._counter:
             self._counter = counter
             self._tokens = [-1] * len(self._units)
+            self._blocks_for = -1
+        if self._blocks_for != len(self._units):
+            self._blocks = {}
+            self._blocks_for = len(self._units)
+        made = self._blocks
         blocks: list[ContextBlock] = []
         room = budget.ceiling
         newest = len(self._units) - 1
-        for k in range(newest, -1, -1):
-            unit = self._units[k]
-            tokens = self._tokens[k]
-            if tokens < 0:
-                tokens = self._tokens[k] = billed(counter, unit.messages)
-            if tokens > room:
-                break
-            room -= tokens
-            age = newest - k
-            blocks.append(
-                ContextBlock(
+        start = ctx.history_start.get(self.name)
+        oldest = 0 if start is None else max(0, min(start, newest) - SUMMARY_UNITS)
+        for k in range(newest, oldest - 1, -1):
+            block = made.get(k)
+            if block is None:
+                unit = self._units[k]
+                tokens = self._tokens[k]
+                if tokens < 0:
+                    tokens = self._tokens[k] = billed(counter, unit.messages)
+                age = newest - k
+                block = made[k] = ContextBlock(
                     source=self.name,
                     section="history",
                     messages=unit.messages,
@@ -121,5 +147,8 @@ class HistorySource:
                     sequence=k,
                     metadata={"age": age, "tool_unit": unit.is_tool_unit},
                 )
-            )
+            if block.token_count > room:
+                break
+            room -= block.token_count
+            blocks.append(block)
         return blocks
