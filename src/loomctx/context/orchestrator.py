@@ -378,6 +378,7 @@ class ContextOrchestrator:
                 # The frozen summary of earlier compactions: in the window, never offered.
                 summary[src] = summary.get(src, 0) + d.cost
         deferred = {n.source for n in compaction.notes if n.action == "deferred"}
+        unembedded = {item.source.name: _unembedded(item.source) for item in collected}
         sources = tuple(
             SourceReport(
                 name=item.source.name,
@@ -397,7 +398,9 @@ class ContextOrchestrator:
                     summary=summary.get(item.source.name, 0),
                     deferred=item.source.name in deferred,
                     pinned=item.source.name in pinned,
+                    unembedded=unembedded[item.source.name],
                 ),
+                unembedded=unembedded[item.source.name],
             )
             for item in collected
         )
@@ -427,10 +430,25 @@ class ContextOrchestrator:
         )
 
 
-def _source_note(*, allocated: int, used: int, summary: int, deferred: bool, pinned: bool) -> str:
-    """Why a source holds more than it offered or was allocated, in words ("" if it does
-    not): see `loomctx.context.report`."""
+def _unembedded(source: ContextSource) -> int:
+    """How many records `source` searched by their words only for want of a vector: its
+    `unembedded` attribute where it has one (sources that search a memory), else 0."""
+    count = getattr(source, "unembedded", 0)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _source_note(
+    *, allocated: int, used: int, summary: int, deferred: bool, pinned: bool, unembedded: int = 0
+) -> str:
+    """Why a source holds more than it offered or was allocated, and whether its search was
+    partly lexical for want of vectors, in words ("" if neither): see
+    `loomctx.context.report`."""
     parts = []
+    if unembedded:
+        parts.append(
+            f"{unembedded} record(s) have no vector yet and were found by their words only "
+            f"(lexical search) until the background embedder reaches them"
+        )
     if summary:
         parts.append(
             f"{summary} of the tokens used are the summary of compacted history (in the "

@@ -15,6 +15,11 @@ summary of what was compacted in earlier builds, which it did not offer this tim
 exceed `allocated` when budget that other sources left unused flowed to it (no tokens are
 stranded), when history outgrew its share a little and was left whole so that the cached
 prefix survives (a "deferred" compaction), or for pinned content; `note` says which, in words.
+
+`unembedded` is how many records a searching source (`UnifiedRetrievalSource`,
+`L4SemanticSource`) could find by their words only, because the background embedder had not
+given them a vector yet (after a bulk import, or when a store made with another embedding
+model is reopened): search was partly, or wholly, lexical. `note` says so too.
 (Reports saved before this field was named `offered` call it `requested`; `from_dict` reads
 both.)
 """
@@ -68,6 +73,7 @@ class SourceReport:
     elapsed_ms: float = 0.0
     summary_tokens: int = 0
     note: str = ""
+    unembedded: int = 0
 
     @property
     def requested(self) -> int:
@@ -142,6 +148,7 @@ class ContextReport:
             "failed_sources": [s.name for s in self.sources if s.status != "ok"],
             "reused_prefix_tokens": self.reused_prefix_tokens,
             "compacted": any(n.action == "compacted" for n in self.compactions),
+            "unembedded": max((s.unembedded for s in self.sources), default=0),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -363,7 +363,13 @@ class LoomMemory:
             return
         self._write(lambda: self._plan_add(tasks, tier))
         if self.background is not None:
-            self.background.notify()
+            self.background.notify(len(tasks))
+
+    @property
+    def unembedded(self) -> int:
+        """Records that search finds by their words only because they have no vector yet
+        (`BackgroundEmbedder.pending`); 0 without an embedder (search is lexical by choice)."""
+        return self.background.pending if self.background is not None else 0
 
     def get_l1_tasks(self, limit: int = 10) -> list[Task]:
         """The `limit` most recent tasks of L1, oldest first."""

@@ -19,6 +19,12 @@ Failures are told apart, so that one bad text never stalls the rest:
   text changes (a new seq) or in a new process; it stays findable by lexical search.
 
 NaN and infinite vectors are never stored.
+
+`pending` counts the records that still lack a vector, so that a report can say how many
+were searched by their words only: the worker thread counts them once when it starts (a
+store written by an earlier process, or made with another embedding model, starts with all of
+its records to embed), writers add what they store (`notify(count)`), and batches subtract
+what they handle. Records another process writes meanwhile are counted when a thread starts.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ log = logging.getLogger(__name__)
 _PROBE: Final = "A short plain sentence to check that the embedding model answers."
 _KEEP: Final = 1_000  # quarantined records listed (the total is counted beyond it)
 _REASON_CHARS: Final = 300
+_COUNT_PAGE: Final = 4_096  # records read per query when counting the backlog
 
 _Vectors = npt.NDArray[np.float32]
 _Split = tuple[list[tuple[Record, _Vectors]], list[tuple[Record, str]]]
@@ -106,6 +113,7 @@ class BackgroundEmbedder:
         self.quarantined_total = 0
         self._quarantined: deque[QuarantinedRecord] = deque(maxlen=_KEEP)
         self._after = 0  # records up to this seq were embedded or quarantined
+        self._pending = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -117,6 +125,35 @@ class BackgroundEmbedder:
         them all)."""
         with self._lock:
             return tuple(self._quarantined)
+
+    @property
+    def pending(self) -> int:
+        """Records known to still lack a vector (see the module docstring): 0 once caught up."""
+        return self._pending
+
+    def count_pending(self) -> int:
+        """Count the records under `prefix` that lack a vector now, exactly (reads them all,
+        in pages: off the hot path), and remember the count as `pending`."""
+        total, after = 0, self._after
+        while True:
+            page: list[Record] = self.store.batch(
+                [
+                    Unembedded(
+                        model=self.embedder.name,
+                        prefix=self.prefix,
+                        limit=_COUNT_PAGE,
+                        exact=self.exact,
+                        after_seq=after,
+                    )
+                ]
+            )[0]
+            total += len(page)
+            if len(page) < _COUNT_PAGE:
+                break
+            after = page[-1].seq
+        with self._lock:
+            self._pending = total
+        return total
 
     def run_once(self) -> int:
         """Embed one batch; returns how many records it handled, stored or quarantined (0:
@@ -130,6 +167,8 @@ class BackgroundEmbedder:
         )
         records: list[Record] = self.store.batch([op])[0]
         if not records:
+            with self._lock:
+                self._pending = 0
             return 0
         start = time.perf_counter()
         good, bad = self._embed_batch(records)
@@ -145,6 +184,8 @@ class BackgroundEmbedder:
         self._after = max(self._after, *(r.seq for r in records))
         self.seconds += time.perf_counter() - start
         self.embedded += stored
+        with self._lock:
+            self._pending = max(0, self._pending - len(records))
         return len(records)
 
     def drain(self) -> int:
@@ -154,8 +195,11 @@ class BackgroundEmbedder:
             total += n
         return total
 
-    def notify(self) -> None:
-        """Wake the thread: new records were written."""
+    def notify(self, count: int = 0) -> None:
+        """Wake the thread: new records were written (`count` of them with text, added to
+        `pending`)."""
+        with self._lock:
+            self._pending += count
         self._wake.set()
 
     def start(self) -> None:
@@ -184,6 +228,10 @@ class BackgroundEmbedder:
     # --- internals --------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self.count_pending()
+        except Exception as exc:  # the store is closed or down: the loop below reports it
+            log.debug("could not count the records to embed: %s", exc)
         while not self._stop.is_set():
             try:
                 done = self.run_once()

@@ -273,6 +273,12 @@ class L4SemanticSource(_MemorySource):
         self.limit = limit
         self.exclude_recent = exclude_recent
 
+    @property
+    def unembedded(self) -> int:
+        """Records of the memory that search finds by their words only, for want of a vector
+        yet (`LoomMemory.unembedded`; the build's `SourceReport` carries it)."""
+        return self.memory.unembedded
+
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:

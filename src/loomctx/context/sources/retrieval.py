@@ -215,6 +215,12 @@ class UnifiedRetrievalSource:
         self.injector = injector or RetrievalInjector(whole_below=self.settings.whole_below)
         self.exclude_recent = exclude_recent
 
+    @property
+    def unembedded(self) -> int:
+        """Records of the memory that search finds by their words only, for want of a vector
+        yet (`LoomMemory.unembedded`; the build's `SourceReport` carries it)."""
+        return self.memory.unembedded if self.memory is not None else 0
+
     async def candidates(
         self, query: str, *, limit: int | None = None, run_id: str | None = None
     ) -> list[Candidate]:
