@@ -58,6 +58,7 @@ from loomctx.context.sources import (
     UserInputSource,
 )
 from loomctx.errors import ConfigError, LoomError, MessageFormatError
+from loomctx.memory.core import same_view
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
 from loomctx.server._config import ModelConfig, TenantConfig
@@ -428,7 +429,8 @@ class ChatProxy:
             tenant_id=tenant.name,
             metadata={"run_id": turn},
         )
-        window = await orchestrator.build(query=split.query, ctx=ctx)
+        with same_view():  # the memory checks other workers' writes once per build
+            window = await orchestrator.build(query=split.query, ctx=ctx)
         if len(window.tools) != len(request.tools):
             raise ConfigError(
                 f"the client's {len(request.tools)} tools do not all fit the window of model "
