@@ -223,7 +223,10 @@ class ContextOrchestrator:
 
     async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
         """The window for `query` (the current user turn; may be empty mid-run)."""
-        ctx = replace(ctx or BuildContext(), counter=self.token_counter)
+        floor = self.cache_policy.dynamic_floor(
+            self.available, self.budget_manager.dynamic_limit(self.available)
+        )
+        ctx = replace(ctx or BuildContext(), counter=self.token_counter, dynamic_floor=floor)
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
