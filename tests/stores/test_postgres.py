@@ -75,12 +75,15 @@ def _corpus(rnd: random.Random, n: int) -> list[tuple[tuple[str, ...], str, str,
     return out
 
 
-@pytest.mark.parametrize(("first_round", "score_all"), [(3, 0), (40, 0), (4_000, 0), (3, 10**9)])
+@pytest.mark.parametrize(
+    ("first_round", "score_all"), [(3, 0), (40, 0), (4_000, 0), (3, 10**9), (3, 300)]
+)
 def test_search_ranks_and_scores_as_sqlite_does(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch, first_round: int, score_all: int
 ) -> None:
     # A small first round forces MaxScore's second round; a large one, or a `_SCORE_ALL`
-    # above every query's postings, scores everything in one round.
+    # above every query's postings, scores everything in one round; 300 is above the
+    # postings of some queries in one exact namespace, not in the store.
     monkeypatch.setattr(_pg_lexical, "_FIRST_ROUND", first_round)
     monkeypatch.setattr(_pg_lexical, "_SCORE_ALL", score_all)
     rnd = random.Random(first_round)

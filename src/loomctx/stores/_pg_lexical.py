@@ -21,7 +21,15 @@ But when the query's terms have at most `_SCORE_ALL` postings in all, the first 
 scores them all: summing a few thousand postings costs less than MaxScore's look-ups by
 key and second round. Server CPU per search on LoCoMo turns (2 cores at load 6-7): at 10k
 records 4.6 vs 10.8 ms for 2-4k postings, 9.1 vs 14.6 ms for 6-8k; at 100k records 7.7 vs
-9.9 ms for 6-8k, but 14.2 vs 8.8 ms for 8-16k, where MaxScore's pruning pays.
+9.9 ms for 6-8k, but 14.2 vs 8.8 ms for 8-16k, where MaxScore's pruning pays. The store's
+term statistics count postings store-wide; a search of one exact namespace (a
+conversation, usually a small part of the store) also counts the postings it keeps, up to
+`_SCORE_ALL`, and scores them all when they are fewer: a session of 10k turns in a store
+of 110k holds 1.1-3.4k of a window query's postings where the store holds 12-36k, and
+MaxScore's first round, chosen by store-wide rarity, found too few of them to prune
+anything. A prefix may
+be most of the store: there, counting 8,000 postings only to find more would slow the
+search of a large archive.
 
 The statistics and the first round are one statement, a second round another (a round trip
 costs as much as summing hundreds of postings); each is filtered by namespace and kind in
@@ -62,14 +70,26 @@ def search_ids(
     filters: str,
     params: dict[str, Any],
     limit: int,
+    local: bool,
 ) -> list[tuple[int, float, int]]:
     """Up to `limit` (record id, BM25 score, record seq) triples, best first (ties: lower id
     first), of the records having any of `query_terms` that pass `filters` (SQL text: ``AND``
-    conditions over the postings' ``namespace`` and ``kind`` columns, with `params`)."""
+    conditions over the postings' ``namespace`` and ``kind`` columns, with `params`).
+
+    `local`: whether `filters` is likely to keep a small part of the store (one exact
+    namespace: a conversation), so that counting the postings it keeps, up to
+    `_SCORE_ALL`, is worth a try before MaxScore."""
     unique = list(dict.fromkeys(query_terms))
     stats, *hits = conn.execute(
         _first_round(filters),
-        {**params, "terms": unique, "first": _FIRST_ROUND, "all": _SCORE_ALL, "limit": limit},
+        {
+            **params,
+            "terms": unique,
+            "first": _FIRST_ROUND,
+            "all": _SCORE_ALL,
+            "local": local,
+            "limit": limit,
+        },
     ).fetchall()
     texts, total_len, found, dfs, max_tfs, min_lens, firsts = stats[4:]
     found_hits = [(int(r[1]), float(r[2]), int(r[3])) for r in hits]
@@ -134,21 +154,33 @@ def _first_round(filters: str) -> str:
     scored it; the other rows are the first round's best `limit` (id, score, seq), best
     first. The first round scores the records having any of the rarest terms whose
     postings add up to at most `_FIRST_ROUND` (always the rarest), or of every term when
-    they all add up to at most `_SCORE_ALL`, over every query term; the other terms'
-    postings of a record are looked up by key (a subquery run only when there are any)."""
+    they add up to at most `_SCORE_ALL` in the store, or (with `local`) in the filter;
+    each over every query term: the other terms' postings of a record are looked up by
+    key (a subquery run only when there are any)."""
     weight = _WEIGHT.format(avg="(SELECT total / n FROM c)")
     return f"""
         WITH c AS (
             SELECT max(value::float8) FILTER (WHERE key = 'texts') AS n,
                    max(value::float8) FILTER (WHERE key = 'total_len') AS total
             FROM loom_meta WHERE key IN ('texts', 'total_len')),
-        t AS (
+        q AS (
             SELECT term, df, max_tf, min_len, ln(1 + (c.n - df + 0.5) / (df + 0.5)) AS idf,
-                   (row_number() OVER rarity = 1 OR sum(df) OVER rarity <= %(first)s
-                    OR sum(df) OVER () <= %(all)s) AS first
+                   row_number() OVER rarity = 1 OR sum(df) OVER rarity <= %(first)s AS rare,
+                   sum(df) OVER () AS every
             FROM lexical_terms, c
             WHERE term = ANY(%(terms)s::text[]) AND df > 0 AND c.n > 0
             WINDOW rarity AS (ORDER BY df, term)),
+        kept AS (
+            SELECT CASE WHEN (SELECT max(every) FROM q) <= %(all)s THEN 0
+                WHEN NOT %(local)s THEN %(all)s + 1
+                ELSE (SELECT count(*) FROM (
+                    SELECT FROM lexical_postings AS p
+                    WHERE p.term = ANY(ARRAY(SELECT term FROM q)){filters}
+                    LIMIT %(all)s + 1) AS x)
+                END AS n),
+        t AS (
+            SELECT term, df, max_tf, min_len, idf, rare OR (SELECT n FROM kept) <= %(all)s AS first
+            FROM q),
         e AS (
             SELECT p.record_id, sum(t.idf * {weight}) AS partial
             FROM lexical_postings AS p JOIN t ON t.term = p.term

@@ -819,7 +819,7 @@ class PostgresStore(BaseStore):
             for clause, (n0, n1) in _spans(clauses)
         )
         found = _pg_lexical.search_ids(
-            conn, query_terms, filters=filters, params=named, limit=limit
+            conn, query_terms, filters=filters, params=named, limit=limit, local=op.exact
         )
         return self._hits(conn, state, found)
 
