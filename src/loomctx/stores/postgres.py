@@ -887,7 +887,7 @@ class PostgresStore(BaseStore):
     ) -> list[Hit]:
         """`Hit`s for (record id, score, seq) triples, in their order.
 
-        Reading and decoding the records was a third of a window build's store time, and
+        Reading and decoding the records was a quarter of a window build's store time, and
         the same records come back search after search (an agent re-retrieves before every
         model call). So the last `record_cache` records read are kept decoded, by id, and
         one is used only while its `seq` is the one the search found: every write gives a
