@@ -28,11 +28,11 @@ The store is the truth, and the tiers a cache of it:
 - **One conversation across workers.** Several `LoomMemory` objects, in one process or many,
   may serve one namespace. Before a tier is read, the store's `NamespaceVersion` of the
   namespace is checked (one indexed lookup; once per window build, see `same_view`); if
-  another writer moved it, the records it
-  changed are read and applied (or, after a delete, the tiers are restored whole). Writes
-  are guarded by `Expect`: a writer whose view was stale gets a `ConflictError`, catches
-  up and works its change out again. So each task's `order` (its place in L1, and what
-  search's neighbours follow) is handed out once per namespace, in the store's write order.
+  another writer moved it, the records it changed are read and applied (or, after a
+  delete, the tiers are restored whole). Writes are guarded by `Expect`: a writer whose
+  view was stale gets a `ConflictError`, catches up and works its change out again. So
+  each task's `order` (its place in L1, and what search's neighbours follow) is handed out
+  once per namespace, in the store's write order.
 - **Restart.** A `LoomMemory` opened on the same store and namespace after a restart has the
   same tiers and answers the same searches.
 """

@@ -15,7 +15,9 @@ connections at once.
 Search, in SQL, with the SQLite store's scores:
 
 - lexical: BM25 over the terms of `loomctx.text.terms` (English words, CJK bigrams), kept in
-  an inverted index table and ranked exactly by MaxScore (`loomctx.stores._pg_lexical`);
+  an inverted index table and ranked exactly, all at once when the query's postings are
+  few, else by MaxScore (`loomctx.stores._pg_lexical`); the records found are read once and
+  kept decoded while their `seq` holds (`_hits`);
 - vectors: one table per embedding model with a ``vector(d)`` column of that model's
   dimension and an HNSW index over unit vectors (inner product = cosine similarity). A
   filtered search sets pgvector's iterative scan (``hnsw.iterative_scan = relaxed_order``),
