@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -134,3 +136,72 @@ def test_an_unreachable_upstream_is_a_502(wire: WireServer) -> None:
     with pytest.raises(UpstreamError, match="could not be reached") as raised:
         _stream(wire)
     assert raised.value.status == 502
+
+
+class _KeepAliveUpstream(ThreadingHTTPServer):
+    """Streams one text chunk and ``[DONE]`` per request, with a content-length so that the
+    connection stays open for the next request (as OpenAI's servers keep it); counts the
+    connections its clients opened."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                owner.connections += 1
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["content-length"]))
+                owner.requests += 1
+                body = (
+                    f"data: {json.dumps(openai_chunk({'content': 'ok'}))}\n\ndata: [DONE]\n\n"
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_the_upstream_connection_is_kept_from_call_to_call() -> None:
+    """Reading a stream only to ``[DONE]`` left its response unread and closed it with its
+    connection: every proxied call opened a new one (a TLS handshake each, to a provider)."""
+    server = _KeepAliveUpstream()
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+
+    async def run() -> list[list[str]]:
+        host, port = server.server_address[:2]
+        upstream = OpenAIUpstream(
+            ModelConfig(name="m", base_url=f"http://{host!s}:{port}/v1", api_key_env="K")
+        )
+        try:
+            return [
+                [
+                    c["choices"][0]["delta"]["content"]
+                    async for c in upstream.stream([{"role": "user", "content": "hi"}], fields={})
+                ]
+                for _ in range(3)
+            ]
+        finally:
+            await upstream.aclose()
+
+    try:
+        with allow_model_requests():
+            replies = asyncio.run(run())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert replies == [["ok"]] * 3
+    assert (server.requests, server.connections) == (3, 1)

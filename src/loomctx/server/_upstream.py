@@ -227,9 +227,14 @@ class OpenAIUpstream:
                         _error_of(_json_or_none(raw), raw or response.reason_phrase),
                         secrets=self._secrets,
                     )
+                done = False
                 async for data in _sse_data(response.aiter_lines()):
-                    if data == "[DONE]":
-                        break
+                    # After `[DONE]`, the body is read to its end (nothing, from a server
+                    # that keeps to the protocol): a response closed unread takes its
+                    # connection with it, and every call would open a new one.
+                    if done or data == "[DONE]":
+                        done = True
+                        continue
                     chunk = _json_or_none(data)
                     if not isinstance(chunk, dict):
                         raise UpstreamError(
