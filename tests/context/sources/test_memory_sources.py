@@ -14,6 +14,7 @@ from loomctx import (
     L2ImportantSource,
     L4SemanticSource,
     LoomMemory,
+    MemoryTier,
     Message,
     PromptSource,
     SharedPoolSource,
@@ -154,3 +155,29 @@ async def test_the_cost_cache_stays_bounded_and_hits_for_memory_history() -> Non
         await orch.build("q")
     # The history's tuples are the same; only each build's new user turn is a new entry.
     assert len(orch._message_costs) == size + 5
+
+
+async def test_l2_shows_a_task_as_it_is_now_build_after_build() -> None:
+    """The source keeps what it worked out of each task between builds, but only while the
+    task is the one the memory holds: a task recorded again under its id shows its new text."""
+    memory = LoomMemory("agent", embedder=None)
+    first = Task(
+        task_id="fact",
+        action="user_message",
+        parameters={"content": "Ada's flight leaves Friday at 9."},
+        status=TaskStatus.COMPLETED,
+        metadata={"importance": 0.9},
+    )
+    memory.add_task(first, tier=MemoryTier.L2)
+    source = L2ImportantSource(memory)
+    before = await source.collect("q", WIDE, ctx=CTX)
+    again = await source.collect("q", WIDE, ctx=CTX)
+    assert [b.content for b in again] == [b.content for b in before]
+    assert "Friday at 9" in before[0].content
+    memory.add_task(
+        first.evolve(parameters={"content": "Ada's flight now leaves Saturday at 7."}),
+        tier=MemoryTier.L2,
+    )
+    (after,) = await source.collect("q", WIDE, ctx=CTX)
+    assert "Saturday at 7" in after.content
+    assert after.token_count == CTX.counter.count(after.content)
