@@ -42,6 +42,7 @@ def test_the_demo_answers_every_question_and_shows_each_window(runner: CliRunner
     assert "search  lexical only" in result.stdout
     assert "(temporary; keep it with --store PATH)" in result.stdout
     _check(result.stdout)
+    assert "Keep this store with `--store demo.db`" in " ".join(result.stdout.split())
 
 
 def test_a_kept_store_is_reused(runner: CliRunner) -> None:
@@ -53,6 +54,9 @@ def test_a_kept_store_is_reused(runner: CliRunner) -> None:
     assert "the conversation was ingested into this store before: reusing it" in second.stdout
     assert "0 chunks written" in second.stdout
     _check(second.stdout)
+    hint = " ".join(second.stdout.split())  # a store given is the one to go on with
+    assert "Keep this store" not in hint
+    assert "`loomctx chat --store demo.db --session demo`" in hint
     chat = runner.invoke(app, ["chat", "--store", "demo.db", "--session", "demo"], input="/exit\n")
     assert "session   demo (resumed)" in chat.stdout
     window = runner.invoke(app, ["inspect", "run.jsonl", "--turn", "5"])

@@ -34,6 +34,9 @@ def test_the_demo_runs_on_postgres_and_chat_resumes_it(
     assert first.exit_code == 0, first.output
     assert "knowledge: 4 documents, 12 chunks written" in first.stdout
     assert "PostgreSQL 16" in first.stdout  # the first question's answer
+    hint = " ".join(first.stdout.split())  # where to go on: this store, not a new file
+    assert "Keep this store" not in hint
+    assert "`loomctx inspect --web --store 'postgresql://" in hint
     second = runner.invoke(app, ["demo", "--lexical", "--store", postgres_url])
     assert second.exit_code == 0, second.output
     assert "the conversation was ingested into this store before: reusing it" in second.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import tempfile
 from contextlib import ExitStack
 from importlib import resources
@@ -107,7 +108,11 @@ def _billed(cached: int, total: int) -> int:
     return round(read * cached + write * (total - cached))
 
 
-def _summary(console: Console, rows: list[tuple[int, int, int, int, int]]) -> None:
+def _summary(
+    console: Console, rows: list[tuple[int, int, int, int, int]], kept: str | None
+) -> None:
+    """The cost table, then where to look next: `kept` is the store the user gave (as it may
+    be shown: a URL's password redacted), None for the temporary one."""
     table = Table(title="cost per turn", title_justify="left", header_style="bold")
     for name in ("turn", "sent by Loom", "cached", "billed", "whole history", "billed"):
         table.add_column(name, justify="right")
@@ -121,19 +126,25 @@ def _summary(console: Console, rows: list[tuple[int, int, int, int, int]]) -> No
             f"{_billed(full_cached, full):,}",
         )
     console.print(table)
+    where = shlex.quote(kept) if kept is not None else "demo.db"
+    keep = "Keep this store with `--store demo.db`, then see" if kept is None else "See"
     console.print(
         "Loom's window stays within its budget however long the conversation grows; the whole "
         "history grows with every turn. Billed: input tokens at Anthropic's prompt-cache prices "
         "(what repeats the last prompt read at 0.1x, the rest at 1.25x); over a long conversation "
-        "`loomctx bench cost` measures both. Keep this store with `--store demo.db`, then see "
-        "every window in a browser with `loomctx inspect --web --store demo.db`, or go on with "
-        "`loomctx chat --store demo.db --session demo` and `/context`.",
+        f"`loomctx bench cost` measures both. {keep} every window in a browser with "
+        f"`loomctx inspect --web --store {where}`, or go on with "
+        f"`loomctx chat --store {where} --session demo` and `/context`.",
         style="dim",
     )
 
 
 async def _turns(
-    console: Console, agent: Agent, history: list[Message], events: IO[str] | None
+    console: Console,
+    agent: Agent,
+    history: list[Message],
+    events: IO[str] | None,
+    kept: str | None,
 ) -> None:
     counter = agent.counter
     store = agent.memory.store
@@ -164,7 +175,7 @@ async def _turns(
         rows.append((turn, report.token_count, report.reused_prefix_tokens, full, previous_full))
         previous_full = full  # the next request repeats this one, the reply after it is new
     console.print(Rule(style="dim"))
-    _summary(console, rows)
+    _summary(console, rows, kept)
 
 
 def demo(
@@ -231,4 +242,4 @@ def demo(
             sources=[knowledge_source(kb)],
         )
         log = stack.enter_context(events.open("w", encoding="utf-8")) if events else None
-        asyncio.run(_turns(console, agent, history, log))
+        asyncio.run(_turns(console, agent, history, log, None if store is None else where))
