@@ -44,7 +44,7 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Final, Self
+from typing import Self
 
 from loomctx.context.block import BuildContext
 from loomctx.context.orchestrator import ContextWindow
@@ -59,11 +59,9 @@ from loomctx.session.options import SessionOptions
 from loomctx.session.persist import L4Persister
 from loomctx.session.session import Session, SessionState
 from loomctx.stores.base import Get, MemoryStore, Put, Record, Scan
-from loomctx.tokens import TiktokenCounter, TokenCounter
+from loomctx.tokens import SHARED_COUNT_CACHE, TiktokenCounter, TokenCounter
 
 __all__ = ["ContextController"]
-
-_COUNT_CACHE: Final = 65_536
 
 
 class ContextController:
@@ -104,7 +102,7 @@ class ContextController:
         self.store: MemoryStore = store
         self.bus: EventBus = InProcessEventBus() if bus is None else bus
         # One counter serves every session's windows: a cache sized for many sessions' texts.
-        self.counter = counter or TiktokenCounter(cache_entries=_COUNT_CACHE)
+        self.counter = counter or TiktokenCounter(cache_entries=SHARED_COUNT_CACHE)
         self.memory = LoomMemory(
             agent_id, store=store, namespace=self.layout.agent, counter=self.counter, embedder=None
         )
