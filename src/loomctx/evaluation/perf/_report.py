@@ -279,7 +279,7 @@ def _peers(result: Result) -> list[str]:
 
 
 def plot(result: Result, folder: Path, stem: str) -> list[str]:
-    """Four PNG plots beside the report; returns their file names."""
+    """Six PNG plots beside the report; returns their file names."""
     try:
         import matplotlib
 
@@ -300,12 +300,17 @@ def plot(result: Result, folder: Path, stem: str) -> list[str]:
         series: list[tuple[str, list[float | None]]],
         *,
         log_y: bool,
+        lines: Sequence[tuple[str, float]] = (),
     ) -> None:
+        """`series` against N; `lines`: horizontal references (a target, a constant)."""
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for label, ys in series:
             xs = [x for x, y in zip(sizes, ys, strict=True) if y is not None]
             if xs:
                 ax.plot(xs, [y for y in ys if y is not None], marker="o", label=label)
+        for label, y in lines:
+            ax.axhline(y, linestyle="--", linewidth=1, color="grey")
+            ax.annotate(label, (sizes[0], y), textcoords="offset points", xytext=(2, 3), fontsize=7)
         ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")
@@ -356,5 +361,39 @@ def plot(result: Result, folder: Path, stem: str) -> list[str]:
         f"share of {available:,} tokens",
         [(label, values(get, "utilization")) for label, get in strategies],
         log_y=False,
+    )
+
+    def nested(*path: str) -> list[float | None]:
+        out: list[float | None] = []
+        for s in result["sizes"]:
+            value: Any = s
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            out.append(float(value) if isinstance(value, int | float) else None)
+        return out
+
+    alone = (result.get("embedding") or {}).get("texts_per_s")
+    figure(
+        "throughput",
+        "Ingest and embedding throughput",
+        "per second",
+        [
+            ("durable ingest, turns/s", nested("ingest", "turns_per_s")),
+            ("vectors following, texts/s", nested("vectors", "texts_per_s")),
+        ],
+        log_y=True,
+        lines=[
+            ("target: ingest 2,000 turns/s", 2000.0),
+            ("target: vectors 500 texts/s", 500.0),
+            *([(f"the embedder alone: {alone:,.0f} texts/s", float(alone))] if alone else []),
+        ],
+    )
+    figure(
+        "rss",
+        "Peak resident memory of the measuring process",
+        "MB",
+        [("Loom (both paths, the store, the embedder)", nested("peak_rss_mb"))],
+        log_y=False,
+        lines=[("target: 500 MB at 100k turns", 500.0)],
     )
     return names
