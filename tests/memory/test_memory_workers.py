@@ -18,9 +18,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from loomctx import ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx import Agent, ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus, ToolCall
 from loomctx.memory.core import same_view
 from loomctx.stores.base import Put, Record, Version
+from loomctx.testing import ScriptedLLM
 
 NS = ("acme", "bot", "session", "s1")
 
@@ -138,6 +139,22 @@ def test_in_one_view_a_memory_checks_the_store_once(tmp_path: Path) -> None:
             b.add_task(turn(3))
             a.add_task(turn(4))  # stale: refused by the store's guard, caught up, written
             assert tiers(a)[0] == tiers(b)[0] == [f"turn{n}" for n in range(5)]
+
+
+async def test_an_agent_checks_the_store_once_per_model_call(tmp_path: Path) -> None:
+    """An agent's window build reads the memory's tiers four times (L1, L2 twice, the
+    retrieval's exclusions); it checks other workers' writes once, as a session's does."""
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    with CountingStore(tmp_path / "agent.db") as store:
+        llm = ScriptedLLM([[ToolCall(id="c1", name="add", arguments={"a": 2, "b": 3})], "5."])
+        agent = Agent(llm=llm, memory=LoomMemory("agent", store=store, embedder=None), tools=[add])
+        store.versions = 0
+        checks = [store.versions async for e in agent.stream("2 + 3?") if e.type == "llm_completed"]
+        assert checks == [1, 2]  # one per model call
 
 
 async def test_a_view_follows_the_task_that_opened_it(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.context_builder import ExecutionContext
-from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault, LoomMemory
+from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault, LoomMemory, same_view
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
 from loomctx.messages import (
     MAX_ARGUMENT_DEPTH,
@@ -553,7 +553,8 @@ class Agent:
                     metadata=ids,
                 )
                 self.turns_taken += 1
-                window = await orchestrator.build(query=prompt, ctx=ctx)
+                with same_view():  # the memory checks other workers' writes once per build
+                    window = await orchestrator.build(query=prompt, ctx=ctx)
                 yield ContextAssembled.from_report(
                     window.report,
                     run_id=run.id,
