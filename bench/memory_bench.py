@@ -1,16 +1,24 @@
 """Tiered memory on the embedded store, with real conversation text (LoCoMo turns).
 
-Run: .venv/bin/python bench/memory_bench.py
+Run: .venv/bin/python bench/memory_bench.py [--vectors]
 - durable ingest through LoomMemory.add_tasks into a file store, batched (turns/s);
 - single add_task latency, p50 / p99 (every call a committed write, searchable at once);
 - L4SemanticSource.collect p50 / p95 at 1k, 10k and 100k stored turns (lexical recall; the
   store's numbers for dense search are in bench/store_bench.py);
 - resident memory with 100k turns stored.
 Stored turns cycle the LoCoMo text with a counter appended so every turn is distinct.
+
+With ``--vectors``, every stored turn also gets a 384-d vector (the shipped e5 model's size),
+and the shipped model is loaded, as in a deployment with dense search: resident memory is
+then measured with vectors included, and collect runs hybrid search. The turns' vectors come
+from `HashingEmbedder(dim=384)`, which embeds 100k turns in seconds where the model would take
+most of an hour here: the same bytes in the store and its index, so the same memory; but
+their ranking is not the model's, so only the times and sizes of that run mean something.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import tempfile
@@ -30,6 +38,7 @@ from loomctx import (
     TokenBudget,
 )
 from loomctx.memory.task import USER_MESSAGE
+from loomctx.testing import HashingEmbedder
 
 QUERIES = [
     "When did Caroline go to the LGBTQ support group?",
@@ -74,13 +83,28 @@ async def measure(
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vectors", action="store_true", help="384-d vectors on every turn")
+    vectors = parser.parse_args().vectors
+    embedder = HashingEmbedder(dim=384) if vectors else None
+    if vectors:  # the model a dense deployment has resident
+        from loomctx.embeddings import default_embedder
+
+        default_embedder().embed(["load the model"], kind="query")
+        print(f"RSS with the shipped model loaded: {rss_mb():,.0f} MB")
     turns = locomo_turns()
     counter = TiktokenCounter()
     ctx = BuildContext(counter=counter)
     budget = TokenBudget(tokens=420, ceiling=7000)
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "memory.db")
-        memory = LoomMemory("bench", store=store, counter=counter, embedder=None)
+
+        def open_memory(name: str) -> LoomMemory:
+            return LoomMemory(
+                name, store=store, counter=counter, embedder=embedder, embed_in_background=False
+            )
+
+        memory = open_memory("bench")
         source = L4SemanticSource(memory)
 
         batch = tasks(turns, 0, 5000)
@@ -110,9 +134,11 @@ def main() -> None:
                     memory.add_tasks(more[k : k + 1000])
                 stored = target
             elif target == 1_000:
-                memory = LoomMemory("small", store=store, counter=counter, embedder=None)
+                memory = open_memory("small")
                 memory.add_tasks(tasks(turns, 0, 1000))
                 source = L4SemanticSource(memory)
+            if memory.background is not None:  # every stored turn gets its vector first
+                memory.background.drain()
             samples, blocks = asyncio.run(measure(source, budget, ctx))
             print(
                 f"{target:>8} {statistics.median(samples) * 1000:>15.2f} "
@@ -120,7 +146,7 @@ def main() -> None:
                 f"{rss_mb():>8.0f}"
             )
             if target == 1_000:
-                memory = LoomMemory("bench", store=store, counter=counter, embedder=None)
+                memory = open_memory("bench")
                 source = L4SemanticSource(memory)
         store.close()
 
