@@ -129,9 +129,8 @@ def main() -> None:
         print(f"\n{'stored':>8} {'collect p50 ms':>15} {'p95 ms':>8} {'blocks':>7} {'RSS MB':>8}")
         for target in (1_000, 10_000, 100_000):
             if stored < target:
-                more = tasks(turns, stored, target - stored)
-                for k in range(0, len(more), 1000):
-                    memory.add_tasks(more[k : k + 1000])
+                for k in range(stored, target, 1000):  # streamed, as an import reads its file
+                    memory.add_tasks(tasks(turns, k, min(1000, target - k)))
                 stored = target
             elif target == 1_000:
                 memory = open_memory("small")
