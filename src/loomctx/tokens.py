@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from loomctx.messages import Message
 
 __all__ = [
-    "SHARED_COUNT_CACHE",
     "BaseTokenCounter",
     "CallableCounter",
     "HeuristicCounter",
@@ -71,10 +70,6 @@ __all__ = [
     "render_tool_definitions",
 ]
 
-# Entries in the count cache of a counter that serves many sessions' windows (a controller's,
-# `loomctx serve`'s): the default 4,096 is one session's working set, and a server's build
-# missed it for every retrieved turn (~20 tokenizations, ~0.6 ms, per build at 10k turns).
-SHARED_COUNT_CACHE: Final = 65_536
 
 TOKENS_PER_MESSAGE: Final = 3
 TOKENS_PER_NAME: Final = 1
@@ -153,7 +148,11 @@ class BaseTokenCounter(ABC):
 
     is_estimate: bool = False
 
-    def __init__(self, *, cache_entries: int = 4096, cache_chars: int = 8_000_000) -> None:
+    # 65,536 texts (and 8M characters at most): a 128k window counts ~3,000 items (each one's
+    # text and its labelled form), a server counts many sessions' windows; with 4,096, a
+    # build at 10k stored turns missed the cache for every retrieved turn, and a 128k one
+    # re-counted nearly everything (memory path at 100k turns: 193 -> 150 ms p50).
+    def __init__(self, *, cache_entries: int = 65_536, cache_chars: int = 8_000_000) -> None:
         if cache_entries < 0 or cache_chars < 0:
             raise ConfigError("`cache_entries` and `cache_chars` must be >= 0")
         self._cache = _CountCache(max_entries=cache_entries, max_chars=cache_chars)

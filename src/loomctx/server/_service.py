@@ -40,7 +40,7 @@ from loomctx.server._errors import RequestError
 from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
-from loomctx.tokens import SHARED_COUNT_CACHE, TiktokenCounter
+from loomctx.tokens import TiktokenCounter
 
 __all__ = ["LoomService", "open_store"]
 
@@ -96,7 +96,7 @@ class LoomService:
 
             embedder = default_embedder()
         self.embedder = embedder
-        self.counter = TiktokenCounter(cache_entries=SHARED_COUNT_CACHE)  # every tenant's
+        self.counter = TiktokenCounter()  # every tenant's windows
         self.layout = LayoutState(max_sessions=4096)
         self.max_open = max_open
         self._memories: OrderedDict[tuple[str, str], LoomMemory] = OrderedDict()

@@ -59,7 +59,7 @@ from loomctx.session.options import SessionOptions
 from loomctx.session.persist import L4Persister
 from loomctx.session.session import Session, SessionState
 from loomctx.stores.base import Get, MemoryStore, Put, Record, Scan
-from loomctx.tokens import SHARED_COUNT_CACHE, TiktokenCounter, TokenCounter
+from loomctx.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["ContextController"]
 
@@ -101,8 +101,8 @@ class ContextController:
         self._owns_bus = bus is None
         self.store: MemoryStore = store
         self.bus: EventBus = InProcessEventBus() if bus is None else bus
-        # One counter serves every session's windows: a cache sized for many sessions' texts.
-        self.counter = counter or TiktokenCounter(cache_entries=SHARED_COUNT_CACHE)
+        # One counter serves every session's windows: its count cache is shared by them all.
+        self.counter = counter or TiktokenCounter()
         self.memory = LoomMemory(
             agent_id, store=store, namespace=self.layout.agent, counter=self.counter, embedder=None
         )
