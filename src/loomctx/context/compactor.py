@@ -98,17 +98,40 @@ class CachePolicy:
     - `max_dynamic`: the share of the input budget the dynamic tail (retrieved memory and
       knowledge, sent new on every call) may take at most; None: no cap beyond the sources'
       budgets (default).
+    - `min_dynamic`: the tokens of dynamic context that come before history older than its
+      newest `core_units` units (default 2,000; 0: history keeps its whole share). In a small
+      window the best retrieved blocks hold more of what a question needs per token than
+      older history does; in a large one the dynamic sources' own shares exceed the floor and
+      nothing changes. Within `max_dynamic`'s cap, and only as much as the dynamic sources
+      offer (see `dynamic_floor`).
+    - `core_units`: the newest history units (opening with a user message) that history keeps
+      whatever the floor takes (default 4): a conversation needs its last exchanges.
     """
 
     low_water: float = 0.6
     defer_ratio: float = 0.1
     max_dynamic: float | None = None
+    min_dynamic: int = 2000
+    core_units: int = 4
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
         if self.max_dynamic is not None:
             check_unit(self.max_dynamic, "`CachePolicy.max_dynamic`")
+        for name in ("min_dynamic", "core_units"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"`CachePolicy.{name}` must be an int >= 0, got {value!r}")
+
+    def dynamic_floor(self, available: int, dynamic_limit: int | None = None) -> int:
+        """The tokens of a budget of `available` that the dynamic context may claim ahead of
+        older history: `min_dynamic`, within the cap (`max_dynamic`'s share and
+        `dynamic_limit`, the budget manager's)."""
+        floor = min(self.min_dynamic, available)
+        if self.max_dynamic is not None:
+            floor = min(floor, int(self.max_dynamic * available))
+        return max(0, floor if dynamic_limit is None else min(floor, dynamic_limit))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +158,50 @@ class Compaction:
 def _starts_with_user(c: Candidate) -> bool:
     """Anthropic requires the first message to be the user's: history starts with one."""
     return bool(c.block.messages) and c.block.messages[0].role == "user"
+
+
+def _core_cost(units: Sequence[Candidate], count: int) -> int:
+    """What the newest `count` of a history's `units` cost, from a user message on (further
+    back if the count starts on another role)."""
+    ordered = sorted(units, key=lambda c: c.block.sequence)
+    first = max(0, len(ordered) - count)
+    while 0 < first < len(ordered) and not _starts_with_user(ordered[first]):
+        first -= 1
+    return sum(c.cost for c in ordered[first:]) if count else 0
+
+
+def _dynamic_first(
+    shares: dict[str, int],
+    wants: Mapping[str, int],
+    dynamic: set[str],
+    candidates: Sequence[Candidate],
+    priorities: Mapping[str, float],
+    floor: int,
+    policy: CachePolicy,
+) -> dict[str, int]:
+    """`shares` with the dynamic sources raised to `floor` tokens in all (no more than they
+    want), taken from history older than its newest `policy.core_units` units, the
+    lowest-priority history first (`CachePolicy.min_dynamic`)."""
+    short = min(floor, sum(wants[n] for n in dynamic)) - sum(shares.get(n, 0) for n in dynamic)
+    if short <= 0:
+        return shares
+    units: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if c.block.section == "history" and not c.block.pinned:
+            units.setdefault(c.block.source, []).append(c)
+    out = dict(shares)
+    freed = 0
+    for source in sorted(units, key=lambda n: (priorities[n], n)):
+        core = _core_cost(units[source], policy.core_units)
+        give = min(short - freed, max(0, out.get(source, 0) - core))
+        out[source] = out.get(source, 0) - give
+        freed += give
+    for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
+        add = min(freed, wants[name] - out.get(name, 0))
+        if add > 0:
+            out[name] = out.get(name, 0) + add
+            freed -= add
+    return out
 
 
 def _describe(m: Message) -> str:
@@ -214,6 +281,9 @@ class ContextCompactor:
         # history's share is its room (and what a higher-priority source leaves flows to it).
         wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
         shares = BudgetManager.redistribute(dict(grants), wants, priorities)
+        shares = _dynamic_first(
+            shares, wants, dynamic, candidates, priorities, min(policy.min_dynamic, cap), policy
+        )
         dynamic_left = [cap]
 
         def take(c: Candidate, room: int, why_cut: str) -> int:
@@ -428,6 +498,8 @@ class ContextCompactor:
         target = room if fill else int(policy.low_water * room)
         summarize = self.summarize_history and not fill
         reserve = min(self.summary_max_tokens, target // 4) if summarize else 0
+        if not fill:  # the newest units a conversation needs stay whole if the room holds them
+            target = max(target, min(_core_cost(units, policy.core_units) + reserve, room))
         max_units = int(policy.low_water * capacity) if capacity and not fill else len(units)
         first, total = len(units), 0
         for i in range(len(units) - 1, -1, -1):
