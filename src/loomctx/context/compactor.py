@@ -498,8 +498,11 @@ class ContextCompactor:
         target = room if fill else int(policy.low_water * room)
         summarize = self.summarize_history and not fill
         reserve = min(self.summary_max_tokens, target // 4) if summarize else 0
-        if not fill:  # the newest units a conversation needs stay whole if the room holds them
-            target = max(target, min(_core_cost(units, policy.core_units) + reserve, room))
+        if not fill:  # the newest units a conversation needs stay whole if the room holds
+            # them, before a summary of the older ones
+            core = _core_cost(units, policy.core_units)
+            target = max(target, min(core + reserve, room))
+            reserve = min(reserve, max(0, target - core))
         max_units = int(policy.low_water * capacity) if capacity and not fill else len(units)
         first, total = len(units), 0
         for i in range(len(units) - 1, -1, -1):
