@@ -94,7 +94,7 @@ async def test_sources_are_told_the_floor_within_the_cap() -> None:
     for policy, expected in (
         (CachePolicy(), 2000),
         (CachePolicy(min_dynamic=500), 500),
-        (CachePolicy(max_dynamic=0.1), 700),
+        (CachePolicy(max_dynamic=0.5), 0),
         (CachePolicy(min_dynamic=0), 0),
     ):
         recorder = Recorder()
@@ -107,6 +107,6 @@ def test_policy_validation() -> None:
     for bad in ({"min_dynamic": -1}, {"core_units": True}, {"min_dynamic": 1.5}):
         with pytest.raises(ConfigError, match="must be an int >= 0"):
             CachePolicy(**bad)  # type: ignore[arg-type]
-    assert CachePolicy(max_dynamic=0.25).dynamic_floor(7000) == 1750
+    assert CachePolicy(max_dynamic=0.25).dynamic_floor(7000) == 0
     assert CachePolicy().dynamic_floor(7000, 1000) == 1000
     assert CachePolicy().dynamic_floor(1500) == 1500
