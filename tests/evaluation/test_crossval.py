@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
+from loomctx.context.compactor import CachePolicy
 from loomctx.errors import ConfigError
-from loomctx.evaluation.crossval import LME_GRID, LOCOMO_GRID, cross_validate, folds_of
+from loomctx.evaluation.crossval import (
+    LME_GRID,
+    LOCOMO_GRID,
+    cross_validate,
+    folds_of,
+    label_of,
+)
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
 from loomctx.retrieval.settings import RetrievalSettings
 from tests.evaluation.test_evaluate import lme_data, locomo_data, write
@@ -95,7 +102,9 @@ def test_folds_of_deals_round_robin() -> None:
 def test_grids_start_with_the_defaults_and_hold_no_duplicates() -> None:
     for grid in (LOCOMO_GRID, LME_GRID):
         assert grid[0] == RetrievalSettings()
-        assert len({g.label() for g in grid}) == len(grid)
+        assert len({label_of(g) for g in grid}) == len(grid)
+    assert label_of(CachePolicy(min_dynamic=0)) == "policy: min_dynamic=0"
+    assert label_of(CachePolicy()) == "policy: defaults"
 
 
 def two_conversations() -> list[dict[str, Any]]:
@@ -118,6 +127,28 @@ def test_evaluate_locomo_cross_validated(tmp_path: Path) -> None:
     assert held["per_setting"]["defaults"] == r["r@10"]
     assert held["by_category"].keys() == r["by_category"].keys()
     json.dumps(r)
+
+
+def test_evaluate_locomo_cross_validates_a_cache_policy(tmp_path: Path) -> None:
+    path = write(tmp_path / "l.json", two_conversations())
+    grid = [RetrievalSettings(), CachePolicy(min_dynamic=0)]
+    r = evaluate_locomo(
+        path, dense=False, cv=True, grid=grid, budgets=(300,), cv_target="window@300"
+    )
+    held = r["cross_validated"]
+    assert held["grid"] == ["defaults", "policy: min_dynamic=0"]
+    assert set(held["chosen"].values()) <= set(held["grid"])
+    assert r["config"]["policy"] == "policy: defaults"
+    plain = evaluate_locomo(path, dense=False, budgets=(300,), policy=CachePolicy(min_dynamic=0))
+    assert held["per_setting"]["policy: min_dynamic=0"] == plain["window@300"]
+    assert plain["config"]["policy"] == "policy: min_dynamic=0"
+    with pytest.raises(ConfigError, match="RetrievalSettings or CachePolicy"):
+        evaluate_locomo(path, dense=False, cv=True, grid=["min_dynamic=0"])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match=r"sequence of RetrievalSettings$"):
+        evaluate_longmemeval(
+            write(tmp_path / "m.json", lme_data()), dense=False, cv=True, folds=2,
+            grid=[CachePolicy()],  # type: ignore[list-item]
+        )  # fmt: skip
 
 
 def test_evaluate_locomo_cv_needs_two_conversations_and_a_known_target(tmp_path: Path) -> None:

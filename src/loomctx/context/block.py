@@ -131,6 +131,9 @@ class BuildContext:
     far the task has come, e.g. the share of an agent run's turns used; `phase` is set by the
     caller or inferred by an adaptive budget manager (from `progress`, else `turn_index`);
     `counter` is the orchestrator's token counter, for sources that measure what they offer.
+    `dynamic_floor` is the room the window gives dynamic context ahead of older history
+    (`CachePolicy.min_dynamic` within its cap; set by the orchestrator): a dynamic source may
+    offer that much even when its own share is smaller.
     `history_start` is set by the orchestrator: for each history source of the session's
     previous window, the `sequence` of the unit its kept history starts at (its
     `HistoryMark`), so that a source need not offer units the window can no longer hold.
@@ -144,6 +147,7 @@ class BuildContext:
     progress: float | None = None
     phase: Phase | None = None
     counter: TokenCounter = field(default_factory=lambda: _default_counter(), hash=False)
+    dynamic_floor: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
     history_start: Mapping[str, int] = field(default_factory=dict, hash=False)
 

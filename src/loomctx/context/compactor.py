@@ -98,17 +98,41 @@ class CachePolicy:
     - `max_dynamic`: the share of the input budget the dynamic tail (retrieved memory and
       knowledge, sent new on every call) may take at most; None: no cap beyond the sources'
       budgets (default).
+    - `min_dynamic`: the tokens of dynamic context that come before history older than its
+      newest `core_units` units (default 2,000; 0: history keeps its whole share). In a small
+      window the best retrieved blocks hold more of what a question needs per token than
+      older history does; in a large one the dynamic sources' own shares exceed the floor and
+      nothing changes. Only as much as the dynamic sources offer, and only in windows without
+      `max_dynamic`: a window that caps its dynamic tail for the cache's sake (an `Agent`'s,
+      the proxy's) keeps history's share (see `dynamic_floor`).
+    - `core_units`: the newest history units (opening with a user message) that history keeps
+      whatever the floor takes (default 4): a conversation needs its last exchanges.
     """
 
     low_water: float = 0.6
     defer_ratio: float = 0.1
     max_dynamic: float | None = None
+    min_dynamic: int = 2000
+    core_units: int = 4
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
         if self.max_dynamic is not None:
             check_unit(self.max_dynamic, "`CachePolicy.max_dynamic`")
+        for name in ("min_dynamic", "core_units"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"`CachePolicy.{name}` must be an int >= 0, got {value!r}")
+
+    def dynamic_floor(self, available: int, dynamic_limit: int | None = None) -> int:
+        """The tokens of a budget of `available` that the dynamic context may claim ahead of
+        older history: `min_dynamic` within `available` and `dynamic_limit` (the budget
+        manager's cap), or 0 when `max_dynamic` caps the dynamic tail."""
+        if self.max_dynamic is not None:
+            return 0
+        floor = min(self.min_dynamic, available)
+        return max(0, floor if dynamic_limit is None else min(floor, dynamic_limit))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +159,54 @@ class Compaction:
 def _starts_with_user(c: Candidate) -> bool:
     """Anthropic requires the first message to be the user's: history starts with one."""
     return bool(c.block.messages) and c.block.messages[0].role == "user"
+
+
+def _core_cost(units: Sequence[Candidate], count: int) -> int:
+    """What the newest `count` of a history's `units` cost, from a user message on (further
+    back if the count starts on another role)."""
+    ordered = sorted(units, key=lambda c: c.block.sequence)
+    first = max(0, len(ordered) - count)
+    while 0 < first < len(ordered) and not _starts_with_user(ordered[first]):
+        first -= 1
+    return sum(c.cost for c in ordered[first:]) if count else 0
+
+
+def _dynamic_first(
+    shares: dict[str, int],
+    wants: Mapping[str, int],
+    dynamic: set[str],
+    candidates: Sequence[Candidate],
+    priorities: Mapping[str, float],
+    floor: int,
+    policy: CachePolicy,
+) -> tuple[dict[str, int], set[str]]:
+    """`shares` with the dynamic sources raised to `floor` tokens in all (no more than they
+    want), taken from history older than its newest `policy.core_units` units, the
+    lowest-priority history first (`CachePolicy.min_dynamic`); and the history sources that
+    gave room."""
+    short = min(floor, sum(wants[n] for n in dynamic)) - sum(shares.get(n, 0) for n in dynamic)
+    if short <= 0:
+        return shares, set()
+    units: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if c.block.section == "history" and not c.block.pinned:
+            units.setdefault(c.block.source, []).append(c)
+    out = dict(shares)
+    freed = 0
+    gave: set[str] = set()
+    for source in sorted(units, key=lambda n: (priorities[n], n)):
+        core = _core_cost(units[source], policy.core_units)
+        give = min(short - freed, max(0, out.get(source, 0) - core))
+        if give > 0:
+            out[source] = out.get(source, 0) - give
+            freed += give
+            gave.add(source)
+    for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
+        add = min(freed, wants[name] - out.get(name, 0))
+        if add > 0:
+            out[name] = out.get(name, 0) + add
+            freed -= add
+    return out, gave
 
 
 def _describe(m: Message) -> str:
@@ -214,6 +286,10 @@ class ContextCompactor:
         # history's share is its room (and what a higher-priority source leaves flows to it).
         wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
         shares = BudgetManager.redistribute(dict(grants), wants, priorities)
+        floor = policy.dynamic_floor(budget, dynamic_cap)
+        shares, yielded = _dynamic_first(
+            shares, wants, dynamic, candidates, priorities, floor, policy
+        )
         dynamic_left = [cap]
 
         def take(c: Candidate, room: int, why_cut: str) -> int:
@@ -279,6 +355,7 @@ class ContextCompactor:
                 policy,
                 counter,
                 cost_of,
+                core_units=policy.core_units if source in yielded else 0,
             )
             if kept:
                 new_marks[source] = HistoryMark(
@@ -376,11 +453,15 @@ class ContextCompactor:
         policy: CachePolicy,
         counter: TokenCounter,
         cost_of: Callable[[ContextBlock], int],
+        *,
+        core_units: int = 0,
     ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
         """The units of one history source to keep (oldest first), its frozen summary, and
         a note when history was compacted or a compaction deferred. `rooms` are its room (its
         share), what is left of the budget (a deferred compaction may use it), and what the
-        other sources' shares leave."""
+        other sources' shares leave. `core_units`: when history gave room to the dynamic
+        floor, a compaction keeps this many of its newest units whole if the room holds them,
+        before a summary of the older ones."""
         room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
         capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
@@ -428,6 +509,10 @@ class ContextCompactor:
         target = room if fill else int(policy.low_water * room)
         summarize = self.summarize_history and not fill
         reserve = min(self.summary_max_tokens, target // 4) if summarize else 0
+        if not fill and core_units:
+            core = _core_cost(units, core_units)
+            target = max(target, min(core + reserve, room))
+            reserve = min(reserve, max(0, target - core))
         max_units = int(policy.low_water * capacity) if capacity and not fill else len(units)
         first, total = len(units), 0
         for i in range(len(units) - 1, -1, -1):

@@ -223,11 +223,15 @@ class ContextOrchestrator:
 
     async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
         """The window for `query` (the current user turn; may be empty mid-run)."""
+        floor = self.cache_policy.dynamic_floor(
+            self.available, self.budget_manager.dynamic_limit(self.available)
+        )
         ctx = ctx or BuildContext()
         session = self.state._session(ctx.session_id)
         ctx = replace(
             ctx,
             counter=self.token_counter,
+            dynamic_floor=floor,
             history_start={name: mark.sequence for name, mark in session.marks.items()},
         )
         counter = self.token_counter

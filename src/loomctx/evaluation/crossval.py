@@ -15,13 +15,21 @@ selection is tested on hand-made tables (`tests/evaluation/test_crossval.py`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from loomctx.context.compactor import CachePolicy
 from loomctx.errors import ConfigError
 from loomctx.retrieval.settings import RetrievalSettings
 
-__all__ = ["LME_GRID", "LOCOMO_GRID", "CrossValidation", "cross_validate", "folds_of"]
+__all__ = [
+    "LME_GRID",
+    "LOCOMO_GRID",
+    "CrossValidation",
+    "cross_validate",
+    "folds_of",
+    "label_of",
+]
 
 Row = Mapping[str, Any]
 Score = Callable[[Sequence[Row]], float]
@@ -38,12 +46,17 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(overlap_weight=0.45),
     RetrievalSettings(whole_below=0),
     RetrievalSettings(hop_weight=0.3),
+    CachePolicy(min_dynamic=0),
+    CachePolicy(min_dynamic=1000),
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
-truncatable as before issue 21 (`whole_below=0`), and the second hop, off by default
-(`hop_weight`): a held-out conversation is reported with one only if the other four chose
-it."""
+truncatable as before issue 21 (`whole_below=0`), the second hop, off by default
+(`hop_weight`), and the windows' dynamic floor (`CachePolicy.min_dynamic`) off, as before
+issue 21, or at half its default: a held-out conversation is reported with one only if the
+other four chose it. (A floor above the default is left out: it would only take history's
+room in larger windows, and what history is worth to a conversation, beyond the gold
+evidence, is what this benchmark cannot see.)"""
 
 LME_GRID: Final = (
     _BASE,
@@ -58,6 +71,21 @@ LME_GRID: Final = (
 """As `LOCOMO_GRID`, with `time_decay` instead of the fusion weights (LongMemEval questions
 say when they are asked, and some name a time) and without `whole_below` (LongMemEval is
 measured on the ranking, not in a window)."""
+
+
+def label_of(setting: RetrievalSettings | CachePolicy) -> str:
+    """A grid entry's name in a table: ``"defaults"`` or ``"neighbour_weight=0.2"`` for
+    `RetrievalSettings` (`RetrievalSettings.label`), ``"policy: min_dynamic=0"`` for a
+    `CachePolicy` (its fields that differ from the defaults; ``"policy: defaults"``)."""
+    if isinstance(setting, RetrievalSettings):
+        return setting.label()
+    base = CachePolicy()
+    changed = [
+        f"{f.name}={getattr(setting, f.name)}"
+        for f in fields(setting)
+        if getattr(setting, f.name) != getattr(base, f.name)
+    ]
+    return "policy: " + (", ".join(changed) or "defaults")
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.base import Hit, VectorSearch
 
 if TYPE_CHECKING:
+    from loomctx.context.compactor import CachePolicy
     from loomctx.embeddings import Embedder
 
 __all__ = [
@@ -315,6 +316,7 @@ class _Rankers:
         self.fused = fused
         self.lexical = lexical or fused
         self.settings = RetrievalSettings()
+        self.policy: CachePolicy | None = None  # the windows' (None: `CachePolicy()`)
 
     def configure(self, settings: RetrievalSettings) -> None:
         """Search with `settings` from now on (the memories' own search constants too; the
@@ -500,6 +502,7 @@ async def _windows(
             model_context_window=b + 1000,
             max_output_tokens=1000,
             source_timeout=120.0,  # a first query may load the embedding model
+            cache_policy=rankers.policy,
         )
         for b in budgets
     }
@@ -577,12 +580,16 @@ def _cv_score(target: str) -> Callable[[Sequence[Mapping[str, Any]]], float]:
 
 
 def _check_cv(
-    cv: bool, grid: Sequence[RetrievalSettings], target: str, keys: Sequence[str]
+    cv: bool, grid: Sequence[Any], target: str, keys: Sequence[str], *, policies: bool = False
 ) -> None:
     if not cv:
         return
-    if not grid or not all(isinstance(g, RetrievalSettings) for g in grid):
-        raise ConfigError("`grid` must be a non-empty sequence of RetrievalSettings")
+    from loomctx.context.compactor import CachePolicy
+
+    kinds = (RetrievalSettings, CachePolicy) if policies else (RetrievalSettings,)
+    if not grid or not all(isinstance(g, kinds) for g in grid):
+        what = "RetrievalSettings or CachePolicy" if policies else "RetrievalSettings"
+        raise ConfigError(f"`grid` must be a non-empty sequence of {what}")
     if target not in keys:
         raise ConfigError(f"`cv_target` must be one of {list(keys)}, got {target!r}")
 
@@ -623,8 +630,9 @@ def evaluate_locomo(
     cache_dir: str | Path | None = None,
     date_in_text: bool = False,
     settings: RetrievalSettings | None = None,
+    policy: CachePolicy | None = None,
     cv: bool = False,
-    grid: Sequence[RetrievalSettings] | None = None,
+    grid: Sequence[RetrievalSettings | CachePolicy] | None = None,
     cv_target: str = "window@2000",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -634,24 +642,28 @@ def evaluate_locomo(
     only. `limit`: only the first `limit` questions (in file order). `stages`: also the
     lexical / dense / fused rankings (needs `dense`). `cache_dir`: keep document and query
     vectors on disk there between runs (e.g. `loomctx.evaluation._vector_cache.DEFAULT_CACHE_DIR`).
-    `settings`: the retrieval constants of the plain figures (default `RetrievalSettings()`).
+    `settings`: the retrieval constants of the plain figures (default `RetrievalSettings()`);
+    `policy`: the windows' `CachePolicy` (default `CachePolicy()`).
 
     `cv`: also ``cross_validated``, leave-one-conversation-out: every setting of `grid`
-    (default `loomctx.evaluation.crossval.LOCOMO_GRID`) is measured once per conversation;
-    each conversation is then reported under the setting that maximizes `cv_target` on the
-    other conversations (`loomctx.evaluation.crossval.cross_validate`).
+    (default `loomctx.evaluation.crossval.LOCOMO_GRID`; a `CachePolicy` in it stands for the
+    plain retrieval settings with that policy, a `RetrievalSettings` for those settings with
+    the plain policy) is measured once per conversation; each conversation is then reported
+    under the setting that maximizes `cv_target` on the other conversations
+    (`loomctx.evaluation.crossval.cross_validate`).
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"`limit` must be >= 1 or None, got {limit!r}")
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in budgets):
         raise ConfigError(f"`budgets` must be ints >= 1, got {budgets!r}")
-    from loomctx.evaluation.crossval import LOCOMO_GRID
+    from loomctx.context.compactor import CachePolicy
+    from loomctx.evaluation.crossval import LOCOMO_GRID, label_of
 
     plain = settings or RetrievalSettings()
     rank_keys = [f"r@{k}" for k in LOCOMO_KS] + ["ndcg@10"]
     window_keys = [f"window@{b}" for b in budgets]
     chosen_grid = list(grid if grid is not None else LOCOMO_GRID)
-    _check_cv(cv, chosen_grid, cv_target, rank_keys + window_keys)
+    _check_cv(cv, chosen_grid, cv_target, rank_keys + window_keys, policies=True)
     conversations = load_locomo(path)
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
@@ -684,15 +696,22 @@ def evaluate_locomo(
         rankers = _open(conv.sample_id, tasks, emb)
         try:
             rankers.configure(plain)
+            rankers.policy = policy
             for stage in run_stages:
                 stage_rows[stage].extend(_locomo_rows(rankers, usable, budgets, texts, stage))
             rows.extend(stage_rows[MAIN_STAGE][-len(usable) :])
             for setting in chosen_grid if cv else ():
-                label = setting.label()
-                if setting == plain:  # measured already
+                if isinstance(setting, RetrievalSettings):
+                    label, same = setting.label(), setting == plain
+                    rankers.configure(setting)
+                    rankers.policy = policy
+                else:
+                    label, same = label_of(setting), setting == (policy or CachePolicy())
+                    rankers.configure(plain)
+                    rankers.policy = setting
+                if same:  # measured already
                     rows_of = stage_rows[MAIN_STAGE][-len(usable) :]
                 else:
-                    rankers.configure(setting)
                     rows_of = _locomo_rows(rankers, usable, budgets, texts, MAIN_STAGE)
                 table.setdefault(label, {})[conv.sample_id] = rows_of
         finally:
@@ -712,6 +731,7 @@ def evaluate_locomo(
             "date_in_text": date_in_text,
             "window_sources": ["L1_recent", "unified_retrieval", "user_input"],
             "settings": plain.label(),
+            "policy": label_of(policy or CachePolicy()),
         },
     }
     if stages:

@@ -307,7 +307,8 @@ class UnifiedRetrievalSource:
         limit = self.recall_limit
         if self.fill:
             per = self.settings.tokens_per_candidate
-            limit = max(limit, min(budget.ceiling, 2 * budget.tokens) // per)
+            want = max(2 * budget.tokens, ctx.dynamic_floor)
+            limit = max(limit, min(budget.ceiling, want) // per)
         run_id = ctx.metadata.get("run_id")
         ranked = await self.candidates(
             query, limit=limit, run_id=str(run_id) if run_id is not None else None
