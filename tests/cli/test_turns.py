@@ -6,7 +6,7 @@ import io
 import json
 
 from loomctx.agent.executor import Agent
-from loomctx.cli._agent import ask, choose_llm
+from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._offline import OfflineResponder
 from loomctx.messages import ToolCall
 from loomctx.testing import ScriptedLLM
@@ -36,6 +36,24 @@ async def test_a_sub_agents_windows_are_not_the_turns_own() -> None:
     windows = [e for e in events if e["type"] == "context_assembled"]
     assert len(windows) == 3
     assert sum(1 for e in windows if e["parent_run_id"] is not None) == 1
+
+
+async def test_the_recorder_keeps_the_current_turns_calls_only() -> None:
+    """A long `loomctx chat` kept every window it ever sent in memory."""
+    llm = RecordingLLM(ScriptedLLM(["One.", [ToolCall(id="c1", name="add", arguments={})], "Two."]))
+
+    def add() -> int:
+        """Add nothing."""
+        return 0
+
+    agent = Agent(llm, tools=[add], embedder=None)  # type: ignore[arg-type]
+    first = await ask(agent, "Say one.")
+    assert len(llm.sent) == 1
+    second = await ask(agent, "Say two.")
+    assert len(llm.sent) == 2  # the second turn's two calls, not all three
+    assert [len(a.calls) for a in (first, second)] == [1, 2]
+    assert second.calls[0].messages == llm.sent[0][0]
+    assert any(m.content == "Say two." for m in second.calls[0].messages)
 
 
 def test_choosing_the_model() -> None:

@@ -42,8 +42,9 @@ def choose_llm(model: str | None, environ: Mapping[str, str], *, offline: bool) 
 
 
 class RecordingLLM:
-    """`inner`, keeping what each call sent: `sent` holds (messages, tools) per call, in
-    order. So the chat can save the exact text of every window with its report."""
+    """`inner`, keeping what each call sent: `sent` holds (messages, tools) per call of the
+    current turn (`ask` clears it), in order. So the chat can save the exact text of every
+    window with its report."""
 
     def __init__(self, inner: LLM) -> None:
         self.inner = inner
@@ -99,6 +100,8 @@ async def ask(
     report: ContextReport | None = None
     windows = 0
     recorder = agent.llm if isinstance(agent.llm, RecordingLLM) else None
+    if recorder is not None:  # this turn's calls only: a long chat must not keep them all
+        recorder.sent.clear()
     # Each window's report, and the index in `recorder.sent` of the call it was built for:
     # the call right after its event (a sub-agent's calls come later, during tool calls).
     built: list[tuple[ContextReport, int]] = []
