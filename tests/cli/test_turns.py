@@ -46,7 +46,7 @@ async def test_the_recorder_keeps_the_current_turns_calls_only() -> None:
         """Add nothing."""
         return 0
 
-    agent = Agent(llm, tools=[add], embedder=None)  # type: ignore[arg-type]
+    agent = Agent(llm, tools=[add], embedder=None)
     first = await ask(agent, "Say one.")
     assert len(llm.sent) == 1
     second = await ask(agent, "Say two.")
