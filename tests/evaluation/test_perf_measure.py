@@ -71,6 +71,8 @@ def test_embedding_throughput_through_the_worker(data: str) -> None:
 def test_run_perf_refuses_bad_arguments(data: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="turn counts >= 2"):
         run_perf(data, tmp_path, sizes=())
+    with pytest.raises(ConfigError, match="`reserve` must be >= 0 and below `window`"):
+        run_perf(data, tmp_path, sizes=(40,), window=4000, reserve=4000)
     with pytest.raises(ConfigError, match="'default' or 'none'"):
         run_perf(data, tmp_path, embedder="bert")  # type: ignore[arg-type]
     (tmp_path / "file").write_text("x")
@@ -117,6 +119,20 @@ def test_targets_state_each_verdict_at_its_own_size() -> None:
         "0 / 1 in 60 windows", "**NOT met**")  # fmt: skip
     assert verdicts["vs llama-index Memory at N=10k"][1] == "not measured"
     assert verdicts["RSS with 100k stored turns"] == ("1,052 MB", "**NOT met**")
+
+
+def test_a_128k_window_is_judged_by_its_own_target() -> None:
+    result = {
+        "config": {"window": 128_000, "reserve": 8_000},
+        "sizes": [_size(1_000, 2.0, 4.0), _size(100_000, 17.1, 150.2)],
+    }
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(result)}
+    assert verdicts["128k window: memory-path build p50 at N=100k"] == ("150.20 ms", "**NOT met**")
+    assert verdicts["128k window: orchestrator p50 at N=100k"] == ("17.10 ms", "met")
+    assert "orchestrator build p50 at N=10k" not in verdicts  # set for the 8,000-token window
+    result["config"]["window"] = 32_000
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(result)}
+    assert verdicts["build p50 targets"] == ("32,000", "not measured")
 
 
 def test_a_failing_or_slow_measurement_process_is_reported() -> None:

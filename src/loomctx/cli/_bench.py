@@ -325,6 +325,12 @@ def perf(
             "--embed-wait", min=0, help="Seconds the memory's vectors may catch up before builds."
         ),
     ] = 60.0,
+    window: Annotated[
+        int, typer.Option("--window", min=1000, help="The model's context window in tokens.")
+    ] = 8000,
+    reserve: Annotated[
+        int, typer.Option("--reserve", min=0, help="Tokens of the window kept for the reply.")
+    ] = 1000,
 ) -> None:
     """Build latency, tokens and billed tokens per call, ingest, embedding and memory at
     N turns of history, for Loom and (with --peers) its peers; writes a report with plots."""
@@ -333,7 +339,9 @@ def perf(
     chosen = _sizes(sizes) if sizes else (QUICK_SIZES if quick else FULL_SIZES)
     command = "loomctx bench perf " + " ".join(
         a for a in (f"--sizes {','.join(map(str, chosen))}", "--quick" * quick,
-                    "--peers" * peers, "--lexical" * lexical) if a
+                    "--peers" * peers, "--lexical" * lexical,
+                    f"--window {window} --reserve {reserve}" * (window != 8000 or reserve != 1000))
+        if a
     )  # fmt: skip
     result = run_perf(
         data,
@@ -348,6 +356,8 @@ def perf(
         peers=peers,
         peers_dir=peers_dir,
         peer_time_limit=20.0 if quick else 60.0,
+        window=window,
+        reserve=reserve,
         command=command,
         progress=_progress,
     )

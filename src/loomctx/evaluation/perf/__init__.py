@@ -85,6 +85,8 @@ def run_perf(
     peers_dir: str | Path = "bench/peers",
     peer_time_limit: float = 60.0,
     timeout: float = 3600.0,
+    window: int = 8000,
+    reserve: int = 1000,
     command: str = "loomctx bench perf",
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -95,6 +97,10 @@ def run_perf(
         raise ConfigError(f"`sizes` must be turn counts >= 2, got {list(sizes)!r}")
     if embedder not in ("default", "none"):
         raise ConfigError(f"`embedder` must be 'default' or 'none', got {embedder!r}")
+    if not 0 <= reserve < window:
+        raise ConfigError(
+            f"`reserve` must be >= 0 and below `window` ({window:,}), got {reserve!r}"
+        )
     folder = Path(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -113,8 +119,8 @@ def run_perf(
             "documents": documents,
             "embedder": embedder,
             "embed_wait": embed_wait,
-            "window": 8000,
-            "reserve": 1000,
+            "window": window,
+            "reserve": reserve,
             "tool_every": TOOL_EVERY,
             "command": command,
             "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
@@ -125,7 +131,8 @@ def run_perf(
     for n in sorted(set(sizes)):
         say(f"Loom at N={n:,} (a fresh process)")
         config = SizeConfig(data=str(data), n=n, builds=builds, calls=calls, documents=documents,
-                            embedder=embedder, embed_wait=embed_wait)  # fmt: skip
+                            embedder=embedder, embed_wait=embed_wait, window=window,
+                            reserve=reserve)  # fmt: skip
         result["sizes"].append(
             _in_subprocess({"task": "size", "config": asdict(config)}, timeout=timeout)
         )
@@ -165,7 +172,10 @@ def _run_peers(
         tiktoken_dir = Path(__file__).resolve().parents[2] / "_data" / "tiktoken"
     with tempfile.TemporaryDirectory(prefix="loomctx-peers-") as tmp:
         for size in result["sizes"]:
-            workload = build_workload(source, size["n"], calls=calls)
+            config = result["config"]
+            workload = build_workload(
+                source, size["n"], calls=calls, window=config["window"], reserve=config["reserve"]
+            )
             file = Path(tmp) / f"workload-{size['n']}.json"
             payload = workload.to_json(builds=builds, time_limit=time_limit)
             payload["tiktoken_dir"] = str(tiktoken_dir)

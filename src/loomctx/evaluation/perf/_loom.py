@@ -2,7 +2,8 @@
 (`loomctx bench perf` calls it in a fresh subprocess per size, so resident memory is the
 size's own).
 
-Two strategies, each built with an 8,000-token window and 1,000 reserved:
+Two strategies, each built with the window and reserve of `SizeConfig` (8,000 tokens with 1,000
+reserved unless `loomctx bench perf --window --reserve` says otherwise):
 
 - `orchestrator`: `ContextOrchestrator` over the history (`HistorySource`), the knowledge base
   (`UnifiedRetrievalSource`), the tools, the system prompt and the user's turn;
