@@ -74,6 +74,7 @@ from loomctx.stores.base import (
 from loomctx.stores.sqlite import (
     _check_limit,
     _check_str,
+    _checked,
     _decode,
     _encode,
     _float32,
@@ -481,27 +482,9 @@ class PostgresStore(BaseStore):
     def _put(self, conn: psycopg.Connection[Any], state: _Batch, op: Put) -> Record:
         record = op.record
         namespace = check_namespace(record.namespace)
-        _check_str("key", record.key)
-        _check_str("kind", record.kind)
-        if not isinstance(record.text, str):
-            raise ConfigError(f"`text` must be a string, got {type(record.text).__name__}")
-        try:
-            data_json = json.dumps(
-                dict(record.data), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            )
-        except (TypeError, ValueError) as error:
-            raise ConfigError(
-                f"`data` of record {record.key!r} must be JSON-serializable (strings, numbers, "
-                f"booleans, None, lists and dicts with string keys): {error}"
-            ) from error
-        encoded = _encode(namespace)
+        encoded, data_json = _checked(record, namespace)
         fields = {"namespace": encoded, "key": record.key, "kind": record.kind}
         for name, value in {**fields, "text": record.text, "data": data_json}.items():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as error:
-                what = f"the `{name}` of record {record.key!r}"
-                raise ConfigError(_unencodable(what, error)) from error
             if "\x00" in value or (name == "data" and _NUL_ESCAPE.search(value)):
                 raise ConfigError(
                     f"the `{name}` of record {record.key!r} holds the NUL character (U+0000), "

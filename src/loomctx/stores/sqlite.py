@@ -334,29 +334,7 @@ class SQLiteStore(BaseStore):
     def _put(self, conn: sqlite3.Connection, state: _Batch, op: Put) -> Record:
         record = op.record
         namespace = check_namespace(record.namespace)
-        _check_str("key", record.key)
-        _check_str("kind", record.kind)
-        if not isinstance(record.text, str):
-            raise ConfigError(f"`text` must be a string, got {type(record.text).__name__}")
-        try:
-            data_json = json.dumps(
-                dict(record.data), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            )
-        except (TypeError, ValueError) as error:
-            raise ConfigError(
-                f"`data` of record {record.key!r} must be JSON-serializable (strings, numbers, "
-                f"booleans, None, lists and dicts with string keys): {error}"
-            ) from error
-        encoded = _encode(namespace)
-        # SQLite stores UTF-8: a lone surrogate (from bytes decoded with "surrogateescape")
-        # cannot be written. Say which field, rather than let a UnicodeEncodeError escape.
-        fields = {"namespace": encoded, "key": record.key, "kind": record.kind}
-        for name, value in {**fields, "text": record.text, "data": data_json}.items():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as error:
-                what = f"the `{name}` of record {record.key!r}"
-                raise ConfigError(_unencodable(what, error)) from error
+        encoded, data_json = _checked(record, namespace)
         state.seq += 1
         seq, now = state.seq, state.now
         state.changed[encoded] = seq
@@ -843,6 +821,37 @@ def _unencodable(what: str, error: UnicodeEncodeError) -> str:
         f"errors='surrogateescape' leaves); decode the bytes with errors='replace', or "
         f"clean the string with `s.encode('utf-8', 'replace').decode('utf-8')`"
     )
+
+
+def _checked(record: Record, namespace: Namespace) -> tuple[str, str]:
+    """The encoded namespace and the `data` JSON of a record to write (every store's checks):
+    `ConfigError` for a key, kind or text that is not a string, `data` that is not JSON, or
+    a field that is not valid Unicode. A store stores UTF-8: a lone surrogate (from bytes
+    decoded with "surrogateescape") cannot be written, and the error names the field rather
+    than let a UnicodeEncodeError escape."""
+    _check_str("key", record.key)
+    _check_str("kind", record.kind)
+    if not isinstance(record.text, str):
+        raise ConfigError(f"`text` must be a string, got {type(record.text).__name__}")
+    try:
+        data_json = json.dumps(
+            dict(record.data), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            f"`data` of record {record.key!r} must be JSON-serializable (strings, numbers, "
+            f"booleans, None, lists and dicts with string keys): {error}"
+        ) from error
+    encoded = _encode(namespace)
+    fields = (("namespace", encoded), ("key", record.key), ("kind", record.kind))
+    for name, value in (*fields, ("text", record.text), ("data", data_json)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ConfigError(
+                _unencodable(f"the `{name}` of record {record.key!r}", error)
+            ) from error
+    return encoded, data_json
 
 
 def _check_str(name: str, value: object) -> None:
