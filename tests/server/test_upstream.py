@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,6 +18,7 @@ from loomctx.agent.llm import allow_model_requests
 from loomctx.server._config import ModelConfig
 from loomctx.server._upstream import OpenAIUpstream, UpstreamError
 from tests.agent._servers import (
+    Pause,
     SSEReply,
     WireServer,
     openai_chunk,
@@ -90,6 +92,22 @@ def test_comments_and_multi_line_events_are_read_as_sse_says(wire: WireServer) -
     )
     chunks = _stream(wire)
     assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["a", "two lines"]
+
+
+def test_a_server_holding_the_stream_open_after_done_is_left_within_a_second(
+    wire: WireServer,
+) -> None:
+    """After `[DONE]` the proxy reads on (to keep the connection), but not for as long as a
+    server that never ends the body would have it wait."""
+    wire.script(
+        SSEReply(
+            events=[f"data: {json.dumps(openai_chunk({'content': 'x'}))}\n\n", "data: [DONE]\n\n",
+                    Pause(seconds=30)]
+        )
+    )  # fmt: skip
+    start = time.monotonic()
+    assert [c["choices"][0]["delta"]["content"] for c in _stream(wire)] == ["x"]
+    assert time.monotonic() - start < 5
 
 
 def test_a_stream_cut_before_done_ends_with_what_came(wire: WireServer) -> None:

@@ -21,6 +21,7 @@ line and no response.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import json
@@ -48,6 +49,7 @@ __all__ = [
 
 _NO_KEY = "no-key-needed"
 _OPENAI_URL = "https://api.openai.com/v1"
+_DRAIN_SECONDS = 1.0  # what follows `[DONE]` is read this long at most (`_drain`)
 
 
 class UpstreamError(LoomError):
@@ -227,14 +229,11 @@ class OpenAIUpstream:
                         _error_of(_json_or_none(raw), raw or response.reason_phrase),
                         secrets=self._secrets,
                     )
-                done = False
-                async for data in _sse_data(response.aiter_lines()):
-                    # After `[DONE]`, the body is read to its end (nothing, from a server
-                    # that keeps to the protocol): a response closed unread takes its
-                    # connection with it, and every call would open a new one.
-                    if done or data == "[DONE]":
-                        done = True
-                        continue
+                events = _sse_data(response.aiter_lines())
+                async for data in events:
+                    if data == "[DONE]":
+                        await _drain(events)
+                        break
                     chunk = _json_or_none(data)
                     if not isinstance(chunk, dict):
                         raise UpstreamError(
@@ -262,6 +261,17 @@ class OpenAIUpstream:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.client.aclose()
+
+
+async def _drain(events: AsyncIterator[str]) -> None:
+    """Read what follows ``[DONE]`` to the body's end (nothing, from a server that keeps to
+    the protocol): a response closed unread takes its connection with it, and every call
+    would open a new one (a TCP and TLS handshake to a provider). A server that holds the
+    stream open past `_DRAIN_SECONDS` gets its connection closed instead."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for _ in events:
+                pass
 
 
 async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
