@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, MemoryHit
-from loomctx.memory.task import MemoryTier, task_text
+from loomctx.memory.task import MemoryTier, Task, task_text
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing.embedders import HashingEmbedder
 from tests.retrieval.fixtures import open_store, remember, turn
@@ -101,7 +101,7 @@ def fused_by_hand(hits: Sequence[MemoryHit], lexical: float, dense: float) -> di
 def test_scores_fuse_by_value_with_the_fusion_weights(
     store: SQLiteStore, weights: tuple[float, float]
 ) -> None:
-    memory = memory_of(store, fusion_weights=weights, neighbour_weight=0.0)
+    memory = memory_of(store, fusion_weights=weights, neighbour_weight=0.0, answer_weight=0.0)
     hits = memory.search(QUESTION, limit=20)
     expected = fused_by_hand(hits, *weights)
     assert {h.task.task_id: h.score for h in hits} == pytest.approx(expected)
@@ -109,9 +109,11 @@ def test_scores_fuse_by_value_with_the_fusion_weights(
 
 def test_lexical_weight_alone_scores_as_lexical_search(store: SQLiteStore, tmp_path: Path) -> None:
     # Without neighbours: with them, dense search also finds the turns next to a lexical hit.
-    hybrid = memory_of(store, fusion_weights=(1.0, 0.0), neighbour_weight=0.0)
+    hybrid = memory_of(store, fusion_weights=(1.0, 0.0), neighbour_weight=0.0, answer_weight=0.0)
     with SQLiteStore(tmp_path / "other.db") as other:
-        lexical = memory_of(other, dense=False, neighbour_weight=0.0).search(QUESTION, limit=2)
+        lexical = memory_of(other, dense=False, neighbour_weight=0.0, answer_weight=0.0).search(
+            QUESTION, limit=2
+        )
     assert ranks(hybrid.search(QUESTION, limit=2)) == ranks(lexical)
     assert [h.score for h in hybrid.search(QUESTION, limit=2)] == pytest.approx(
         [h.score for h in lexical]
@@ -121,12 +123,14 @@ def test_lexical_weight_alone_scores_as_lexical_search(store: SQLiteStore, tmp_p
 def test_neighbour_smoothing_lifts_the_answer_after_a_strong_hit(
     store: SQLiteStore, tmp_path: Path
 ) -> None:
-    plain = memory_of(store, neighbour_weight=0.0).search(QUESTION, limit=3)
+    plain = memory_of(store, neighbour_weight=0.0, answer_weight=0.0).search(QUESTION, limit=3)
     # Without neighbours, the answer (no word of the query) scores 0, below a weak distractor.
     assert ranks(plain)[:2] == ["m0", "m4"]
     assert {h.task.task_id: h.score for h in plain}.get("m1", 0.0) == 0.0
     with SQLiteStore(tmp_path / "smooth.db") as other:
-        smooth = memory_of(other, neighbour_weight=0.3).search(QUESTION, limit=len(CHAT))
+        smooth = memory_of(other, neighbour_weight=0.3, answer_weight=0.0).search(
+            QUESTION, limit=len(CHAT)
+        )
     assert ranks(smooth)[:3] == ["m0", "m1", "m4"]
     # score = (own + 0.3 * (previous + next)) / (1 + 2 * 0.3), over the fused scores.
     fused = fused_by_hand(smooth, 0.5, 0.5)
@@ -134,6 +138,48 @@ def test_neighbour_smoothing_lifts_the_answer_after_a_strong_hit(
     for i in range(len(CHAT)):
         near = sum(fused.get(f"m{j}", 0.0) for j in (i - 1, i + 1))
         assert score[f"m{i}"] == pytest.approx((fused[f"m{i}"] + 0.3 * near) / 1.6)
+
+
+def test_answer_weight_lifts_the_message_after_a_question(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    # m0 asks ("Which port ... ?"), m1 answers in words of its own; m4 -> m5 asks nothing.
+    plain = memory_of(store, answer_weight=0.0).search(QUESTION, limit=len(CHAT))
+    before = {h.task.task_id: h.score for h in plain}
+    with SQLiteStore(tmp_path / "answer.db") as other:
+        hits = memory_of(other, answer_weight=0.7).search(QUESTION, limit=len(CHAT))
+    score = {h.task.task_id: h.score for h in hits}
+    assert ranks(hits)[:2] == ["m0", "m1"]
+    assert score["m1"] / score["m0"] > before["m1"] / before["m0"]
+    # score = (own + 0.3 * (previous + next) + 0.7 * previous if it asks) / (1 + 0.6 + 0.7).
+    fused = fused_by_hand(hits, 0.5, 0.5)
+    asks = {i for i, (_, text) in enumerate(CHAT) if "?" in text}
+    assert asks == {0, 2, 6}
+    for i in range(len(CHAT)):
+        near = sum(fused.get(f"m{j}", 0.0) for j in (i - 1, i + 1))
+        answer = 0.7 * fused[f"m{i - 1}"] if i - 1 in asks else 0.0
+        assert score[f"m{i}"] == pytest.approx((fused[f"m{i}"] + 0.3 * near + answer) / 2.3)
+    assert all(0 <= s <= 1 for s in score.values())
+
+
+def test_answer_weight_skips_tool_calls_and_is_checked(tmp_path: Path) -> None:
+    def scores(weight: float, name: str) -> dict[str, float]:
+        with SQLiteStore(tmp_path / name) as store:
+            memory = LoomMemory("session", store=store, embedder=None, answer_weight=weight)
+            url = {"url": "https://x.test/?q=port"}
+            memory.add_task(
+                Task(task_id="call", action="fetch", parameters=url, result="staging database 5433")
+            )
+            memory.add_task(turn("after", "assistant", "the staging database port is noted"))
+            hits = memory.search("staging database port", limit=5)
+            return {h.task.task_id: h.score for h in hits}
+
+    # `after` follows a tool call with a "?" in its arguments: not a question, no bonus; the
+    # scores only share the larger divisor (1 + 0.6 + 1 instead of 1 + 0.6).
+    off, on = scores(0.0, "off.db"), scores(1.0, "on.db")
+    assert on == pytest.approx({k: v * 1.6 / 2.6 for k, v in off.items()})
+    with SQLiteStore(tmp_path / "bad.db") as store, pytest.raises(ConfigError, match="answer"):
+        LoomMemory("session", store=store, embedder=None, answer_weight=1.5)
 
 
 def test_exclude_blank_and_limit(store: SQLiteStore) -> None:

@@ -61,6 +61,7 @@ def test_a_source_reads_its_settings(store: SQLiteStore) -> None:
         ({"tokens_per_candidate": True}, r"`tokens_per_candidate` must be an int >= 1"),
         ({"length_low": 900}, r"need `length_low` <= `length_high`, got 900 > 800"),
         ({"neighbour_weight": 1.5}, r"`neighbour_weight` must be a number in 0..1, got 1.5"),
+        ({"answer_weight": -0.1}, r"`answer_weight` must be a number in 0..1, got -0.1"),
         ({"time_decay": math.nan}, r"`time_decay` must be a number in 0..1"),
         ({"vector_weight": -0.1}, r"`vector_weight` must be a number >= 0"),
         (

@@ -325,6 +325,7 @@ class _Rankers:
         for memory in {id(self.fused): self.fused, id(self.lexical): self.lexical}.values():
             memory.fusion_weights = settings.fusion_weights
             memory.neighbour_weight = settings.neighbour_weight
+            memory.answer_weight = settings.answer_weight
             if memory.time_decay:  # 0 where the dataset gives no "now" (`_open`)
                 memory.time_decay = settings.time_decay
 

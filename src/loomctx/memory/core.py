@@ -238,7 +238,8 @@ class LoomMemory:
     so a write, and an agent's turn, never waits for a document's embedding; with the default
     the model starts loading in the background at once, so the first search rarely waits.
     `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
-    neighbours', `time_decay` how much a task recorded far from the time a query names loses
+    neighbours', `answer_weight` what the message right after a question gains from it,
+    `time_decay` how much a task recorded far from the time a query names loses
     (see `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
     Call `close()`.
     """
@@ -260,6 +261,7 @@ class LoomMemory:
         embed_in_background: bool = True,
         fusion_weights: tuple[float, float] = (0.5, 0.5),
         neighbour_weight: float = 0.3,
+        answer_weight: float = 0.35,
         time_decay: float = 0.5,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -285,6 +287,7 @@ class LoomMemory:
                 f"got {fusion_weights!r}"
             )
         check_unit(neighbour_weight, "`neighbour_weight`")
+        check_unit(answer_weight, "`answer_weight`")
         check_unit(time_decay, "`time_decay`")
         if clock is not None and not callable(clock):
             raise ConfigError(
@@ -294,6 +297,7 @@ class LoomMemory:
         self.clock: Callable[[], datetime] = clock or _utc_now
         self.fusion_weights = fusion_weights
         self.neighbour_weight = neighbour_weight
+        self.answer_weight = answer_weight
         self.node_id = node_id
         self.max_l1_size = max_l1_size
         self.max_l2_size = max_l2_size
@@ -485,7 +489,11 @@ class LoomMemory:
         the tasks recorded just before and after it: a turn is understood with its neighbours
         (the answer to a question, the message a tool result belongs to). Measured on LoCoMo
         (``loomctx bench locomo``), value fusion beats reciprocal rank fusion and the neighbours
-        add more; see the closing notes of issue 5.
+        add more; see the closing notes of issue 5. A message right after a message that asks
+        something (a ``?`` in it) gains `answer_weight` times the question's score besides: a
+        question matches the query's words ("How long have you been married?"), its answer
+        holds what was asked for ("5 years already!") in words of its own. Scores are divided
+        by ``1 + 2 * neighbour_weight + answer_weight``, so they stay in 0..1.
 
         When the query names a time ("5 days ago", "last week", "上个月"; resolved against
         `clock()` by `loomctx.memory.timeref`), a task keeps its score in proportion to how
@@ -546,15 +554,17 @@ class LoomMemory:
             if r.kind == TASK and (n := int(r.data.get("order", -1))) >= 0
         }
         at = {(k[0], n): k for k, n in position.items()}
-        nw = self.neighbour_weight
+        nw, aw = self.neighbour_weight, self.answer_weight
         scores: dict[_Key, float] = {}
         for k in found:
             score = fused[k]
-            if nw and k in position:
+            if k in position:
                 n = position[k]
-                near = (at.get((k[0], n - 1)), at.get((k[0], n + 1)))
-                score += nw * sum(fused[x] for x in near if x is not None)
-            scores[k] = score / (1 + 2 * nw)
+                before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
+                score += nw * sum(fused[x] for x in (before, after) if x is not None)
+                if aw and before is not None and _asks(found[before]):
+                    score += aw * fused[before]  # the answer to a question that matches
+            scores[k] = score / (1 + 2 * nw + aw)
         closeness = self._time_match(query, found)
         for k, match in closeness.items():
             scores[k] *= 1 - self.time_decay * (1 - match)
@@ -946,3 +956,12 @@ class LoomMemory:
             f"LoomMemory({self.node_id!r}, L1={len(self._l1)}/{self.max_l1_size}, "
             f"L2={len(self._l2)}/{self.max_l2_size}, L3={len(self._l3)}/{self.max_l3_size})"
         )
+
+
+def _asks(record: Record) -> bool:
+    """Whether a stored message asks something: a task record of a user or assistant message
+    with a question mark in it (a tool call's arguments or result are not a question)."""
+    if record.kind != TASK or "?" not in record.text:
+        return False
+    task = record.data.get("task")
+    return isinstance(task, Mapping) and task.get("action") in (USER_MESSAGE, ASSISTANT_MESSAGE)

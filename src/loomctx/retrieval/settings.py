@@ -5,14 +5,16 @@ lexical and dense scores, the neighbours' weight, the time decay, when to rewrit
 with how many words, how many candidates a grant asks for, and the reranker's signal weights.
 They are the fields below, with those values as defaults, so that one object says what a run
 used and ``loomctx bench locomo --cv`` can vary them and choose them honestly (tuned on four
-conversations, reported on the fifth).
+conversations, reported on the fifth). Constants added since (`answer_weight`, `whole_below`)
+were chosen that way.
 
     settings = RetrievalSettings(neighbour_weight=0.2)
     memory = LoomMemory("agent", **settings.memory_options())
     source = UnifiedRetrievalSource(memory, settings=settings)
 
-The memory-side fields (`fusion_weights`, `neighbour_weight`, `time_decay`) are arguments of
-`LoomMemory`; the others are read by `UnifiedRetrievalSource` (its rewriter and reranker).
+The memory-side fields (`fusion_weights`, `neighbour_weight`, `answer_weight`, `time_decay`) are
+arguments of `LoomMemory`; the others are read by `UnifiedRetrievalSource` (its rewriter and
+reranker).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ __all__ = ["RetrievalSettings"]
 _INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
-_UNITS = ("neighbour_weight", "time_decay", "hop_weight")
+_UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight")
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight")
 
 
@@ -46,8 +48,9 @@ class RetrievalSettings:
     """The tuned constants of recall, rewriting, reranking and filling a grant.
 
     Memory search (`LoomMemory.search`): `fusion_weights` (lexical, dense), `neighbour_weight`
-    (what a turn gains from the scores of the turns just before and after it), `time_decay`
-    (what a task far from a time the query names loses).
+    (what a turn gains from the scores of the turns just before and after it), `answer_weight`
+    (what a message gains from the one just before it when that one asks a question),
+    `time_decay` (what a task far from a time the query names loses).
     Rewriting (`QueryRewriter`): queries of at most `rewrite_max_terms` distinct content terms
     also recall with the `rewrite_top_k` most frequent words of the last `rewrite_window`
     messages. Recall: `recall_limit` candidates per source; with `fill`, one more per
@@ -67,6 +70,7 @@ class RetrievalSettings:
 
     fusion_weights: tuple[float, float] = (0.5, 0.5)
     neighbour_weight: float = 0.3
+    answer_weight: float = 0.35
     time_decay: float = 0.5
     recall_limit: int = 20
     rewrite_max_terms: int = 4
@@ -154,10 +158,11 @@ class RetrievalSettings:
 
     def memory_options(self) -> dict[str, Any]:
         """`LoomMemory` keyword arguments: ``fusion_weights``, ``neighbour_weight``,
-        ``time_decay``."""
+        ``answer_weight``, ``time_decay``."""
         return {
             "fusion_weights": self.fusion_weights,
             "neighbour_weight": self.neighbour_weight,
+            "answer_weight": self.answer_weight,
             "time_decay": self.time_decay,
         }
 
