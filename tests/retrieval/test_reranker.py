@@ -59,11 +59,16 @@ def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
             "query_overlap": OVERLAP,
             "origin_diversity": 0.6,
             "content_length": 0.14,
+            "speaker": 1.0,  # the query names no speaker: 1 for all
         }
     )
-    assert by_id["a"].score == pytest.approx(0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14)
-    assert by_id["b"].score == pytest.approx(0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08)
-    assert by_id["c"].score == pytest.approx(0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1)
+    # The weights sum to 1.1; the speaker signal adds 0.1 * 1 to every candidate.
+    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.1
+    assert by_id["a"].score == pytest.approx(a / 1.1)
+    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.1
+    assert by_id["b"].score == pytest.approx(b / 1.1)
+    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.1
+    assert by_id["c"].score == pytest.approx(c / 1.1)
     assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
@@ -74,11 +79,12 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
         "query_overlap": 0.0,
         "origin_diversity": 0.15,
         "content_length": 0.45,
+        "speaker": 0.1,
     }
     by_id = {c.id: c for c in reranker.rerank(QUERY, crafted())}
-    total = 0.4 + 0.15 + 0.45
-    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14) / total)
-    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1) / total)
+    total = 0.4 + 0.15 + 0.45 + 0.1
+    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.1) / total)
+    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.1) / total)
     assert by_id["a"].signals["query_overlap"] == pytest.approx(OVERLAP)  # scored, weighed 0
 
 

@@ -65,7 +65,13 @@ def test_a_source_reads_its_settings(store: SQLiteStore) -> None:
         ({"time_decay": math.nan}, r"`time_decay` must be a number in 0..1"),
         ({"vector_weight": -0.1}, r"`vector_weight` must be a number >= 0"),
         (
-            {"vector_weight": 0, "overlap_weight": 0, "diversity_weight": 0, "length_weight": 0},
+            {
+                "vector_weight": 0,
+                "overlap_weight": 0,
+                "diversity_weight": 0,
+                "length_weight": 0,
+                "speaker_weight": 0,
+            },
             "at least one signal weight must be above 0",
         ),
         ({"fusion_weights": (0.0, 0.0)}, r"`fusion_weights` must be a \(lexical, dense\)"),

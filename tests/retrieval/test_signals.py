@@ -7,15 +7,18 @@ import math
 import pytest
 
 from loomctx.errors import ConfigError
+from loomctx.memory.task import USER_MESSAGE, Task
 from loomctx.retrieval import (
     Candidate,
     ContentLengthSignal,
     OriginDiversitySignal,
     QueryOverlapSignal,
     Signal,
+    SpeakerSignal,
     VectorScoreSignal,
     default_signals,
 )
+from loomctx.retrieval.settings import RetrievalSettings
 
 
 def cand(
@@ -31,6 +34,7 @@ def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
         ("query_overlap", 0.35),
         ("origin_diversity", 0.15),
         ("content_length", 0.10),
+        ("speaker", 0.10),
     ]
     assert all(isinstance(s, Signal) for s in signals)
     assert default_signals()[0] is not signals[0]  # fresh instances: signals keep state
@@ -158,3 +162,31 @@ def test_a_weight_of_zero_is_allowed() -> None:
 def test_weights_must_be_finite(weight: float) -> None:
     with pytest.raises(ConfigError, match="`weight`"):
         QueryOverlapSignal(weight)
+
+
+def said(speaker: str | None, n: int) -> Candidate:
+    parameters = {"content": "text"} if speaker is None else {"content": "text", "speaker": speaker}
+    task = Task(task_id=f"t{n}", action=USER_MESSAGE, parameters=parameters)
+    return Candidate(id=f"t{n}", text="text", origin="memory", item=task)
+
+
+def test_speaker_prefers_what_the_named_speaker_said() -> None:
+    signal = SpeakerSignal()
+    assert (signal.name, signal.weight) == ("speaker", 0.10)
+    found = [said("Caroline", 0), said("Melanie", 1), said(None, 2), cand(n=3)]
+    signal.prepare("What did caroline research after the parade?", found)
+    assert [signal.score(c) for c in found] == [1.0, 0.0, 1.0, 1.0]
+    # Both named, or neither: no speaker is preferred.
+    signal.prepare("What did Caroline and Melanie paint together?", found)
+    assert [signal.score(c) for c in found] == [1.0] * 4
+    signal.prepare("Where was the parade?", found)
+    assert [signal.score(c) for c in found] == [1.0] * 4
+    # A whole word only: "Carolines" and "Mel" name nobody here.
+    signal.prepare("Did Mel meet the Carolines?", found)
+    assert [signal.score(c) for c in found] == [1.0] * 4
+
+
+def test_speaker_weight_is_the_settings_reranker_weight() -> None:
+    assert RetrievalSettings().reranker().weights["speaker"] == 0.10
+    assert RetrievalSettings(speaker_weight=0.2).reranker().weights["speaker"] == 0.2
+    assert RetrievalSettings(speaker_weight=0).reranker().weights["speaker"] == 0

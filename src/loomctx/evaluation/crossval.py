@@ -48,18 +48,20 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(hop_weight=0.3),
     RetrievalSettings(answer_weight=0.0),
     RetrievalSettings(answer_weight=0.7),
+    RetrievalSettings(speaker_weight=0.0),
+    RetrievalSettings(speaker_weight=0.2),
     CachePolicy(min_dynamic=0),
     CachePolicy(min_dynamic=1000),
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
 truncatable as before issue 21 (`whole_below=0`), the second hop, off by default
-(`hop_weight`), what an answer gains from its question off, as before, or doubled
-(`answer_weight`), and the windows' dynamic floor (`CachePolicy.min_dynamic`) off, as before
-issue 21, or at half its default: a held-out conversation is reported with one only if the
-other four chose it. (A floor above the default is left out: it would only take history's
-room in larger windows, and what history is worth to a conversation, beyond the gold
-evidence, is what this benchmark cannot see.)"""
+(`hop_weight`), what an answer gains from its question (`answer_weight`) and the speaker
+signal (`speaker_weight`) off, as before, or doubled, and the windows' dynamic floor
+(`CachePolicy.min_dynamic`) off, as before issue 21, or at half its default: a held-out
+conversation is reported with one only if the other four chose it. (A floor above the
+default is left out: it would only take history's room in larger windows, and what history
+is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)"""
 
 LME_GRID: Final = (
     _BASE,

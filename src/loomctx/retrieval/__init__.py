@@ -16,6 +16,7 @@ from loomctx.retrieval.signals import (
     OriginDiversitySignal,
     QueryOverlapSignal,
     Signal,
+    SpeakerSignal,
     VectorScoreSignal,
     default_signals,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Reranker",
     "RetrievalSettings",
     "Signal",
+    "SpeakerSignal",
     "VectorScoreSignal",
     "dedupe",
     "default_signals",

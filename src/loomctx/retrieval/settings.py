@@ -5,8 +5,8 @@ lexical and dense scores, the neighbours' weight, the time decay, when to rewrit
 with how many words, how many candidates a grant asks for, and the reranker's signal weights.
 They are the fields below, with those values as defaults, so that one object says what a run
 used and ``loomctx bench locomo --cv`` can vary them and choose them honestly (tuned on four
-conversations, reported on the fifth). Constants added since (`answer_weight`, `whole_below`)
-were chosen that way.
+conversations, reported on the fifth). Constants added since (`answer_weight`,
+`speaker_weight`, `whole_below`) were chosen that way.
 
     settings = RetrievalSettings(neighbour_weight=0.2)
     memory = LoomMemory("agent", **settings.memory_options())
@@ -31,6 +31,7 @@ from loomctx.retrieval.signals import (
     ContentLengthSignal,
     OriginDiversitySignal,
     QueryOverlapSignal,
+    SpeakerSignal,
     VectorScoreSignal,
 )
 
@@ -40,7 +41,8 @@ _INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
 _UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight")
-_WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight")
+_WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
+            "speaker_weight")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +57,7 @@ class RetrievalSettings:
     also recall with the `rewrite_top_k` most frequent words of the last `rewrite_window`
     messages. Recall: `recall_limit` candidates per source; with `fill`, one more per
     `tokens_per_candidate` tokens of twice the grant.
-    Reranking (`Reranker`): the weights of the four signals, and the span of characters
+    Reranking (`Reranker`): the weights of the five signals, and the span of characters
     (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
     Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
     into the window whole or not at all (0: every candidate may be cut at a sentence end to
@@ -81,6 +83,7 @@ class RetrievalSettings:
     overlap_weight: float = 0.35
     diversity_weight: float = 0.15
     length_weight: float = 0.10
+    speaker_weight: float = 0.10
     length_low: int = 200
     length_high: int = 800
     whole_below: int = 64
@@ -171,13 +174,14 @@ class RetrievalSettings:
         return QueryRewriter(window=self.rewrite_window, top_k=self.rewrite_top_k)
 
     def reranker(self) -> Reranker:
-        """A `Reranker` with the default four signals at these weights."""
+        """A `Reranker` with the default five signals at these weights."""
         return Reranker(
             [
                 VectorScoreSignal(self.vector_weight),
                 QueryOverlapSignal(self.overlap_weight),
                 OriginDiversitySignal(self.diversity_weight),
                 ContentLengthSignal(self.length_weight, low=self.length_low, high=self.length_high),
+                SpeakerSignal(self.speaker_weight),
             ]
         )
 

@@ -8,6 +8,8 @@
 - `OriginDiversitySignal` (0.15): 0.3 if the candidate's origin holds more than 70% of the
   candidates, 0.6 if more than 50%, else 1 (computed over the actual candidate set).
 - `ContentLengthSignal` (0.10): 1 for 200-800 characters, less for shorter or longer.
+- `SpeakerSignal` (0.10): 0 for a message said by someone other than the person a query
+  names, else 1 (a query naming no speaker: 1 for all, which changes no order).
 
 A signal is anything with a `name`, a `weight` and `score(candidate, query)`; `prepare` sees the
 whole candidate set first (diversity needs it). Write your own and pass it to `Reranker`.
@@ -16,8 +18,9 @@ whole candidate set first (diversity needs it). Write your own and pass it to `R
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from loomctx.errors import ConfigError
@@ -29,6 +32,7 @@ __all__ = [
     "OriginDiversitySignal",
     "QueryOverlapSignal",
     "Signal",
+    "SpeakerSignal",
     "VectorScoreSignal",
     "default_signals",
 ]
@@ -176,11 +180,52 @@ class ContentLengthSignal(_Signal):
         return 1.0 if n <= self.high else self.high / n
 
 
+class SpeakerSignal(_Signal):
+    """Who said it: when the query names the speaker of some candidates ("What did Caroline
+    research?"), a message said by another speaker scores 0, the rest 1 (those of a named
+    speaker, and candidates without one: knowledge, tool calls). A query naming no speaker
+    scores every candidate 1, which changes no order. A speaker is the ``speaker`` a message
+    task was recorded with (`Task.parameters`), matched as a whole word, in any case.
+
+    In a conversation between two people, a question about one of them matches the other's
+    turns that address her by name ("Woah, Caroline, ...") as well as her own: on the LoCoMo
+    dev questions that name one speaker, 82% of the gold turns are that speaker's, against
+    63% of the top five retrieved. The weight, 0.10, was chosen by leave-one-conversation-out
+    (README, "Measured"): R@10 73.5 -> 74.6 and evidence in a 2,000-token window 79.4% ->
+    80.4% held out, category 1 R@10 43.3 -> 46.9."""
+
+    name = "speaker"
+
+    def __init__(self, weight: float = 0.10) -> None:
+        super().__init__(weight)
+        self._named: frozenset[str] = frozenset()
+
+    def prepare(self, query: str, candidates: Sequence[Candidate]) -> None:
+        spoken = {s for c in candidates if (s := _speaker(c))}
+        self._named = frozenset(
+            s for s in spoken if re.search(rf"(?<!\w){re.escape(s)}(?!\w)", query, re.IGNORECASE)
+        )
+
+    def score(self, candidate: Candidate) -> float:
+        if not self._named:
+            return 1.0
+        speaker = _speaker(candidate)
+        return 1.0 if speaker is None or speaker in self._named else 0.0
+
+
+def _speaker(candidate: Candidate) -> str | None:
+    """The ``speaker`` of a message task, else None."""
+    parameters = getattr(candidate.item, "parameters", None)
+    speaker = parameters.get("speaker") if isinstance(parameters, Mapping) else None
+    return (speaker.strip() or None) if isinstance(speaker, str) else None
+
+
 def default_signals() -> list[Signal]:
-    """Seed 002's four signals with their default weights."""
+    """Seed 002's four signals and `SpeakerSignal`, with their default weights."""
     return [
         VectorScoreSignal(),
         QueryOverlapSignal(),
         OriginDiversitySignal(),
         ContentLengthSignal(),
+        SpeakerSignal(),
     ]
