@@ -44,6 +44,10 @@ LimitOption = Annotated[
 LexicalOption = Annotated[
     bool, typer.Option("--lexical", help="Lexical search only (no embedder): much faster.")
 ]
+WindowOption = Annotated[
+    int, typer.Option("--window", min=256, help="The model's context window in tokens.")
+]
+ReserveOption = Annotated[int, typer.Option("--reserve", min=1, help="Tokens kept for the reply.")]
 StagesOption = Annotated[
     bool,
     typer.Option(
@@ -248,10 +252,8 @@ def cost(
             "(LongMemEval; default 1).",
         ),
     ] = None,
-    window: Annotated[int, typer.Option("--window", min=256, help="Context window.")] = 8000,
-    reserve: Annotated[
-        int, typer.Option("--reserve", min=1, help="Tokens kept for the reply.")
-    ] = 1000,
+    window: WindowOption = 8000,
+    reserve: ReserveOption = 1000,
     l1_size: Annotated[
         int, typer.Option("--l1", min=1, help="The agent memory's L1 size, in tasks.")
     ] = 50,
@@ -325,12 +327,8 @@ def perf(
             "--embed-wait", min=0, help="Seconds the memory's vectors may catch up before builds."
         ),
     ] = 60.0,
-    window: Annotated[
-        int, typer.Option("--window", min=1000, help="The model's context window in tokens.")
-    ] = 8000,
-    reserve: Annotated[
-        int, typer.Option("--reserve", min=0, help="Tokens of the window kept for the reply.")
-    ] = 1000,
+    window: WindowOption = 8000,
+    reserve: ReserveOption = 1000,
 ) -> None:
     """Build latency, tokens and billed tokens per call, ingest, embedding and memory at
     N turns of history, for Loom and (with --peers) its peers; writes a report with plots."""
