@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Final, TypeAlias
+from collections.abc import Callable, Iterable
+from typing import Final, TypeAlias, TypeVar
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.excerpt import (
@@ -74,42 +74,53 @@ class _MemorySource:
 _ITEM_CACHE: Final = 4096
 
 
+_V = TypeVar("_V")
+
+
 class _Items:
     """What `_text_blocks` works out of a task: its label, its line, both token counts, and
     its importance (`importance_of`, which L2 ranks by).
 
-    Kept by task id while the task (a frozen object) is the same one and counted by the same
-    counter: a tier's tasks come back build after build (L2's 90 tasks at 10k stored turns
-    took ~0.7 ms of every build to label and look up again)."""
+    Kept by task id while the task (a frozen object) is the same one, for one counter (a
+    source's builds all count with their orchestrator's): a tier's tasks come back build
+    after build (L2's 90 tasks at 10k stored turns took ~0.7 ms of every build to label and
+    look up again)."""
 
     def __init__(self) -> None:
-        self._items: OrderedDict[str, tuple[Task, TokenCounter, str, str, int, int]] = OrderedDict()
+        self._counter: TokenCounter | None = None
+        self._items: OrderedDict[str, tuple[Task, tuple[str, str, int, int]]] = OrderedDict()
         self._importance: OrderedDict[str, tuple[Task, float]] = OrderedDict()
 
     def importance(self, task: Task) -> float:
-        """`importance_of(task)`, kept as the items are."""
-        hit = self._importance.get(task.task_id)
-        if hit is not None and hit[0] is task:
-            return hit[1]
-        value = importance_of(task)
-        self._importance[task.task_id] = (task, value)
-        if len(self._importance) > _ITEM_CACHE:
-            self._importance.popitem(last=False)
-        return value
+        """`importance_of(task)`."""
+        return _kept(self._importance, task, lambda: importance_of(task))
 
     def get(self, task: Task, counter: TokenCounter) -> tuple[str, str, int, int]:
         """``(label, text, tokens of text, tokens as the window shows it)``."""
-        hit = self._items.get(task.task_id)
-        if hit is not None and hit[0] is task and hit[1] is counter:
-            return hit[2], hit[3], hit[4], hit[5]
-        label = said_at(task.created_at)
-        text = task_line(task)
-        shown = counter.count(f"[{label}] {text}")  # as `render.item` shows it
-        item = (label, text, counter.count(text), shown)
-        self._items[task.task_id] = (task, counter, *item)
-        if len(self._items) > _ITEM_CACHE:
-            self._items.popitem(last=False)
-        return item
+        if counter is not self._counter:  # counts by another counter are not this one's
+            self._items.clear()
+            self._counter = counter
+
+        def work_out() -> tuple[str, str, int, int]:
+            label, text = said_at(task.created_at), task_line(task)
+            # `shown` as `render.item` shows it
+            return label, text, counter.count(text), counter.count(f"[{label}] {text}")
+
+        return _kept(self._items, task, work_out)
+
+
+def _kept(cache: OrderedDict[str, tuple[Task, _V]], task: Task, work_out: Callable[[], _V]) -> _V:
+    """`work_out()` for `task`, from `cache` while it holds this very task object (a task
+    recorded again under its id is worked out anew); the oldest entries leave past
+    `_ITEM_CACHE`."""
+    hit = cache.get(task.task_id)
+    if hit is not None and hit[0] is task:
+        return hit[1]
+    value = work_out()
+    cache[task.task_id] = (task, value)
+    if len(cache) > _ITEM_CACHE:
+        cache.popitem(last=False)
+    return value
 
 
 def _text_blocks(
