@@ -316,3 +316,18 @@ def test_hugging_face_tokenizer_json(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"not": "a tokenizer"}))
     with pytest.raises(TokenizerError, match=r"not a valid tokenizer\.json"):
         HuggingFaceCounter(bad)
+
+
+def test_cutting_one_text_again_gives_what_a_fresh_counter_gives() -> None:
+    """The ids of a text cut are kept for the next cut of it (a build cuts a long block to
+    its source's ceiling, then to the room left); a kept text and a fresh one cut alike, and
+    only the last texts cut are kept."""
+    text = " ".join(f"word{i} and, then; more" for i in range(400))
+    kept = TiktokenCounter()
+    for k in (700, 5, 350, 1, 699, 0, 2_000):
+        assert kept.truncate(text, k) == TiktokenCounter().truncate(text, k)
+    for i in range(200):
+        kept.truncate(f"{i} {text}", 3)
+    assert len(kept._cut_ids) == 64
+    kept.truncate("long text " * 2_000, 3)
+    assert "long text " * 2_000 not in kept._cut_ids

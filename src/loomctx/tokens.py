@@ -328,6 +328,10 @@ def _load_encoding(encoding: str) -> tiktoken.Encoding:
     )
 
 
+_CUT_CACHE: Final = 64
+_CUT_CHARS: Final = 16_000
+
+
 class TiktokenCounter(BaseTokenCounter):
     """Exact counts for OpenAI models with tiktoken, from encoding files shipped in Loom.
 
@@ -347,6 +351,11 @@ class TiktokenCounter(BaseTokenCounter):
         self.encoding = encoding
         with _load_lock:
             self._enc = _load_encoding(encoding)
+        # The token ids of the last texts cut: a build cuts the same long block (a knowledge
+        # chunk) twice or more, to its source's ceiling and then to the room left, and the
+        # next build again; encoding it anew each time was half of what cutting cost.
+        self._cut_ids: dict[str, list[int]] = {}
+        self._cut_lock = threading.Lock()
 
     @classmethod
     def for_model(cls, model: str) -> TiktokenCounter:
@@ -369,7 +378,7 @@ class TiktokenCounter(BaseTokenCounter):
         and graphemes, and counts at most `max_tokens`."""
         if max_tokens <= 0:
             return ""
-        ids = self._enc.encode_ordinary(text)
+        ids = self._ids_to_cut(text)
         if len(ids) <= max_tokens:
             return text
         keep = max_tokens
@@ -382,6 +391,21 @@ class TiktokenCounter(BaseTokenCounter):
                 return prefix
             keep -= 1
         return ""
+
+    def _ids_to_cut(self, text: str) -> list[int]:
+        """`text`'s token ids, kept for the last `_CUT_CACHE` texts of at most `_CUT_CHARS`
+        characters (first in, first out): a few MB at most, where a huge tool output's ids
+        would take 40 bytes a token."""
+        ids = self._cut_ids.get(text)
+        if ids is None:
+            ids = self._enc.encode_ordinary(text)
+            if len(text) > _CUT_CHARS:
+                return ids
+            with self._cut_lock:
+                self._cut_ids[text] = ids
+                while len(self._cut_ids) > _CUT_CACHE:
+                    del self._cut_ids[next(iter(self._cut_ids))]
+        return ids
 
 
 # ---------------------------------------------------------------------------------------------
