@@ -55,10 +55,38 @@ def test_a_lexical_size_and_the_worker(data: str) -> None:
         assert out[path]["max_tokens"] <= 7000
         assert out[path]["split_tool_units"] == 0
         assert out[path]["calls"]["mean_prompt_tokens"] < whole["mean_prompt_tokens"]
-    with pytest.raises(ConfigError, match="'size' or 'embed'"):
+    with pytest.raises(ConfigError, match="'size', 'embed' or 'soak'"):
         run({"task": "sing"})
     with pytest.raises(ConfigError, match="`calls` >= 2"):
         measure_size(SizeConfig(data=data, n=10, calls=1))
+
+
+def test_a_soak_builds_in_one_process_and_reports_the_drift(data: str) -> None:
+    config = {"data": data, "n": 300, "documents": 10, "embedder": "none"}
+    out = run({"task": "soak", "config": config, "builds": 100})
+    assert (out["n"], out["builds"]) == (300, 100)
+    for path in ("orchestrator", "memory"):
+        entry = out[path]
+        assert entry["first_p50_ms"] > 0
+        assert entry["last_p50_ms"] > 0
+        assert entry["drift"] == round(entry["last_p50_ms"] / entry["first_p50_ms"], 3)
+        assert entry["rss_end_mb"] > 0
+    with pytest.raises(ConfigError, match="at least 100 builds"):
+        run({"task": "soak", "config": config, "builds": 99})
+
+
+def test_soak_rows_judge_the_drift_and_say_when_no_soak_ran() -> None:
+    result: dict[str, Any] = {"sizes": [_size(10_000, 1.2, 2.5)]}
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(result)}
+    assert verdicts["flat over a 10,000-build process"] == ("no --soak", "not measured")
+    flat = {"first_p50_ms": 4.0, "last_p50_ms": 4.2, "drift": 1.05, "rss_start_mb": 180.0,
+            "rss_end_mb": 181.5}  # fmt: skip
+    result["soak"] = {"n": 10_000, "builds": 10_000, "orchestrator": flat,
+                      "memory": {**flat, "last_p50_ms": 6.0, "drift": 1.5}}  # fmt: skip
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(result)}
+    assert verdicts["orchestrator: flat over 10,000 builds at N=10,000"] == (
+        "4.00 -> 4.20 ms (1.05x), RSS 180.0 -> 181.5 MB", "met")  # fmt: skip
+    assert verdicts["memory: flat over 10,000 builds at N=10,000"][1] == "**NOT met**"
 
 
 def test_embedding_throughput_through_the_worker(data: str) -> None:
@@ -75,6 +103,8 @@ def test_run_perf_refuses_bad_arguments(data: str, tmp_path: Path) -> None:
         run_perf(data, tmp_path, sizes=(40,), window=4000, reserve=4000)
     with pytest.raises(ConfigError, match="'default' or 'none'"):
         run_perf(data, tmp_path, embedder="bert")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="`soak` must be 0 or >= 100"):
+        run_perf(data, tmp_path, sizes=(40,), soak=10)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="cannot create the output folder"):
         run_perf(data, tmp_path / "file" / "sub", sizes=(10,))
@@ -138,7 +168,9 @@ def test_a_128k_window_is_judged_by_its_own_target() -> None:
 def test_a_failing_or_slow_measurement_process_is_reported() -> None:
     from loomctx.evaluation.perf import _in_subprocess
 
-    with pytest.raises(ConfigError, match=r"(?s)the sing measurement failed:.*'size' or 'embed'"):
+    with pytest.raises(
+        ConfigError, match=r"(?s)the sing measurement failed:.*'size', 'embed' or 'soak'"
+    ):
         _in_subprocess({"task": "sing"}, timeout=120)
     with pytest.raises(ConfigError, match="took more than 0 s"):
         _in_subprocess({"task": "size"}, timeout=0.001)

@@ -329,6 +329,15 @@ def perf(
     ] = 60.0,
     window: WindowOption = 8000,
     reserve: ReserveOption = 1000,
+    soak: Annotated[
+        int,
+        typer.Option(
+            "--soak",
+            min=0,
+            help="Also build this many windows per strategy in one process at N=10,000 "
+            "(lexical), to see that latency and memory stay flat (issue 19: 10000).",
+        ),
+    ] = 0,
 ) -> None:
     """Build latency, tokens and billed tokens per call, ingest, embedding and memory at
     N turns of history, for Loom and (with --peers) its peers; writes a report with plots."""
@@ -338,7 +347,8 @@ def perf(
     command = "loomctx bench perf " + " ".join(
         a for a in (f"--sizes {','.join(map(str, chosen))}", "--quick" * quick,
                     "--peers" * peers, "--lexical" * lexical,
-                    f"--window {window} --reserve {reserve}" * (window != 8000 or reserve != 1000))
+                    f"--window {window} --reserve {reserve}" * (window != 8000 or reserve != 1000),
+                    f"--soak {soak}" * bool(soak))
         if a
     )  # fmt: skip
     result = run_perf(
@@ -356,6 +366,7 @@ def perf(
         peer_time_limit=20.0 if quick else 60.0,
         window=window,
         reserve=reserve,
+        soak=soak,
         command=command,
         progress=_progress,
     )

@@ -87,16 +87,25 @@ def run_perf(
     timeout: float = 3600.0,
     window: int = 8000,
     reserve: int = 1000,
+    soak: int = 0,
+    soak_size: int = 10_000,
     command: str = "loomctx bench perf",
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measure, write the JSON result, the Markdown report and its plots into `out`, and
-    return the result (its ``files`` name what was written). See the module docstring."""
+    return the result (its ``files`` name what was written). See the module docstring.
+    `soak` (0: none) builds that many windows per strategy in one process at `soak_size`
+    turns, to see whether latency and memory stay flat in a long-lived process."""
     say = progress or (lambda _message: None)
     if not sizes or any(n < 2 for n in sizes):
         raise ConfigError(f"`sizes` must be turn counts >= 2, got {list(sizes)!r}")
     if embedder not in ("default", "none"):
         raise ConfigError(f"`embedder` must be 'default' or 'none', got {embedder!r}")
+    if soak and (soak < 100 or soak_size < 2):
+        raise ConfigError(
+            f"`soak` must be 0 or >= 100 builds and `soak_size` >= 2 turns, got {soak!r} and "
+            f"{soak_size!r}"
+        )
     if not 0 <= reserve < window:
         raise ConfigError(
             f"`reserve` must be >= 0 and below `window` ({window:,}), got {reserve!r}"
@@ -121,6 +130,7 @@ def run_perf(
             "embed_wait": embed_wait,
             "window": window,
             "reserve": reserve,
+            "soak": soak,
             "tool_every": TOOL_EVERY,
             "command": command,
             "machine": f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
@@ -136,6 +146,12 @@ def run_perf(
         result["sizes"].append(
             _in_subprocess({"task": "size", "config": asdict(config)}, timeout=timeout)
         )
+    if soak:
+        say(f"{soak:,} builds per strategy in one process at N={soak_size:,}")
+        config = SizeConfig(data=str(data), n=soak_size, documents=documents, embedder="none",
+                            window=window, reserve=reserve)  # fmt: skip
+        request = {"task": "soak", "config": asdict(config), "builds": soak}
+        result["soak"] = _in_subprocess(request, timeout=timeout)
     if embedder == "default":
         say("embedding throughput of the shipped embedder")
         request = {"task": "embed", "data": str(data), "texts": embed_texts}

@@ -123,6 +123,33 @@ def _orchestrator(
     )
 
 
+def _history_orchestrator(
+    history: HistorySource, kb: KnowledgeBase, workload: Workload, counter: TokenCounter
+) -> ContextOrchestrator:
+    """The `orchestrator` strategy: the history as given, and the knowledge base."""
+    return _orchestrator([history, UnifiedRetrievalSource(knowledge_bases=[kb])], workload, counter)
+
+
+def _memory_orchestrator(
+    memory: LoomMemory, kb: KnowledgeBase, workload: Workload, counter: TokenCounter
+) -> ContextOrchestrator:
+    """The `memory` strategy: the memory's tiers and archive, and the knowledge base."""
+    return _orchestrator(
+        [L1RecentSource(memory), L2ImportantSource(memory), UnifiedRetrievalSource(memory, [kb])],
+        workload,
+        counter,
+    )
+
+
+def _knowledge_base(
+    store: SQLiteStore, workload: Workload, embedder: Embedder | None, counter: TokenCounter
+) -> KnowledgeBase:
+    kb = KnowledgeBase("notes", store, embedder=embedder, counter=counter)
+    for i, doc in enumerate(workload.documents):
+        kb.add_text(doc, document_id=f"note-{i:04}")
+    return kb
+
+
 async def _latency(
     orch: ContextOrchestrator, workload: Workload, judge: _Judge, builds: int
 ) -> dict[str, Any]:
@@ -276,18 +303,14 @@ def measure_size(config: SizeConfig) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="loomctx-perf-") as tmp:
         kb_store = SQLiteStore(Path(tmp) / "knowledge.db")
         memory_store = SQLiteStore(Path(tmp) / "memory.db")
-        kb = KnowledgeBase("notes", kb_store, embedder=embedder, counter=counter)
         start = time.perf_counter()
-        for i, doc in enumerate(workload.documents):
-            kb.add_text(doc, document_id=f"note-{i:04}")
+        kb = _knowledge_base(kb_store, workload, embedder, counter)
         out["knowledge_ingest_s"] = round(time.perf_counter() - start, 2)
         if embedder is not None:
             out["query_embedding"] = _query_embedding(embedder, workload.queries)
 
         history = HistorySource(workload.history)
-        orch = _orchestrator(
-            [history, UnifiedRetrievalSource(knowledge_bases=[kb])], workload, counter
-        )
+        orch = _history_orchestrator(history, kb, workload, counter)
         latency = asyncio.run(_latency(orch, workload, judge, config.builds))
         billed, scores = asyncio.run(
             _calls(orch, workload, judge, lambda u, a: history.extend([u, a]))
@@ -315,15 +338,7 @@ def measure_size(config: SizeConfig) -> dict[str, Any]:
                 out["vectors"] = _wait_for_vectors(
                     memory, memory_store, embedder, config.embed_wait
                 )
-            orch = _orchestrator(
-                [
-                    L1RecentSource(memory),
-                    L2ImportantSource(memory),
-                    UnifiedRetrievalSource(memory, [kb]),
-                ],
-                workload,
-                counter,
-            )
+            orch = _memory_orchestrator(memory, kb, workload, counter)
             latency = asyncio.run(_latency(orch, workload, judge, config.builds))
             billed, scores = asyncio.run(
                 _calls(
@@ -360,3 +375,67 @@ def embedding_throughput(data: str, *, texts: int = 256, batch: int = 32) -> dic
         "seconds": round(took, 2),
         "texts_per_s": round(texts / took, 1),
     }
+
+
+def soak(config: SizeConfig, *, builds: int) -> dict[str, Any]:
+    """Each strategy's build latency over `builds` builds in one long-lived process (lexical,
+    as a long run must not wait on vectors): p50 of the first and the last tenth, their ratio
+    (issue 19: flat over a 10,000-build process), and resident memory before and after."""
+    if builds < 100:
+        raise ConfigError(f"a soak needs at least 100 builds, got {builds!r}")
+    counter = TiktokenCounter()
+    source = load_source(config.data, documents=config.documents)
+    workload = build_workload(source, config.n, window=config.window, reserve=config.reserve)
+    out: dict[str, Any] = {"n": config.n, "builds": builds}
+    with tempfile.TemporaryDirectory(prefix="loomctx-soak-") as tmp:
+        kb_store = SQLiteStore(Path(tmp) / "knowledge.db")
+        memory_store = SQLiteStore(Path(tmp) / "memory.db")
+        kb = _knowledge_base(kb_store, workload, None, counter)
+        memory = LoomMemory("soak", store=memory_store, embedder=None, counter=counter)
+        try:
+            tasks = tasks_from_messages(workload.history)
+            for k in range(0, len(tasks), _INGEST_BATCH):
+                memory.add_tasks(tasks[k : k + _INGEST_BATCH])
+            memory.promote_tasks()
+            strategies = {
+                "orchestrator": _history_orchestrator(
+                    HistorySource(workload.history), kb, workload, counter
+                ),
+                "memory": _memory_orchestrator(memory, kb, workload, counter),
+            }
+            for name, orch in strategies.items():
+                out[name] = asyncio.run(_soak(orch, workload, builds))
+        finally:
+            memory.close()
+            kb.close()
+            kb_store.close()
+            memory_store.close()
+    return out
+
+
+async def _soak(orch: ContextOrchestrator, workload: Workload, builds: int) -> dict[str, Any]:
+    samples: list[float] = []
+    rss_start = _rss_mb()
+    for i in range(builds):
+        start = time.perf_counter()
+        await orch.build(query=workload.queries[i % len(workload.queries)])
+        samples.append((time.perf_counter() - start) * 1000)
+    tenth = max(1, builds // 10)
+    first, last = percentile(samples[:tenth], 50), percentile(samples[-tenth:], 50)
+    return {
+        "first_p50_ms": round(first, 3),
+        "last_p50_ms": round(last, 3),
+        "drift": round(last / first, 3) if first else None,
+        "rss_start_mb": rss_start,
+        "rss_end_mb": _rss_mb(),
+    }
+
+
+def _rss_mb() -> float | None:
+    """This process's resident memory now, in MB (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * resource.getpagesize() / 2**20, 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from loomctx.errors import MissingExtraError
 
@@ -119,6 +119,7 @@ def targets(result: Result) -> list[tuple[str, ...]]:
         )
         rss = hundred["peak_rss_mb"]
         rows.append(_row("RSS with 100k stored turns", "<= 500 MB", f"{rss:,.0f} MB", rss <= 500))
+    rows += _soak_rows(result.get("soak"))
     over = sum(s[p]["over_budget"] for s in result["sizes"] for p, _ in _LOOM)
     split = sum(s[p]["split_tool_units"] for s in result["sizes"] for p, _ in _LOOM)
     windows = sum(s[p]["windows"] for s in result["sizes"] for p, _ in _LOOM)
@@ -132,6 +133,31 @@ def targets(result: Result) -> list[tuple[str, ...]]:
     )
     util = min(s[p]["utilization"] for s in result["sizes"] for p, _ in _LOOM)
     rows.append(_row("utilization (lowest)", ">= 90%", f"{util:.1%}", util >= 0.9))
+    return rows
+
+
+_FLAT: Final = 1.2  # the last tenth's p50 over the first's: "flat", with room for noise
+
+
+def _soak_rows(soak: Result | None) -> list[tuple[str, ...]]:
+    if not soak:
+        return [_row("flat over a 10,000-build process", f"drift <= {_FLAT}", "no --soak", None)]
+    rows: list[tuple[str, ...]] = []
+    for path, _label in _LOOM:
+        entry = soak[path]
+        drift = entry["drift"]
+        measured = (
+            f"{entry['first_p50_ms']:.2f} -> {entry['last_p50_ms']:.2f} ms ({drift:.2f}x), "
+            f"RSS {entry['rss_start_mb']} -> {entry['rss_end_mb']} MB"
+        )
+        rows.append(
+            _row(
+                f"{path}: flat over {soak['builds']:,} builds at N={soak['n']:,}",
+                f"last/first tenth p50 <= {_FLAT}",
+                measured,
+                drift is not None and drift <= _FLAT,
+            )
+        )
     return rows
 
 

@@ -1,7 +1,8 @@
 """``python -m loomctx.evaluation.perf._worker``: one measurement in a process of its own.
 
 Reads one JSON object on stdin, ``{"task": "size", "config": {...SizeConfig}}`` or
-``{"task": "embed", "data": PATH, "texts": int}``, and writes the result as one JSON object on
+``{"task": "embed", "data": PATH, "texts": int}`` or ``{"task": "soak", "config": {...},
+"builds": int}``, and writes the result as one JSON object on
 stdout. A fresh process per size keeps one size's resident memory out of the next one's.
 """
 
@@ -12,7 +13,7 @@ import sys
 from typing import Any
 
 from loomctx.errors import ConfigError
-from loomctx.evaluation.perf._loom import SizeConfig, embedding_throughput, measure_size
+from loomctx.evaluation.perf._loom import SizeConfig, embedding_throughput, measure_size, soak
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
@@ -22,7 +23,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         return measure_size(SizeConfig(**request["config"]))
     if task == "embed":
         return embedding_throughput(request["data"], texts=int(request["texts"]))
-    raise ConfigError(f"the worker's `task` must be 'size' or 'embed', got {task!r}")
+    if task == "soak":
+        return soak(SizeConfig(**request["config"]), builds=int(request["builds"]))
+    raise ConfigError(f"the worker's `task` must be 'size', 'embed' or 'soak', got {task!r}")
 
 
 if __name__ == "__main__":
