@@ -92,6 +92,16 @@ def targets(result: Result) -> list[tuple[str, ...]]:
                 total <= 25,
             )
         )
+        if "busy_p50_ms" in query:  # the build itself is timed on an idle machine
+            busy = query["busy_p50_ms"] + big["memory"]["p50_ms"]
+            rows.append(
+                _row(
+                    "the same, the embedding while another process keeps a core busy",
+                    "<= 25 ms",
+                    f"{busy:.1f} ms",
+                    busy <= 25,
+                )
+            )
     else:
         rows.append(_row("build + query embedding", "<= 25 ms", "lexical-only run", None))
     rate = big["ingest"]["turns_per_s"]
@@ -286,7 +296,13 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
         if query:
             lines += [
                 f"Query embedding (uncached, reported apart from the builds): p50 "
-                f"{query['p50_ms']:.1f} ms, p95 {query['p95_ms']:.1f} ms.",
+                f"{query['p50_ms']:.1f} ms, p95 {query['p95_ms']:.1f} ms"
+                + (
+                    f"; while another process keeps a core busy, p50 "
+                    f"{query['busy_p50_ms']:.1f} ms, p95 {query['busy_p95_ms']:.1f} ms."
+                    if "busy_p50_ms" in query
+                    else "."
+                ),
                 "",
             ]
     lines += _peers(result)
