@@ -387,7 +387,7 @@ class TiktokenCounter(BaseTokenCounter):
             prefix = self._enc.decode_bytes(ids[:keep]).decode("utf-8", errors="ignore")
             prefix = _back_off_grapheme(text, len(prefix))
             # Re-encoding a cut word can take more tokens than it did inside the word.
-            if self._count(prefix) <= max_tokens:
+            if self.count(prefix) <= max_tokens:  # cached: the next build cuts alike
                 return prefix
             keep -= 1
         return ""
@@ -456,7 +456,7 @@ class HuggingFaceCounter(BaseTokenCounter):
         keep = max_tokens
         while keep > 0:
             prefix = _back_off_grapheme(text, enc.offsets[keep - 1][1])
-            if self._count(prefix) <= max_tokens:
+            if self.count(prefix) <= max_tokens:  # cached: the next build cuts alike
                 return prefix
             keep -= 1
         return ""
