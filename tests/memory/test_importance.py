@@ -3,10 +3,15 @@ promotion threshold, facts, names, numbers, preferences, decisions and correctio
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomctx.memory import importance
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.importance import content_score, message_importance
+from loomctx.memory.importance import _WORD, _names, content_score, message_importance
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus, importance_of
 
 SMALL_TALK = [
@@ -83,3 +88,48 @@ def test_l2_holds_the_fact_not_the_small_talk() -> None:
         assert l2 == ["My flight to Lisbon leaves at 7:40 on Tuesday."]
     finally:
         memory.close()
+
+
+_OLD_SENTENCE_START = re.compile(r"(^|[.!?]\s+|\n)\W*$")
+
+
+def _names_by_searching_all_the_text_before(text: str) -> int:
+    """The reference: `_names` as first written, searching the whole text before each word."""
+    count = 0
+    for m in _WORD.finditer(text):
+        word = m.group()
+        if not word[0].isupper() or word in ("I", "I'm", "I've", "I'll", "I'd"):
+            continue
+        if _OLD_SENTENCE_START.search(text[: m.start()]):
+            continue
+        count += 1
+    return count
+
+
+_WORDS = ["Alice", "bob", "I", "I'm", "Caroline's", "_Bo", "x_Y", "Ünal", "the", "42", "Zoë"]
+_GAPS = [" ", "  ", ". ", "! ", "?", "?\t", "\n", ", ", "...", ".", " — ", "(", ")", "'", "_"]
+_PIECES = st.sampled_from([*_WORDS, *_GAPS, "你好"])
+
+
+@given(st.lists(_PIECES, max_size=40).map("".join) | st.text(max_size=80))
+def test_names_are_found_as_by_searching_all_the_text_before_each(text: str) -> None:
+    assert _names(text) == _names_by_searching_all_the_text_before(text)
+
+
+_CUES = ["_TIME_WORDS", "_PREFERENCE", "_DECISION", "_CORRECTION", "_FIRST_PERSON_FACT"]
+_CUE_WORDS = ["I AM", "We Decided", "not this but", "MY Wife", "Monday", "o'Clock", "Let's",
+              "i'LL", "Actually", "FAVOURITE", "signed UP", "我是", "不是他而是"]  # fmt: skip
+_CASED_TEXT = st.lists(
+    st.sampled_from(_CUE_WORDS) | st.text("aAbBiIlLmMsStTyY'’ .,!?\n0123456789我", max_size=8),
+    max_size=12,
+).map(" ".join)
+
+
+@given(_CASED_TEXT)
+def test_cue_patterns_on_lowercased_text_match_as_case_insensitive_ones(text: str) -> None:
+    """The cue patterns run on the lowercased text: they match exactly where the same
+    patterns with `re.IGNORECASE` match the text as written."""
+    for name in _CUES:
+        lower: re.Pattern[str] = getattr(importance, name)
+        folded = re.compile(lower.pattern, re.IGNORECASE)
+        assert bool(lower.search(text.lower())) == bool(folded.search(text)), name

@@ -68,12 +68,14 @@ _PHATIC_ZH: Final = re.compile(
 )
 
 _NUMBER: Final = re.compile(r"\d")
+# The cue patterns below are lowercase and searched in the lowercased text: 2.3x faster than
+# `re.IGNORECASE` (which folds case at every position of every alternative), the same
+# matches on LoCoMo's turns (exotic foldings such as the long s aside).
 _TIME_WORDS: Final = re.compile(
     r"\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sept?(ember)?|"
     r"oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|"
     r"sunday|yesterday|tomorrow|tonight|weekend|next week|last week|next month|"
     r"last month|last year|next year|o'clock|noon)\b|[年月日号点]|昨天|明天|上周|下周",
-    re.IGNORECASE,
 )
 _PREFERENCE: Final = re.compile(
     r"\b(i|we)\s+(really\s+|do\s+not\s+|don't\s+|never\s+|always\s+)?"
@@ -81,26 +83,22 @@ _PREFERENCE: Final = re.compile(
     r"\bfavou?rite\b|\ballergic\b|\bvegetarian\b|\bvegan\b|\bmy (name|wife|husband|partner|"
     r"son|daughter|kids?|children|mom|mother|dad|father|sister|brother|dog|cat|job|boss|"
     r"birthday|address|email|phone)\b|喜欢|不喜欢|讨厌|偏好|过敏|我叫",
-    re.IGNORECASE,
 )
 _DECISION: Final = re.compile(
     r"\b(decided|decide|decision|agreed to|we agreed|let's|lets|we'll|i'll|i will|we will|"
     r"going to|gonna|plan(ning|ned)?|deadline|due|schedule[d]?|booked|signed up|"
     r"must|need to|have to|remember to|don't forget|make sure)\b|决定|计划|打算|必须|记得",
-    re.IGNORECASE,
 )
 _CORRECTION: Final = re.compile(
     r"\b(actually|correction|i meant|i mean|not\s+\w+(\s+\w+)?\s+but|instead|changed|"
     r"no longer|anymore|wrong|mistake|update:|scratch that|rather than)\b|"
     r"其实|更正|不是.+而是|改成",
-    re.IGNORECASE,
 )
 _FIRST_PERSON_FACT: Final = re.compile(
     r"\b(i am|i'm|i have|i've|i was|i had|i got|i went|i moved|i started|i work|i live|"
     r"we have|we went|we got|my|our)\b|我是|我有|我的|我们",
-    re.IGNORECASE,
 )
-_SENTENCE_START: Final = re.compile(r"(^|[.!?]\s+|\n)\W*$")
+_SENTENCE_END: Final = re.compile(r"[.!?]\s|\n")
 
 _NEUTRAL: Final = 0.5
 _SMALL_TALK: Final = 0.05
@@ -109,14 +107,28 @@ _SMALL_TALK: Final = 0.05
 def _names(text: str) -> int:
     """Capitalised words that do not start a sentence (and are not "I"): likely names."""
     count = 0
+    end = 0  # where the text between the previous word and this one starts
     for m in _WORD.finditer(text):
+        gap, first, end = text[end : m.start()], end == 0, m.end()
         word = m.group()
         if not word[0].isupper() or word in ("I", "I'm", "I've", "I'll", "I'd"):
             continue
-        if _SENTENCE_START.search(text[: m.start()]):
+        if _opens_sentence(gap, first=first):
             continue
         count += 1
     return count
+
+
+def _opens_sentence(gap: str, *, first: bool) -> bool:
+    """Whether a word after `gap` (the text since the previous word; `first`: there is
+    none) starts a sentence: nothing but non-word characters before it, or a run of them
+    that holds a line break or a ``.``, ``!`` or ``?`` with a space after it. Only the gap's
+    last run of non-word characters is read: searching all the text before each capitalised
+    word made scoring a long message quadratic (a fifth of ingest time)."""
+    i = len(gap)
+    while i and not (gap[i - 1].isalnum() or gap[i - 1] == "_"):
+        i -= 1
+    return (first and i == 0) or _SENTENCE_END.search(gap[i:]) is not None
 
 
 @functools.lru_cache(maxsize=8192)
@@ -140,18 +152,19 @@ def content_score(text: str) -> float:
     elif not words or all(w in _PHATIC for w in words):
         return _SMALL_TALK
     score = 0.0
-    if _NUMBER.search(stripped) or _TIME_WORDS.search(stripped):
+    lowered = stripped.lower()
+    if _NUMBER.search(stripped) or _TIME_WORDS.search(lowered):
         score += 0.25
     names = _names(stripped)
     if names:
         score += min(0.3, 0.15 * names)
-    if _PREFERENCE.search(stripped):
+    if _PREFERENCE.search(lowered):
         score += 0.3
-    if _DECISION.search(stripped):
+    if _DECISION.search(lowered):
         score += 0.2
-    if _CORRECTION.search(stripped):
+    if _CORRECTION.search(lowered):
         score += 0.3
-    if _FIRST_PERSON_FACT.search(stripped):
+    if _FIRST_PERSON_FACT.search(lowered):
         score += 0.15
     # Substance: words beyond small talk (a CJK character counts as half a word).
     content = sum(1 for w in words if w not in _PHATIC) + cjk / 2
