@@ -515,8 +515,10 @@ class LoomMemory:
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
         wanted = limit * 3 + len(skip)
         scope, exact = self.search_scope, self._search_exact
+        # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
+        # tasks of only the best `limit` records are decoded (`_decode`).
         ops: list[Search | VectorSearch] = [
-            Search(prefix=scope, query=query, limit=wanted, exact=exact)
+            Search(prefix=scope, query=query, limit=wanted, exact=exact, lazy=True)
         ]
         if self.embedder is not None:
             vector = self.embedder.embed([query], kind="query")[0]
@@ -527,6 +529,7 @@ class LoomMemory:
                     model=self.embedder.name,
                     limit=wanted,
                     exact=exact,
+                    lazy=True,
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)

@@ -153,19 +153,26 @@ class Scan:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Search:
     """Lexical search under `prefix` (only in it, if `exact`): result `Hit`s, best first, at
-    most `limit`."""
+    most `limit`.
+
+    `lazy`: the hits' `Record.data` may be a read-only `Mapping` that decodes the stored data
+    when first read, rather than a dict (``dict(data)`` is one; `json.dumps` does not take it
+    as it is). For callers that read the data of few of their hits: a deep memory search
+    reads thousands of records to rank them by what it knows of them already
+    (`LoomMemory.search`). A backend may ignore it (`SQLiteStore` honours it)."""
 
     prefix: Namespace
     query: str
     kind: str | None = None
     limit: int = 10
     exact: bool = False
+    lazy: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VectorSearch:
     """Nearest records by the vectors of embedding `model` under `prefix` (only in it, if
-    `exact`): result `Hit`s, best first."""
+    `exact`): result `Hit`s, best first. `lazy`: as for `Search`."""
 
     prefix: Namespace
     vector: npt.NDArray[np.float32]
@@ -173,6 +180,7 @@ class VectorSearch:
     kind: str | None = None
     limit: int = 10
     exact: bool = False
+    lazy: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
