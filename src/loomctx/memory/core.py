@@ -589,7 +589,8 @@ class LoomMemory:
         closeness = self._time_match(query, found, shape)
         for k, match in closeness.items():
             scores[k] *= 1 - self.time_decay * (1 - match)
-        best = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
+        # Best first, ties by key; plain tuples sort faster than a key function.
+        best = [k for _, k in sorted([(-score, k) for k, score in scores.items()])[:limit]]
         tasks = self._load_tasks([found[k] for k in best])
         return [
             MemoryHit(

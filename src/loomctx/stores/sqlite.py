@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import sqlite3
@@ -104,6 +105,7 @@ def _encode(namespace: Namespace) -> str:
     return "".join(f"{part}/" for part in namespace)
 
 
+@functools.lru_cache(maxsize=4096)  # a search reads thousands of records of a few namespaces
 def _decode(encoded: str) -> Namespace:
     return tuple(encoded[:-1].split("/"))
 
