@@ -77,8 +77,9 @@ def check_namespace(namespace: Namespace, *, prefix: bool = False) -> Namespace:
 class Record:
     """One stored item. `seq` (a store-wide, increasing write order) and the timestamps
     (seconds since the epoch) are set by the store on every write. A value: a store may hand
-    the same record to several callers (`SQLiteStore` keeps search's recent hits decoded),
-    so its `data` is never to be changed in place."""
+    the same record to several callers (`SQLiteStore` keeps search's recent hits), so its
+    `data` is never to be changed in place. A store reads `data` back as a dict, except in the
+    hits of a search that asked for `Search.lazy`."""
 
     namespace: Namespace
     key: str
