@@ -3,6 +3,7 @@ behaviour specific to it: options, opening errors, deadlines, concurrent use."""
 
 from __future__ import annotations
 
+import copy
 import sqlite3
 import threading
 import time
@@ -309,3 +310,22 @@ def test_reads_with_strings_sqlite_cannot_take_are_config_errors() -> None:
             store.batch([Scan(prefix=NS, where={"name": "caf\udce9"})])
         with pytest.raises(ConfigError, match="`after_seq`"):
             store.batch([Unembedded(model="m", after_seq="1")])  # type: ignore[arg-type]
+
+
+def test_a_lazy_search_decodes_a_record_s_data_when_it_is_read() -> None:
+    with SQLiteStore() as store:
+        store.put(Record(namespace=NS, key="a", kind="note", text="alpha", data={"v": [1, 2]}))
+        lazy = store.batch([Search(prefix=NS, query="alpha", lazy=True)])[0][0].record
+        assert not isinstance(lazy.data, dict)  # JSON text until read
+        assert lazy.data["v"] == [1, 2]
+        assert lazy.data.get("w") is None
+        assert "v" in lazy.data
+        assert dict(lazy.data) == {"v": [1, 2]}
+        assert len(lazy.data) == 1
+        assert lazy == store.get(NS, "a")  # the same record as an eager read's
+        assert copy.deepcopy(lazy.data) == {"v": [1, 2]}
+        # A caller that did not ask for it gets a dict, from the same cache entry.
+        eager = store.search(NS, "alpha")[0].record
+        assert type(eager.data) is dict
+        assert eager == lazy
+        assert store.search(NS, "alpha")[0].record is eager

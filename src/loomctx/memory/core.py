@@ -162,6 +162,12 @@ def _warm(embedder: Embedder) -> None:
 
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
+_UNREAD: Final = object()  # a record's time that `_time_match` must read itself
+_HitInfo = tuple[str, int, bool, object]  # the last: datetime | None | _UNREAD
+"""What search's ranking reads of a found record: the task it stands for ("" for a record
+that is not one of a memory's), its place in the write order (a task record's; -1 for others
+and for tasks added straight to L3/L4), whether it asks something (`_asks`), and when its
+task was recorded (None: it does not say; `_UNREAD`: its data is not as expected)."""
 _log = logging.getLogger(__name__)
 
 
@@ -172,6 +178,7 @@ def _utc_now() -> datetime:
 TASK: Final = "task"
 SUMMARY: Final = "summary"
 _DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
+_HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~100 bytes each)
 _ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 SYNC_EMBED_LIMIT: Final = 64
 """`add` embeds at most this many new items before it returns (about a second on two cores
@@ -339,6 +346,8 @@ class LoomMemory:
         # Tasks decoded from search hits, by record version (see `_decode`).
         self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
         self._decoded_lock = threading.Lock()
+        # What ranking reads of each record found (see `_hit_info`), by record version.
+        self._hit_infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
         self._restore()
         self.background: BackgroundEmbedder | None = None
         if embedder is not None:
@@ -506,8 +515,10 @@ class LoomMemory:
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
         wanted = limit * 3 + len(skip)
         scope, exact = self.search_scope, self._search_exact
+        # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
+        # tasks of only the best `limit` records are decoded (`_decode`).
         ops: list[Search | VectorSearch] = [
-            Search(prefix=scope, query=query, limit=wanted, exact=exact)
+            Search(prefix=scope, query=query, limit=wanted, exact=exact, lazy=True)
         ]
         if self.embedder is not None:
             vector = self.embedder.embed([query], kind="query")[0]
@@ -518,6 +529,7 @@ class LoomMemory:
                     model=self.embedder.name,
                     limit=wanted,
                     exact=exact,
+                    lazy=True,
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)
@@ -525,50 +537,60 @@ class LoomMemory:
         cosine: dict[_Key, float] = {}
         via: dict[_Key, set[str]] = {}
         found: dict[_Key, Record] = {}
+        shape: dict[_Key, _HitInfo] = {}  # what ranking reads of each found record
         for how, hits in zip(("lexical", "dense"), results, strict=False):
             values = [h.score for h in hits]
             low = min(values, default=0.0) if how == "dense" else 0.0
             span = max(values, default=0.0) - low
+            seen = raw[how]
             for hit in hits:
                 rec = hit.record
-                task_id = str(rec.data.get("task_id", ""))
+                info = self._hit_info(rec)
+                task_id = info[0]
                 if not task_id or task_id in skip:
                     continue
                 key = (rec.namespace, task_id)
-                raw[how].setdefault(key, (hit.score - low) / span if span > 0 else 1.0)
+                if key not in seen:
+                    seen[key] = (hit.score - low) / span if span > 0 else 1.0
                 if how == "dense":
                     cosine.setdefault(key, hit.score)
-                via.setdefault(key, set()).add("summary" if rec.kind == SUMMARY else how)
+                kinds = via.get(key)
+                if kinds is None:
+                    kinds = via[key] = set()
+                kinds.add("summary" if rec.kind == SUMMARY else how)
                 if rec.kind == TASK or key not in found:
                     found[key] = rec
+                    shape[key] = info
         w_lex, w_dense = self.fusion_weights if self.embedder is not None else (1.0, 0.0)
+        lexical, dense = raw["lexical"], raw["dense"]
         fused = {
-            k: (w_lex * raw["lexical"].get(k, 0.0) + w_dense * raw["dense"].get(k, 0.0))
-            / (w_lex + w_dense)
+            k: (w_lex * lexical.get(k, 0.0) + w_dense * dense.get(k, 0.0)) / (w_lex + w_dense)
             for k in found
         }
         # Where each task was recorded (-1: added straight to L3/L4, no neighbours).
-        position = {
-            k: n
-            for k, r in found.items()
-            if r.kind == TASK and (n := int(r.data.get("order", -1))) >= 0
-        }
-        at = {(k[0], n): k for k, n in position.items()}
+        at = {(k[0], info[1]): k for k, info in shape.items() if info[1] >= 0}
         nw, aw = self.neighbour_weight, self.answer_weight
+        norm = 1 + 2 * nw + aw
         scores: dict[_Key, float] = {}
-        for k in found:
-            score = fused[k]
-            if k in position:
-                n = position[k]
+        for k, score in fused.items():
+            n = shape[k][1]
+            if n >= 0:
                 before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
-                score += nw * sum(fused[x] for x in (before, after) if x is not None)
-                if aw and before is not None and _asks(found[before]):
+                # (what `sum` of the two would give, in the same order, without a generator)
+                near: float = 0
+                if before is not None:
+                    near += fused[before]
+                if after is not None:
+                    near += fused[after]
+                score += nw * near
+                if aw and before is not None and shape[before][2]:
                     score += aw * fused[before]  # the answer to a question that matches
-            scores[k] = score / (1 + 2 * nw + aw)
-        closeness = self._time_match(query, found)
+            scores[k] = score / norm
+        closeness = self._time_match(query, found, shape)
         for k, match in closeness.items():
             scores[k] *= 1 - self.time_decay * (1 - match)
-        best = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
+        # Best first, ties by key; plain tuples sort faster than a key function.
+        best = [k for _, k in sorted([(-score, k) for k, score in scores.items()])[:limit]]
         tasks = self._load_tasks([found[k] for k in best])
         return [
             MemoryHit(
@@ -582,7 +604,33 @@ class LoomMemory:
             for k, t in zip(best, tasks, strict=True)
         ]
 
-    def _time_match(self, query: str, found: Mapping[_Key, Record]) -> dict[_Key, float]:
+    def _hit_info(self, record: Record) -> _HitInfo:
+        """What ranking reads of a found record (`_HitInfo`), worked out once per record
+        version (its `seq` changes on every write): the same records come back search after
+        search, and reading their data was most of a search's own time (issue 19)."""
+        key = (record.namespace, record.key, record.seq)
+        info = self._hit_infos.get(key)
+        if info is None:
+            data = record.data
+            task_id = str(data.get("task_id", ""))
+            order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
+            when: object
+            try:
+                fields = data.get("task") or data.get("summary") or {}
+                stamp = fields.get("created_at")
+                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+            except Exception:  # `_time_match` reads it again, and raises where it did
+                when = _UNREAD
+            info = (task_id, order, _asks(record), when)
+            with self._decoded_lock:
+                self._hit_infos[key] = info
+                if len(self._hit_infos) > _HIT_INFO_CACHE:
+                    self._hit_infos.popitem(last=False)
+        return info
+
+    def _time_match(
+        self, query: str, found: Mapping[_Key, Record], shape: Mapping[_Key, _HitInfo]
+    ) -> dict[_Key, float]:
         """How close each found task was recorded to the time the query names ("5 days ago",
         "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`; {} when the query names
         no time, or when no found task is close to it (the phrase is then about something
@@ -594,16 +642,20 @@ class LoomMemory:
             return {}
         out: dict[_Key, float] = {}
         for k, rec in found.items():
-            fields = rec.data.get("task") or rec.data.get("summary") or {}
-            stamp = fields.get("created_at")
-            if isinstance(stamp, str):
-                when = datetime.fromisoformat(stamp)
+            when = shape[k][3]
+            if when is _UNREAD:
+                fields = rec.data.get("task") or rec.data.get("summary") or {}
+                stamp = fields.get("created_at")
+                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+            if isinstance(when, datetime):
                 out[k] = max(span.proximity(when) for span in spans)
         return out if any(out.values()) else {}
 
     def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
         """Tasks for task records, and for summary records the task they summarize."""
         need = [(i, r) for i, r in enumerate(records) if r.kind != TASK]
+        if not need:  # (an empty batch is still a transaction)
+            return [self._decode(r) for r in records]
         loaded = self.store.batch(
             [Get(namespace=r.namespace, key=f"{TASK}:{r.data['task_id']}") for _, r in need]
         )

@@ -26,6 +26,7 @@ renders many.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import uuid
@@ -362,6 +363,7 @@ def task_line(task: Task) -> str:
     return task_text(task)
 
 
+@functools.lru_cache(maxsize=8192)  # a window labels the same tasks build after build
 def said_at(when: datetime, *, time: bool = False) -> str:
     """When something was said, as a memory item's label in a prompt: ``"8 May 2023"``
     (with `time`, ``"8 May 2023 13:56"``; UTC when the time has a zone). A date lets the

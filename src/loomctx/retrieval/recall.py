@@ -9,17 +9,38 @@ knowledge base's own search.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import task_line
+from loomctx.memory.task import Task, task_line
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
 
 if TYPE_CHECKING:
     from loomctx.knowledge import KnowledgeBaseProvider
 
 __all__ = ["recall", "recall_knowledge", "recall_memory"]
+
+_LINES: Final = 8192  # candidate texts kept, by task object
+
+# `task_line` of the tasks recalled lately, by task object (held, so its id stays unique):
+# memory search hands back the same decoded tasks build after build (`LoomMemory._decode`).
+_lines: OrderedDict[int, tuple[Task, str]] = OrderedDict()
+_lines_lock = threading.Lock()
+
+
+def _line(task: Task) -> str:
+    hit = _lines.get(id(task))
+    if hit is not None and hit[0] is task:
+        return hit[1]
+    line = task_line(task)
+    with _lines_lock:
+        _lines[id(task)] = (task, line)
+        if len(_lines) > _LINES:
+            _lines.popitem(last=False)
+    return line
 
 
 def recall_memory(
@@ -41,7 +62,7 @@ def recall_memory(
         out.append(
             Candidate(
                 id=hit.task.task_id,
-                text=task_line(hit.task),
+                text=_line(hit.task),
                 origin=MEMORY_ORIGIN,
                 relevance=hit.score,
                 vector_score=hit.vector_score,

@@ -77,8 +77,9 @@ def check_namespace(namespace: Namespace, *, prefix: bool = False) -> Namespace:
 class Record:
     """One stored item. `seq` (a store-wide, increasing write order) and the timestamps
     (seconds since the epoch) are set by the store on every write. A value: a store may hand
-    the same record to several callers (`SQLiteStore` keeps search's recent hits decoded),
-    so its `data` is never to be changed in place."""
+    the same record to several callers (`SQLiteStore` keeps search's recent hits), so its
+    `data` is never to be changed in place. A store reads `data` back as a dict, except in the
+    hits of a search that asked for `Search.lazy`."""
 
     namespace: Namespace
     key: str
@@ -153,19 +154,26 @@ class Scan:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Search:
     """Lexical search under `prefix` (only in it, if `exact`): result `Hit`s, best first, at
-    most `limit`."""
+    most `limit`.
+
+    `lazy`: the hits' `Record.data` may be a read-only `Mapping` that decodes the stored data
+    when first read, rather than a dict (``dict(data)`` is one; `json.dumps` does not take it
+    as it is). For callers that read the data of few of their hits: a deep memory search
+    reads thousands of records to rank them by what it knows of them already
+    (`LoomMemory.search`). A backend may ignore it (`SQLiteStore` honours it)."""
 
     prefix: Namespace
     query: str
     kind: str | None = None
     limit: int = 10
     exact: bool = False
+    lazy: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VectorSearch:
     """Nearest records by the vectors of embedding `model` under `prefix` (only in it, if
-    `exact`): result `Hit`s, best first."""
+    `exact`): result `Hit`s, best first. `lazy`: as for `Search`."""
 
     prefix: Namespace
     vector: npt.NDArray[np.float32]
@@ -173,6 +181,7 @@ class VectorSearch:
     kind: str | None = None
     limit: int = 10
     exact: bool = False
+    lazy: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

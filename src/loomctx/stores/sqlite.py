@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -104,6 +105,7 @@ def _encode(namespace: Namespace) -> str:
     return "".join(f"{part}/" for part in namespace)
 
 
+@functools.lru_cache(maxsize=4096)  # a search reads thousands of records of a few namespaces
 def _decode(encoded: str) -> Namespace:
     return tuple(encoded[:-1].split("/"))
 
@@ -560,7 +562,7 @@ class SQLiteStore(BaseStore):
         found = self._lexical_index(conn, state).search(
             query_terms, prefix=_encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
-        return self._hits(conn, found)
+        return self._hits(conn, found, lazy=op.lazy)
 
     def _vector_search(
         self, conn: sqlite3.Connection, state: _Batch, op: VectorSearch
@@ -583,17 +585,23 @@ class SQLiteStore(BaseStore):
         found = index.search(
             query, prefix=_encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
-        return self._hits(conn, found)
+        return self._hits(conn, found, lazy=op.lazy)
 
-    def _hits(self, conn: sqlite3.Connection, found: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(
+        self, conn: sqlite3.Connection, found: list[tuple[int, float]], *, lazy: bool
+    ) -> list[Hit]:
         """`Hit`s for (record id, score) pairs, in their order.
 
         Decoding a record's JSON is most of a search's time (a deep memory search reads ~370
         records to return 62), and the same records come back query after query: an agent
         re-retrieves before every model call. So the last `record_cache` records read are
-        kept decoded, by id. A write drops the record it changes; a rolled-back batch, or a
-        commit by another connection, drops them all. Records are values: callers share
-        them and must not change their `data`."""
+        kept, by id. A write drops the record it changes; a rolled-back batch, or a commit by
+        another connection, drops them all. Records are values: callers share them and must
+        not change their `data`.
+
+        With `lazy` (`Search.lazy`), records read now keep their data as JSON text until it
+        is first read (`_JSONData`); a record the cache holds so is decoded for a caller that
+        did not ask for `lazy` (and kept decoded)."""
         if not found:
             return []
         cache = self._records
@@ -601,7 +609,7 @@ class SQLiteStore(BaseStore):
         fetched: dict[int, Record] = {}
         if missing:
             fetched = {
-                row[0]: _record(row[1:])
+                row[0]: _record(row[1:], lazy=lazy)
                 for row in conn.execute(
                     f"SELECT id, {_COLUMNS} FROM records WHERE id IN "
                     f"({','.join('?' * len(missing))})",
@@ -614,6 +622,8 @@ class SQLiteStore(BaseStore):
             if record is None:
                 record = cache[record_id]
                 cache.move_to_end(record_id)
+                if not lazy and isinstance(record.data, _JSONData):
+                    record = cache[record_id] = replace(record, data=record.data.decoded())
             hits.append(Hit(record=record, score=score))
         if self.record_cache:
             cache.update(fetched)
@@ -770,14 +780,63 @@ class SQLiteStore(BaseStore):
 _decode_json: Final = json.JSONDecoder().raw_decode
 
 
-def _record(row: Sequence[Any]) -> Record:
+class _JSONData(Mapping[str, Any]):
+    """A record's data, decoded from its JSON text when first read (`Search.lazy`)."""
+
+    __slots__ = ("_data", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text: str | None = text
+        self._data: dict[str, Any] | None = None
+
+    def decoded(self) -> dict[str, Any]:
+        """The data, decoded (once; threads may race to it, harmlessly)."""
+        data = self._data
+        if data is None:
+            text = self._text
+            if text is None:  # another thread decoded it since
+                return self._data  # type: ignore[return-value]
+            data = self._data = _decode_json(text)[0]
+            self._text = None
+        return data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __len__(self) -> int:
+        return len(self.decoded())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.decoded()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.decoded().get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _JSONData):
+            other = other.decoded()
+        return self.decoded() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.decoded())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles are plain dicts
+        return (dict, (self.decoded(),))
+
+
+def _record(row: Sequence[Any], *, lazy: bool = False) -> Record:
     namespace, key, kind, text, data, seq, created_at, updated_at = row
     return Record(
         namespace=_decode(namespace),
         key=key,
         kind=kind,
         text=text,
-        data=_decode_json(data)[0],
+        data=_JSONData(data) if lazy else _decode_json(data)[0],
         seq=seq,
         created_at=created_at,
         updated_at=updated_at,

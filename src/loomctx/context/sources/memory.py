@@ -90,6 +90,11 @@ class _Items:
         self._counter: TokenCounter | None = None
         self._items: OrderedDict[str, tuple[Task, tuple[str, str, int, int]]] = OrderedDict()
         self._importance: OrderedDict[str, tuple[Task, float]] = OrderedDict()
+        # `_text_blocks`' last block of each task, with the task and what else it was made of
+        # (blocks are values: the same one may be offered again; cleared with the counts).
+        self.blocks: OrderedDict[str, tuple[Task, tuple[str, float, object], ContextBlock]] = (
+            OrderedDict()
+        )
 
     def importance(self, task: Task) -> float:
         """`importance_of(task)`."""
@@ -99,6 +104,7 @@ class _Items:
         """``(label, text, tokens of text, tokens as the window shows it)``."""
         if counter is not self._counter:  # counts by another counter are not this one's
             self._items.clear()
+            self.blocks.clear()
             self._counter = counter
 
         def work_out() -> tuple[str, str, int, int]:
@@ -143,18 +149,26 @@ def _text_blocks(
         if shown > room:
             continue
         room -= shown
-        blocks.append(
-            ContextBlock(
-                source=source,
-                section="context",
-                id=f"{source}:{task.task_id}",
-                content=text,
-                token_count=tokens,
-                priority=max(0.01, min(1.0, priority)),
-                truncatable=True,
-                metadata={"task_id": task.task_id, "label": label, **meta},
-            )
+        priority = max(0.01, min(1.0, priority))
+        # The block of the last build, if it is this one again (L2's are, build after build).
+        last = items.blocks.get(task.task_id)
+        if last is not None and last[0] is task and last[1] == (source, priority, meta):
+            blocks.append(last[2])
+            continue
+        block = ContextBlock(
+            source=source,
+            section="context",
+            id=f"{source}:{task.task_id}",
+            content=text,
+            token_count=tokens,
+            priority=priority,
+            truncatable=True,
+            metadata={"task_id": task.task_id, "label": label, **meta},
         )
+        items.blocks[task.task_id] = (task, (source, priority, meta), block)
+        if len(items.blocks) > _ITEM_CACHE:
+            items.blocks.popitem(last=False)
+        blocks.append(block)
     return blocks
 
 
@@ -200,6 +214,10 @@ class L1RecentSource(_MemorySource):
         )
         # Excerpts already cut, by task, version and allowance.
         self._shown: OrderedDict[tuple[str, str, int, str], _Shown] = OrderedDict()
+        # The last block of each task, with the task and what else it was made of.
+        self._blocks: OrderedDict[str, tuple[Task, tuple[object, ...], ContextBlock]] = (
+            OrderedDict()
+        )
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -238,8 +256,12 @@ class L1RecentSource(_MemorySource):
             elif tokens > room:
                 break
             room -= tokens
-            blocks.append(
-                ContextBlock(
+            made = (self.name, messages, tokens, seq, meta)
+            last = self._blocks.get(task.task_id)
+            if last is not None and last[0] is task and last[1] == made:
+                blocks.append(last[2])  # the same as the last build's (a value: offered again)
+            else:
+                block = ContextBlock(
                     source=self.name,
                     section="history",
                     messages=messages,
@@ -249,7 +271,10 @@ class L1RecentSource(_MemorySource):
                     id=f"{self.name}:{task.task_id}",
                     metadata=meta,
                 )
-            )
+                self._blocks[task.task_id] = (task, made, block)
+                if len(self._blocks) > _WHOLE_CACHE:
+                    self._blocks.popitem(last=False)
+                blocks.append(block)
             if oversized:
                 break
         return blocks
