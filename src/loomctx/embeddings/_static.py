@@ -51,7 +51,7 @@ from numpy.typing import NDArray
 from loomctx.embeddings._base import BaseEmbedder, EmbedKind, Lazy
 from loomctx.errors import ConfigError, EmbeddingError
 
-__all__ = ["StaticEmbedder", "StaticTable"]
+__all__ = ["StaticEmbedder", "StaticTable", "default_static_embedder"]
 
 _META: Final = "\u2581"  # SentencePiece's word-start mark
 _MAX_PIECE: Final = 16  # characters in the longest piece of the model's vocabulary
@@ -216,3 +216,21 @@ class StaticEmbedder(BaseEmbedder):
 
     def __repr__(self) -> str:
         return f"StaticEmbedder({str(self.path)!r})"
+
+
+_default: StaticEmbedder | None = None
+_default_lock = threading.Lock()
+
+
+def default_static_embedder() -> StaticEmbedder:
+    """The process-wide `StaticEmbedder` of the shipped table (created on first call, its table
+    loaded on first use): every `LoomMemory` that pairs it with the default transformer shares
+    one table and one word cache."""
+    global _default
+    embedder = _default
+    if embedder is None:
+        with _default_lock:
+            embedder = _default
+            if embedder is None:
+                embedder = _default = StaticEmbedder()
+    return embedder
