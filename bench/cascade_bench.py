@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N conversations")
     parser.add_argument("--skip", type=int, default=0, help="leave out the first N")
     parser.add_argument("--partial", default="0,0.2,0.3", help="fast weights, e5 on half")
+    parser.add_argument("--no-base", action="store_true", help="leave out lexical and e5")
     parser.add_argument("--rows", default=None, help="write every question's row here (JSON)")
     parser.add_argument("--no-partial", action="store_true")
     parser.add_argument("--json", default=None)
@@ -67,9 +68,9 @@ def main() -> None:
         e5 = CachedEmbedder(default_embedder(), default_cache_dir())
     static = StaticEmbedder()
     configs: list[tuple[str, str, Any, float]] = [  # label, store, embedder, fast weight
-        ("lexical", "full", None, 0.0),
+        *(() if args.no_base else [("lexical", "full", None, 0.0)]),
         *((f"lexical+static w={w}", "static", e5, w) for w in alone),
-        ("lexical+e5 (today)", "full", e5, 0.0),
+        *(() if args.no_base else [("lexical+e5 (today)", "full", e5, 0.0)]),
         *((f"lexical+e5+static w={w}", "full", e5, w) for w in ws),
         *(() if args.no_partial else
           ((f"partial e5 50% +static w={w}", "half", e5, float(w))
