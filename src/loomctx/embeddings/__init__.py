@@ -8,8 +8,9 @@
   singleton whose model loads on first use.
 - `StaticEmbedder`: a table of word-piece vectors distilled from that model, shipped inside
   `loomctx` (no engine, no extra): thousands of texts a second where the model embeds about
-  40, for a bulk import that must be searchable by meaning at once; it ranks worse (see its
-  module docstring).
+  40; alone it ranks worse (see its module docstring), so with the default model it is
+  `LoomMemory`'s `fast_embedder` (`default_static_embedder()`, one per process): every record
+  gets its vector first, and search fuses it beside the model's.
 - Optional providers: `SentenceTransformerEmbedder` (extra `st`) and `OpenAIEmbedder` (extra
   `openai`, also for OpenAI-compatible servers).
 - `loomctx.testing.embedders.HashingEmbedder` is a model-free, lexical stand-in for tests.
@@ -31,7 +32,7 @@ from loomctx.embeddings._base import (
 from loomctx.embeddings._e5 import MultilingualE5Embedder, default_embedder
 from loomctx.embeddings._openai import OPENAI_DIMENSIONS, OpenAIEmbedder
 from loomctx.embeddings._sentence_transformers import SentenceTransformerEmbedder
-from loomctx.embeddings._static import StaticEmbedder
+from loomctx.embeddings._static import StaticEmbedder, default_static_embedder
 
 __all__ = [
     "OPENAI_DIMENSIONS",
@@ -46,4 +47,5 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "StaticEmbedder",
     "default_embedder",
+    "default_static_embedder",
 ]

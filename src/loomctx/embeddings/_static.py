@@ -32,7 +32,10 @@ Pass ``fusion_weights=(0.6, 0.4)`` to `LoomMemory` with it: at the default (0.5,
 fused ranking is below lexical search alone (68.3). It embeds about 5,500 LoCoMo turns per
 CPU-second with a cold word cache and 15,700 with a warm one, where the 4-bit transformer
 embeds tens; it ranks lower than the transformer (final R@10 -2.2, window@2000 -3.5 at the
-best weights), so it is not the default.
+best weights), so it does not replace it. It runs beside it instead: with the default
+transformer, `LoomMemory` takes it as its `fast_embedder` (`default_static_embedder()`), gives
+every record its static vector first, and fuses both rankings (docs/concepts.md, "The fast
+embedder", has the figures).
 """
 
 from __future__ import annotations
