@@ -592,7 +592,7 @@ class LoomMemory:
         ]
         rankers = ["lexical"]
         for how, embedder in (("dense", self.embedder), ("fast", self.fast_embedder)):
-            if embedder is None:
+            if embedder is None or (how == "fast" and not self.fast_weight):
                 continue
             rankers.append(how)
             ops.append(
@@ -629,7 +629,7 @@ class LoomMemory:
                     found[key] = rec
         w_lex, w_dense = self.fusion_weights
         w_dense = w_dense if self.embedder is not None else 0.0
-        w_fast = self.fast_weight if self.fast_embedder is not None else 0.0
+        w_fast = self.fast_weight if "fast" in rankers else 0.0
         w_lex = w_lex if w_dense + w_fast > 0 else 1.0  # lexical alone
         total = w_lex + w_dense + w_fast
         fused = {
