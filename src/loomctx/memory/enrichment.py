@@ -27,10 +27,11 @@ its records to embed), writers add what they store (`notify(count)`), and batche
 what they handle. Records another process writes meanwhile are counted when a thread starts.
 
 **A cascade** (`first`): a fast embedder's `BackgroundEmbedder` (`StaticEmbedder`, thousands
-of texts a second) chained before a slow one's (the transformer, tens a second). Before each of
-its own batches the slow one runs a batch of `first`, so one thread gives every record its
-fast vector first (a 100k-turn import in tens of seconds), then the slow vectors follow; new
-writes get their fast vector within one slow batch. `drain` and `notify` reach both.
+of texts a second) chained before a slow one's (the transformer, tens a second). The slow one
+embeds a batch of its own only when `first` has nothing left, so one thread gives every record
+its fast vector first (a 100k-turn import in tens of seconds), then the slow vectors follow;
+new writes get their fast vector after at most one slow batch. `drain` and `notify` reach
+both.
 """
 
 from __future__ import annotations
@@ -181,9 +182,10 @@ class BackgroundEmbedder:
     def run_once(self) -> int:
         """Embed one batch; returns how many records it handled, stored or quarantined (0:
         nothing left). Raises `EmbeddingError` when the embedder fails as a whole. With
-        `first`, a batch of it comes first (both counted)."""
-        done = self.first.run_once() if self.first is not None else 0
-        return done + self._run_own()
+        `first`: its batch while it has records to embed, this one's only then."""
+        if self.first is not None and (done := self.first.run_once()):
+            return done
+        return self._run_own()
 
     def _run_own(self) -> int:
         op = Unembedded(
