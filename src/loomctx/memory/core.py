@@ -260,8 +260,8 @@ class LoomMemory:
     score is fused with weight `fast_weight` (see `search`). By default it is the shipped
     `StaticEmbedder` (e5 distilled to a word-piece table) when `embedder` is the shipped e5,
     else None; pass ``fast_embedder=None`` to do without. Measured on LoCoMo (docs/concepts.md,
-    "The default embedder"): once e5 has caught up, the three fused rank as e5 and lexical did
-    (window@2000 +0.6); before, 3 to 5 points more of the evidence reach the window.
+    "The fast embedder"): once e5 has caught up, the three fused rank as e5 and lexical did
+    (window@2000 +0.6); before, 3.5 to 5 points more of the evidence reach the window.
     `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
     neighbours', `answer_weight` what the message right after a question gains from it,
     `time_decay` how much a task recorded far from the time a query names loses
