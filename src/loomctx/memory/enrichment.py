@@ -25,6 +25,13 @@ were searched by their words only: the worker thread counts them once when it st
 store written by an earlier process, or made with another embedding model, starts with all of
 its records to embed), writers add what they store (`notify(count)`), and batches subtract
 what they handle. Records another process writes meanwhile are counted when a thread starts.
+
+**A cascade** (`first`): a fast embedder's `BackgroundEmbedder` (`StaticEmbedder`, thousands
+of texts a second) chained before a slow one's (the transformer, tens a second). The slow one
+embeds a batch of its own only when `first` has nothing left, so one thread gives every record
+its fast vector first (a 100k-turn import in tens of seconds), then the slow vectors follow;
+new writes get their fast vector after at most one slow batch. `drain` and `notify` reach
+both.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ class QuarantinedRecord:
 
 class BackgroundEmbedder:
     """Embeds the records under `prefix` (only in it, if `exact`) that lack vectors of
-    `embedder`, in batches of `batch_size`.
+    `embedder`, in batches of `batch_size` (default: the embedder's `batch_size`, else 32).
 
     Call `run_once()` / `drain()` yourself, or `start()` a daemon thread that keeps up and
     `stop()` it (the owner must: `LoomMemory.close()` does). When the embedder fails as a
@@ -90,17 +97,29 @@ class BackgroundEmbedder:
         *,
         prefix: Namespace = (),
         exact: bool = False,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         interval: float = 0.25,
         max_backoff: float = 60.0,
+        first: BackgroundEmbedder | None = None,
     ) -> None:
+        if batch_size is None:
+            # The embedder's own batch (a fast one takes hundreds of texts at once: fewer
+            # trips to the store per text), else 32.
+            own = getattr(embedder, "batch_size", None)
+            batch_size = own if isinstance(own, int) and not isinstance(own, bool) else 32
         if batch_size < 1 or interval <= 0 or max_backoff < interval:
             raise ConfigError(
                 f"`batch_size` must be >= 1, `interval` > 0 and `max_backoff` >= `interval`, "
                 f"got {batch_size!r}, {interval!r}, {max_backoff!r}"
             )
+        if first is not None and first.model == embedder.name:
+            raise ConfigError(
+                f"`first` must embed with another model than {embedder.name!r} (a faster one)"
+            )
         self.store = store
-        self.embedder = embedder
+        self.embedder: Embedder = embedder
+        self.first = first
+        """Embedded before each batch of this one's (the module docstring's cascade)."""
         self.prefix = prefix
         self.exact = exact
         self.batch_size = batch_size
@@ -118,6 +137,11 @@ class BackgroundEmbedder:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def model(self) -> str:
+        """The name of the embedding model whose vectors this one stores."""
+        return self.embedder.name
 
     @property
     def quarantined(self) -> tuple[QuarantinedRecord, ...]:
@@ -157,7 +181,13 @@ class BackgroundEmbedder:
 
     def run_once(self) -> int:
         """Embed one batch; returns how many records it handled, stored or quarantined (0:
-        nothing left). Raises `EmbeddingError` when the embedder fails as a whole."""
+        nothing left). Raises `EmbeddingError` when the embedder fails as a whole. With
+        `first`: its batch while it has records to embed, this one's only then."""
+        if self.first is not None and (done := self.first.run_once()):
+            return done
+        return self._run_own()
+
+    def _run_own(self) -> int:
         op = Unembedded(
             model=self.embedder.name,
             prefix=self.prefix,
@@ -197,7 +227,9 @@ class BackgroundEmbedder:
 
     def notify(self, count: int = 0) -> None:
         """Wake the thread: new records were written (`count` of them with text, added to
-        `pending`)."""
+        `pending`, and to `first`'s)."""
+        if self.first is not None:
+            self.first.notify(count)
         with self._lock:
             self._pending += count
         self._wake.set()
@@ -229,6 +261,8 @@ class BackgroundEmbedder:
 
     def _loop(self) -> None:
         try:
+            if self.first is not None:
+                self.first.count_pending()
             self.count_pending()
         except Exception as exc:  # the store is closed or down: the loop below reports it
             log.debug("could not count the records to embed: %s", exc)

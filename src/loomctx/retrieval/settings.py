@@ -12,9 +12,9 @@ conversations, reported on the fifth). Constants added since (`answer_weight`,
     memory = LoomMemory("agent", **settings.memory_options())
     source = UnifiedRetrievalSource(memory, settings=settings)
 
-The memory-side fields (`fusion_weights`, `neighbour_weight`, `answer_weight`, `time_decay`) are
-arguments of `LoomMemory`; the others are read by `UnifiedRetrievalSource` (its rewriter and
-reranker).
+The memory-side fields (`fusion_weights`, `fast_weight`, `neighbour_weight`, `answer_weight`,
+`time_decay`) are arguments of `LoomMemory`; the others are read by `UnifiedRetrievalSource`
+(its rewriter and reranker).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = ["RetrievalSettings"]
 _INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
-_UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight")
+_UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight")
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
             "speaker_weight")  # fmt: skip
 
@@ -49,7 +49,8 @@ _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weigh
 class RetrievalSettings:
     """The tuned constants of recall, rewriting, reranking and filling a grant.
 
-    Memory search (`LoomMemory.search`): `fusion_weights` (lexical, dense), `neighbour_weight`
+    Memory search (`LoomMemory.search`): `fusion_weights` (lexical, dense), `fast_weight` (the
+    fast embedder's dense ranking, beside them: `LoomMemory(fast_embedder=...)`), `neighbour_weight`
     (what a turn gains from the scores of the turns just before and after it), `answer_weight`
     (what a message gains from the one just before it when that one asks a question),
     `time_decay` (what a task far from a time the query names loses).
@@ -71,6 +72,7 @@ class RetrievalSettings:
     """
 
     fusion_weights: tuple[float, float] = (0.5, 0.5)
+    fast_weight: float = 0.2
     neighbour_weight: float = 0.3
     answer_weight: float = 0.35
     time_decay: float = 0.5
@@ -160,10 +162,11 @@ class RetrievalSettings:
         return cls(**values)
 
     def memory_options(self) -> dict[str, Any]:
-        """`LoomMemory` keyword arguments: ``fusion_weights``, ``neighbour_weight``,
-        ``answer_weight``, ``time_decay``."""
+        """`LoomMemory` keyword arguments: ``fusion_weights``, ``fast_weight``,
+        ``neighbour_weight``, ``answer_weight``, ``time_decay``."""
         return {
             "fusion_weights": self.fusion_weights,
+            "fast_weight": self.fast_weight,
             "neighbour_weight": self.neighbour_weight,
             "answer_weight": self.answer_weight,
             "time_decay": self.time_decay,

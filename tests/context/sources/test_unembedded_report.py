@@ -82,3 +82,27 @@ def test_a_store_reopened_with_another_model_counts_all_its_records(tmp_path: ob
     assert other.count_pending() == 0
     first.close()
     store.close()
+
+
+def test_with_a_fast_embedder_the_note_says_which_vectors_are_missing() -> None:
+    from loomctx.embeddings import StaticEmbedder
+
+    slow, fast = HashingEmbedder(dim=32), StaticEmbedder()
+    memory = LoomMemory("agent", embedder=slow, fast_embedder=fast, embed_in_background=False)
+    try:
+        memory.add_tasks([note(n) for n in range(7)])
+        assert "7 record(s) have no vector yet" in build(memory).sources[0].note
+        assert memory.background is not None
+        assert memory.background.first is not None
+        memory.background.first.drain()
+        report = build(memory)
+        retrieved = report.sources[0]
+        assert retrieved.unembedded == 0  # none is found by its words only
+        assert "no vector yet" not in retrieved.note
+        assert f"7 record(s) have vectors of {fast.name} but not yet of {slow.name}" in (
+            retrieved.note
+        )
+        memory.background.drain()
+        assert "vector" not in build(memory).sources[0].note
+    finally:
+        memory.close()

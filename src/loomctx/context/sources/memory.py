@@ -357,6 +357,13 @@ class L4SemanticSource(_MemorySource):
         yet (`LoomMemory.unembedded`; the build's `SourceReport` carries it)."""
         return self.memory.unembedded
 
+    @property
+    def unembedded_by(self) -> dict[str, int]:
+        """Records of the memory without a vector yet, per embedding model
+        (`LoomMemory.unembedded_by`: with a fast embedder, the report says how many have
+        its vector only)."""
+        return self.memory.unembedded_by
+
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:

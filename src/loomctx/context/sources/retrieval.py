@@ -221,6 +221,13 @@ class UnifiedRetrievalSource:
         yet (`LoomMemory.unembedded`; the build's `SourceReport` carries it)."""
         return self.memory.unembedded if self.memory is not None else 0
 
+    @property
+    def unembedded_by(self) -> dict[str, int]:
+        """Records of the memory without a vector yet, per embedding model
+        (`LoomMemory.unembedded_by`: with a fast embedder, the report says how many have
+        its vector only)."""
+        return self.memory.unembedded_by if self.memory is not None else {}
+
     async def candidates(
         self, query: str, *, limit: int | None = None, run_id: str | None = None
     ) -> list[Candidate]:

@@ -1,0 +1,102 @@
+"""`StaticEmbedder`: the shipped static table, its tokenizer, and its failure modes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loomctx import ConfigError, EmbeddingError
+from loomctx.embeddings import StaticEmbedder
+from loomctx.embeddings._static import StaticTable
+from loomctx.testing.embedders import check_embedder
+
+
+@pytest.fixture(scope="module")
+def static() -> StaticEmbedder:
+    return StaticEmbedder()
+
+
+def test_the_shipped_table_conforms(static: StaticEmbedder) -> None:
+    check_embedder(static)
+    assert static.name.startswith("static:e5-small-static-")
+    assert static.name.endswith(f":{static.dim}")
+
+
+def test_a_paraphrase_is_nearer_than_another_topic(static: StaticEmbedder) -> None:
+    query, near, far = static.embed(
+        [
+            "How often are backups of the data made?",
+            "The database is copied automatically every night and kept for thirty days.",
+            "Our puppy loves chasing a ball around the park.",
+        ]
+    )
+    assert query @ near > query @ far
+
+
+def test_chinese_finds_chinese_by_meaning(static: StaticEmbedder) -> None:
+    query, near, far = static.embed(
+        [
+            "明天天气怎么样，会下雨吗？",
+            "明天下午有大雨，出门记得带伞。",
+            "工资每个月十五号发放到银行账户。",
+        ]
+    )
+    assert query @ near > query @ far
+
+
+def test_the_tokenizer_segments_as_the_model_does(static: StaticEmbedder) -> None:
+    table = static._table.get()
+    pieces = {i: p for p, i in table._vocab.items()}
+    # Whitespace runs collapse, words start with the mark, Chinese splits into known words.
+    assert [pieces[i] for i in table.ids("the  database")] == ["\u2581the", "\u2581database"]
+    assert "".join(pieces[i] for i in table.ids("数据库备份")).lstrip("\u2581") == "数据库备份"
+    # Characters of scripts the table left out are skipped: only the word marks remain, so
+    # such texts carry no meaning (and are found by their words).
+    assert {pieces[i] for i in table.ids("Ελληνικά κείμενα")} == {"▁"}
+    greek, russian = static.embed(["Ελληνικά κείμενα", "Русский текст"])
+    assert np.allclose(greek, russian)
+    # Even an empty text has a piece: the bare mark (the model's own tokenizer agrees).
+    assert [pieces[i] for i in table.ids("")] == ["▁"]
+
+
+def test_query_and_document_are_embedded_alike(static: StaticEmbedder) -> None:
+    text = ["the same words either way"]
+    assert np.array_equal(static.embed(text, kind="query"), static.embed(text))
+
+
+def test_a_missing_table_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no static embedding table"):
+        StaticEmbedder(tmp_path / "absent.npz")
+
+
+def test_a_corrupt_table_is_an_embedding_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a table")
+    with pytest.raises(EmbeddingError, match="cannot read the static embedding table"):
+        StaticEmbedder(bad).embed(["text"])
+
+
+def test_a_table_of_another_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.npz"
+    shipped = np.load(StaticEmbedder().path)
+    arrays = {k: shipped[k] for k in shipped.files}
+    manifest = json.loads(str(arrays["manifest"]))
+    arrays["manifest"] = np.array(json.dumps({**manifest, "format": 99}))
+    np.savez(path, **arrays)
+    with pytest.raises(EmbeddingError, match="has format 99"):
+        StaticTable(path)
+
+
+def test_another_table_has_another_name(tmp_path: Path) -> None:
+    path = tmp_path / "other.npz"
+    shipped = np.load(StaticEmbedder().path)
+    arrays = {k: shipped[k] for k in shipped.files}
+    manifest = json.loads(str(arrays["manifest"]))
+    arrays["manifest"] = np.array(json.dumps({**manifest, "sif": 0.5}))
+    np.savez(path, **arrays)
+    other = StaticEmbedder(path)
+    assert other.name != StaticEmbedder().name
+    assert other.dim == StaticEmbedder().dim
