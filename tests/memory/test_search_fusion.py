@@ -285,3 +285,20 @@ def test_a_summarized_task_is_found_once_as_itself(store: SQLiteStore) -> None:
     assert ranks(hits) == ["m2"]
     assert hits[0].via == ("lexical", "summary")
     assert hits[0].task.parameters["content"] == CHAT[2][1]
+
+
+def test_a_deeper_pool_finds_the_answer_its_question_lifts(store: SQLiteStore) -> None:
+    # The answer shares one word with the query, and five turns share it more often: in the
+    # default pool (3 x limit) it is not found at all; with a deeper one it is, and its
+    # question lifts it above them.
+    chat = [
+        ("user", "Which port does the staging database listen on?"),
+        ("assistant", "5433, on the staging box since last spring when we moved it."),
+    ]
+    chat += [("user", f"Staging, staging: round {i} of the staging play.") for i in range(5)]
+    memory = LoomMemory("session", store=store, embedder=None)
+    remember(memory, chat)
+    assert "m1" not in ranks(memory.search(QUESTION, limit=2))
+    assert "m1" not in ranks(memory.search(QUESTION, limit=2, pool=6))  # the default
+    assert ranks(memory.search(QUESTION, limit=2, pool=20)) == ["m0", "m1"]
+    assert len(memory.search(QUESTION, limit=2, pool=1)) == 2  # never fewer than `limit`

@@ -15,7 +15,7 @@ from loomctx.memory.core import LoomMemory
 from loomctx.retrieval import Reranker, default_signals
 from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.sqlite import SQLiteStore
-from tests.retrieval.fixtures import open_store
+from tests.retrieval.fixtures import open_store, remember
 
 
 @pytest.fixture
@@ -53,10 +53,35 @@ def test_a_source_reads_its_settings(store: SQLiteStore) -> None:
     assert s.label() == "recall_limit=7, rewrite_max_terms=2, rewrite_top_k=3, overlap_weight=0.9"
 
 
+async def test_pool_depth_is_how_deep_memory_searches_before_fusing(
+    store: SQLiteStore,
+) -> None:
+    # The answer shares one word with the query and five turns share it more often: three
+    # times the limit does not reach it; eight times (the default) does, and its question
+    # lifts it.
+    chat = [
+        ("user", "Which port does the staging database listen on?"),
+        ("assistant", "5433, on the staging box since last spring when we moved it."),
+    ]
+    chat += [("user", f"Staging, staging: round {i} of the staging play.") for i in range(5)]
+    memory = LoomMemory("s", store=store, embedder=None)
+    remember(memory, chat)
+    query = "staging database port"
+
+    def source(**settings: Any) -> UnifiedRetrievalSource:
+        s = RetrievalSettings(recall_limit=2, **settings)
+        return UnifiedRetrievalSource(memory, settings=s, rewrite=False)
+
+    assert RetrievalSettings().pool_depth == 8
+    assert "m1" not in [c.id for c in await source(pool_depth=3).candidates(query)]
+    assert "m1" in [c.id for c in await source().candidates(query)]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"recall_limit": 0}, r"`recall_limit` must be an int >= 1, got 0"),
+        ({"pool_depth": 0}, r"`pool_depth` must be an int >= 1, got 0"),
         ({"rewrite_top_k": 1.5}, r"`rewrite_top_k` must be an int >= 1"),
         ({"tokens_per_candidate": True}, r"`tokens_per_candidate` must be an int >= 1"),
         ({"length_low": 900}, r"need `length_low` <= `length_high`, got 900 > 800"),

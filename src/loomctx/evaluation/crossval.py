@@ -50,6 +50,8 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(answer_weight=0.7),
     RetrievalSettings(speaker_weight=0.0),
     RetrievalSettings(speaker_weight=0.2),
+    RetrievalSettings(pool_depth=5),
+    RetrievalSettings(pool_depth=12),
     CachePolicy(min_dynamic=0),
     CachePolicy(min_dynamic=1000),
 )
@@ -57,7 +59,8 @@ LOCOMO_GRID: Final = (
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
 truncatable as before issue 21 (`whole_below=0`), the second hop, off by default
 (`hop_weight`), what an answer gains from its question (`answer_weight`) and the speaker
-signal (`speaker_weight`) off, as before, or doubled, and the windows' dynamic floor
+signal (`speaker_weight`) off, as before, or doubled, memory's search pool before fusion
+(`pool_depth`) shallower or deeper, and the windows' dynamic floor
 (`CachePolicy.min_dynamic`) off, as before issue 21, or at half its default: a held-out
 conversation is reported with one only if the other four chose it. (A floor above the
 default is left out: it would only take history's room in larger windows, and what history

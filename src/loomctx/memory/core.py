@@ -566,9 +566,12 @@ class LoomMemory:
 
     # --- search -----------------------------------------------------------------------------
 
-    def search(self, query: str, *, limit: int = 5, exclude: Iterable[str] = ()) -> list[MemoryHit]:
+    def search(
+        self, query: str, *, limit: int = 5, exclude: Iterable[str] = (), pool: int | None = None
+    ) -> list[MemoryHit]:
         """Tasks relevant to `query`, best first; summaries count for the task they summarize.
-        `exclude`: task ids.
+        `exclude`: task ids. `pool`: how many hits the lexical and the dense search each
+        return to be fused (default ``3 * limit``; never fewer than `limit`).
 
         The score (0..1) fuses the lexical and the dense ranking by value, weighted by
         `fusion_weights`: BM25 relative to the best lexical hit, cosine similarity min-max
@@ -594,7 +597,7 @@ class LoomMemory:
             return []
         skip = set(exclude)
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
-        wanted = limit * 3 + len(skip)
+        wanted = max(limit, limit * 3 if pool is None else pool) + len(skip)
         scope, exact = self.search_scope, self._search_exact
         # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
         # tasks of only the best `limit` records are decoded (`_decode`).

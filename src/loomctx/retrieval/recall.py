@@ -50,10 +50,13 @@ def recall_memory(
     limit: int = 20,
     min_score: float = 0.0,
     exclude: Iterable[str] = (),
+    depth: int = 3,
 ) -> list[Candidate]:
-    """Up to `limit` tasks of `memory` for `query`, best first, `relevance >= min_score`."""
+    """Up to `limit` tasks of `memory` for `query`, best first, `relevance >= min_score`;
+    the lexical and the dense search each bring `depth` times `limit` hits to be fused
+    (`LoomMemory.search`'s `pool`)."""
     out = []
-    for hit in memory.search(query, limit=limit, exclude=exclude):
+    for hit in memory.search(query, limit=limit, exclude=exclude, pool=limit * depth):
         if hit.score < min_score:
             continue
         metadata: dict[str, object] = {"task_id": hit.task.task_id, "via": list(hit.via)}
@@ -102,15 +105,23 @@ async def recall(
     limit: int = 20,
     min_score: float = 0.0,
     exclude: Iterable[str] = (),
+    depth: int = 3,
 ) -> list[Candidate]:
-    """Every source's candidates (`limit` per source), memory first, in recall order."""
+    """Every source's candidates (`limit` per source), memory first, in recall order;
+    `depth`: see `recall_memory`."""
     skip = tuple(exclude)
     jobs = [recall_knowledge(kb, query, limit=limit, min_score=min_score) for kb in knowledge_bases]
     if memory is not None:
         jobs.insert(
             0,
             asyncio.to_thread(
-                recall_memory, memory, query, limit=limit, min_score=min_score, exclude=skip
+                recall_memory,
+                memory,
+                query,
+                limit=limit,
+                min_score=min_score,
+                exclude=skip,
+                depth=depth,
             ),
         )
     found = await asyncio.gather(*jobs)

@@ -6,7 +6,7 @@ with how many words, how many candidates a grant asks for, and the reranker's si
 They are the fields below, with those values as defaults, so that one object says what a run
 used and ``loomctx bench locomo --cv`` can vary them and choose them honestly (tuned on four
 conversations, reported on the fifth). Constants added since (`answer_weight`,
-`speaker_weight`, `whole_below`) were chosen that way.
+`speaker_weight`, `whole_below`, `pool_depth`) were chosen that way.
 
     settings = RetrievalSettings(neighbour_weight=0.2)
     memory = LoomMemory("agent", **settings.memory_options())
@@ -37,7 +37,7 @@ from loomctx.retrieval.signals import (
 
 __all__ = ["RetrievalSettings"]
 
-_INTS = ("recall_limit", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
+_INTS = ("recall_limit", "pool_depth", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
 _UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight")
@@ -57,7 +57,11 @@ class RetrievalSettings:
     Rewriting (`QueryRewriter`): queries of at most `rewrite_max_terms` distinct content terms
     also recall with the `rewrite_top_k` most frequent words of the last `rewrite_window`
     messages. Recall: `recall_limit` candidates per source; with `fill`, one more per
-    `tokens_per_candidate` tokens of twice the grant.
+    `tokens_per_candidate` tokens of twice the grant; memory's lexical and dense searches
+    each bring `pool_depth` times as many hits to be fused (`LoomMemory.search`'s `pool`; 8,
+    where search alone takes 3: an answer whose own words rank it deep is lifted by its
+    question and neighbours only if the pool holds it; chosen by leave-one-conversation-out,
+    8 over 3 and 5 on every fold).
     Reranking (`Reranker`): the weights of the five signals, and the span of characters
     (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
     Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
@@ -77,6 +81,7 @@ class RetrievalSettings:
     answer_weight: float = 0.35
     time_decay: float = 0.5
     recall_limit: int = 20
+    pool_depth: int = 8
     rewrite_max_terms: int = 4
     rewrite_window: int = 5
     rewrite_top_k: int = 6

@@ -305,6 +305,7 @@ class UnifiedRetrievalSource:
             limit=limit,
             min_score=self.min_score,
             exclude=exclude,
+            depth=self.settings.pool_depth,
         )
 
     async def collect(
