@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loomctx.knowledge import KnowledgeBaseProvider, KnowledgeHit
-from loomctx.memory.core import LoomMemory
+from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.task import Task
 from loomctx.retrieval import MEMORY_ORIGIN, recall, recall_knowledge, recall_memory
+from loomctx.retrieval.recall import POOL_CAP
 
 from .fixtures import CHAT, HANDBOOK, RUNBOOK, knowledge, open_store, remember
 
@@ -143,3 +145,28 @@ def test_a_memory_candidate_says_how_close_it_is_to_the_time_the_query_names(
     found = recall_memory(memory, f"{QUERY} today")  # every task was recorded just now
     assert found
     assert all(c.metadata["time_match"] > 0.99 for c in found)  # 1, or near at midnight
+
+
+class _Pools(LoomMemory):
+    """A memory that notes the pool each search was asked for."""
+
+    pools: list[int | None]
+
+    def search(self, query: str, **kwargs: Any) -> list[MemoryHit]:
+        self.pools.append(kwargs.get("pool"))
+        return super().search(query, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("limit", "depth", "pool"),
+    [(20, 8, 160), (82, 8, 656), (500, 8, POOL_CAP), (1411, 8, 4233), (50, 2, 100)],
+)
+def test_the_pool_is_deep_for_small_windows_and_capped_for_large_ones(
+    tmp_path: Path, limit: int, depth: int, pool: int
+) -> None:
+    with open_store(tmp_path) as store:
+        memory = _Pools("s1", store=store, embedder=None)
+        memory.pools = []
+        remember(memory, CHAT)
+        assert recall_memory(memory, QUERY, limit=limit, depth=depth)
+        assert memory.pools == [pool]

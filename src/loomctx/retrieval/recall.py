@@ -43,6 +43,13 @@ def _line(task: Task) -> str:
     return line
 
 
+POOL_CAP: Final = 4000
+"""The deepest pool `depth` asks of each memory search beyond three hits per result. A deep
+pool lifts an answer its own words rank low in a small window (`RetrievalSettings.pool_depth`);
+a 128k window's ~1,400 candidates are deep enough at three each, where eight each made one
+search fuse ~11,000 hits. LoCoMo's windows (up to 8,000 tokens) stay below the cap."""
+
+
 def recall_memory(
     memory: LoomMemory,
     query: str,
@@ -54,9 +61,10 @@ def recall_memory(
 ) -> list[Candidate]:
     """Up to `limit` tasks of `memory` for `query`, best first, `relevance >= min_score`;
     the lexical and the dense search each bring `depth` times `limit` hits to be fused
-    (`LoomMemory.search`'s `pool`)."""
+    (`LoomMemory.search`'s `pool`), at most `POOL_CAP` unless three per result are more."""
+    pool = min(limit * depth, max(POOL_CAP, limit * min(depth, 3)))
     out = []
-    for hit in memory.search(query, limit=limit, exclude=exclude, pool=limit * depth):
+    for hit in memory.search(query, limit=limit, exclude=exclude, pool=pool):
         if hit.score < min_score:
             continue
         metadata: dict[str, object] = {"task_id": hit.task.task_id, "via": list(hit.via)}
