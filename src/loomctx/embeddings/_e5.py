@@ -20,7 +20,6 @@ import importlib.metadata
 import os
 import platform
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Final
 
@@ -145,8 +144,7 @@ def missing_cpu_features() -> list[str]:
     return [f for f in ("avx2", "fma") if f not in flags]
 
 
-_default: MultilingualE5Embedder | None = None
-_default_lock = threading.Lock()
+_default: Lazy[MultilingualE5Embedder] = Lazy(MultilingualE5Embedder)
 
 
 def default_embedder() -> MultilingualE5Embedder:
@@ -156,11 +154,4 @@ def default_embedder() -> MultilingualE5Embedder:
     'loomctx[embed]'``); callers that can do without dense vectors (lexical search only)
     catch it. A failure is not remembered: a later call tries again.
     """
-    global _default
-    embedder = _default
-    if embedder is None:
-        with _default_lock:
-            embedder = _default
-            if embedder is None:
-                embedder = _default = MultilingualE5Embedder()
-    return embedder
+    return _default.get()

@@ -221,19 +221,11 @@ class StaticEmbedder(BaseEmbedder):
         return f"StaticEmbedder({str(self.path)!r})"
 
 
-_default: StaticEmbedder | None = None
-_default_lock = threading.Lock()
+_default: Lazy[StaticEmbedder] = Lazy(StaticEmbedder)
 
 
 def default_static_embedder() -> StaticEmbedder:
     """The process-wide `StaticEmbedder` of the shipped table (created on first call, its table
     loaded on first use): every `LoomMemory` that pairs it with the default transformer shares
     one table and one word cache."""
-    global _default
-    embedder = _default
-    if embedder is None:
-        with _default_lock:
-            embedder = _default
-            if embedder is None:
-                embedder = _default = StaticEmbedder()
-    return embedder
+    return _default.get()
