@@ -80,24 +80,24 @@ def test_a_corrupt_table_is_an_embedding_error(tmp_path: Path) -> None:
         StaticEmbedder(bad).embed(["text"])
 
 
-def test_a_table_of_another_format_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "future.npz"
+def _shipped_table_with(path: Path, **manifest: object) -> Path:
+    """A copy of the shipped table at `path`, its manifest changed by `manifest`."""
     shipped = np.load(StaticEmbedder().path)
     arrays = {k: shipped[k] for k in shipped.files}
-    manifest = json.loads(str(arrays["manifest"]))
-    arrays["manifest"] = np.array(json.dumps({**manifest, "format": 99}))
+    old = json.loads(str(arrays["manifest"]))
+    arrays["manifest"] = np.array(json.dumps({**old, **manifest}))
     np.savez(path, **arrays)
+    return path
+
+
+def test_a_table_of_another_format_is_refused(tmp_path: Path) -> None:
+    path = _shipped_table_with(tmp_path / "future.npz", format=99)
     with pytest.raises(EmbeddingError, match="has format 99"):
         StaticTable(path)
 
 
 def test_another_table_has_another_name(tmp_path: Path) -> None:
-    path = tmp_path / "other.npz"
-    shipped = np.load(StaticEmbedder().path)
-    arrays = {k: shipped[k] for k in shipped.files}
-    manifest = json.loads(str(arrays["manifest"]))
-    arrays["manifest"] = np.array(json.dumps({**manifest, "sif": 0.5}))
-    np.savez(path, **arrays)
+    path = _shipped_table_with(tmp_path / "other.npz", sif=0.5)
     other = StaticEmbedder(path)
     assert other.name != StaticEmbedder().name
     assert other.dim == StaticEmbedder().dim
