@@ -30,6 +30,12 @@ def test_a_size_with_the_shipped_embedder_reports_vectors_and_the_query_apart(da
     assert vectors["without_vectors"] == 0
     assert vectors["coverage"] == 1.0
     assert vectors["embedded"] >= out["ingest"]["tasks"]
+    fast = vectors["fast"]  # the static table's vectors come first, for every record
+    assert fast["model"].startswith("static:")
+    assert fast["coverage"] == 1.0
+    assert fast["without_vectors"] == 0
+    assert fast["embedded"] == vectors["embedded"]
+    assert 0 < fast["all_after_s"] <= vectors["waited_s"]
     assert out["query_embedding"]["uncached"]
     assert out["query_embedding"]["p50_ms"] > 0
     assert out["query_embedding"]["busy_p50_ms"] > 0  # measured beside a busy process
@@ -95,6 +101,10 @@ def test_embedding_throughput_through_the_worker(data: str) -> None:
     assert out["texts"] == 8
     assert out["texts_per_s"] > 0
     assert out["model"]
+    fast = out["fast"]  # the static table the memory embeds with first
+    assert fast["model"] != out["model"]
+    assert fast["texts"] == 8 * 16
+    assert fast["texts_per_s"] > 0
 
 
 def test_run_perf_refuses_bad_arguments(data: str, tmp_path: Path) -> None:
@@ -141,7 +151,7 @@ def test_targets_state_each_verdict_at_its_own_size() -> None:
     assert verdicts["memory build + query embedding, N=100,000"] == ("15.5 ms", "met")
     busy = "the same, the embedding while another process keeps a core busy"
     assert verdicts[busy] == ("27.5 ms", "**NOT met**")
-    assert verdicts["RSS with 100k stored turns"] == ("400 MB", "met")
+    assert verdicts["RSS with 100k stored turns"] == ("400 MB, lexical only", "met")
     assert verdicts["budget violations / split tool units"][1] == "met"
 
     broken = copy.deepcopy(result)
@@ -152,7 +162,17 @@ def test_targets_state_each_verdict_at_its_own_size() -> None:
     assert verdicts["budget violations / split tool units"] == (
         "0 / 1 in 60 windows", "**NOT met**")  # fmt: skip
     assert verdicts["vs llama-index Memory at N=10k"][1] == "not measured"
-    assert verdicts["RSS with 100k stored turns"] == ("1,052 MB", "**NOT met**")
+    assert verdicts["RSS with 100k stored turns"] == ("1,052 MB, lexical only", "**NOT met**")
+
+    # With the cascade, records get the static table's vectors first: its rate is judged.
+    cascade = copy.deepcopy(result)
+    cascade["embedding"] = {"model": "e5", "texts_per_s": 33.0,
+                            "fast": {"model": "static", "texts_per_s": 9600.0}}  # fmt: skip
+    cascade["sizes"][2]["vectors"] = {"coverage": 0.05, "fast": {"coverage": 1.0}}
+    verdicts = {row[0]: (row[2], row[3]) for row in targets(cascade)}
+    assert verdicts["embedding throughput"] == ("9,600 (`static`, first; `e5`: 33)", "met")
+    assert verdicts["RSS with 100k stored turns"] == (
+        "400 MB, e5 vectors on 5%, fast vectors on 100%", "met")  # fmt: skip
 
 
 def test_a_128k_window_is_judged_by_its_own_target() -> None:

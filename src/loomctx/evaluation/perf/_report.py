@@ -109,7 +109,14 @@ def targets(result: Result) -> list[tuple[str, ...]]:
         _row(f"durable ingest, N={big['n']:,}", ">= 2,000 turns/s", f"{rate:,.0f}", rate >= 2000)
     )
     embed = result.get("embedding")
-    if embed:
+    if embed and embed.get("fast"):  # records get the fast vectors first (the cascade)
+        fast, rate = embed["fast"], embed["fast"]["texts_per_s"]
+        measured = (
+            f"{rate:,.0f} (`{fast['model']}`, first; "
+            f"`{embed['model']}`: {embed['texts_per_s']:,.0f})"
+        )
+        rows.append(_row("embedding throughput", ">= 500 texts/s", measured, rate >= 500))
+    elif embed:
         rate = embed["texts_per_s"]
         rows.append(_row("embedding throughput", ">= 500 texts/s", f"{rate:,.0f}", rate >= 500))
     else:
@@ -128,7 +135,8 @@ def targets(result: Result) -> list[tuple[str, ...]]:
             )
         )
         rss = hundred["peak_rss_mb"]
-        rows.append(_row("RSS with 100k stored turns", "<= 500 MB", f"{rss:,.0f} MB", rss <= 500))
+        measured = f"{rss:,.0f} MB{_held(hundred.get('vectors'))}"
+        rows.append(_row("RSS with 100k stored turns", "<= 500 MB", measured, rss <= 500))
     rows += _soak_rows(result.get("soak"))
     over = sum(s[p]["over_budget"] for s in result["sizes"] for p, _ in _LOOM)
     split = sum(s[p]["split_tool_units"] for s in result["sizes"] for p, _ in _LOOM)
@@ -264,21 +272,12 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
     lines += ["## Memory path: ingest, promotion, vectors, resident memory", ""]
     rows = []
     for s in result["sizes"]:
-        vec = s.get("vectors")
-        vectors = (
-            (
-                f"{vec['coverage']:.1%} ({vec['without_vectors']:,} without, after "
-                f"{vec['waited_s']:.0f} s)"
-            )
-            if vec
-            else "lexical only"
-        )
         rows.append(
             [
                 f"{s['n']:,}",
                 f"{s['ingest']['turns_per_s']:,.0f}",
                 f"{s['promotion_s']:.2f}",
-                vectors,
+                _vectors(s.get("vectors")),
                 f"{s['peak_rss_mb']:,.0f}",
             ]
         )
@@ -288,10 +287,12 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
     embed = result.get("embedding")
     if embed:
         lines += [
-            f"Embedding throughput of `{embed['model']}`: {embed['texts_per_s']:,.1f} "
-            f"texts/s ({embed['texts']} LoCoMo turns in batches of {embed['batch']}).",
-            "",
+            f"Embedding throughput of `{m['model']}`: {m['texts_per_s']:,.1f} texts/s "
+            f"({m['texts']:,} LoCoMo turns in batches of {m['batch']})."
+            for m in (embed, embed.get("fast"))
+            if m
         ]
+        lines.append("")
         query = _largest(result).get("query_embedding")
         if query:
             lines += [
@@ -309,6 +310,33 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
     lines += ["## Plots", ""]
     lines += [f"![{name}]({name})" for name in plots]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _vectors(vec: Result | None) -> str:
+    """The records with vectors when the builds started: the fast ones (which come first)
+    and the default embedder's."""
+    if not vec:
+        return "lexical only"
+    own = (
+        f"{vec['coverage']:.1%} ({vec['without_vectors']:,} without, after {vec['waited_s']:.0f} s)"
+    )
+    fast = vec.get("fast")
+    if not fast:
+        return own
+    when = fast["all_after_s"]
+    first = f"fast {fast['coverage']:.1%}" + (
+        f", all after {when:.1f} s" if when is not None else ""
+    )
+    return f"{first}; e5 {own}"
+
+
+def _held(vec: Result | None) -> str:
+    """What the resident memory held besides the records: which vectors, for how many."""
+    if not vec:
+        return ", lexical only"
+    fast = vec.get("fast")
+    held = f", e5 vectors on {vec['coverage']:.0%}"
+    return held + (f", fast vectors on {fast['coverage']:.0%}" if fast else "")
 
 
 def _peers(result: Result) -> list[str]:
@@ -430,13 +458,14 @@ def plot(result: Result, folder: Path, stem: str) -> list[str]:
         "per second",
         [
             ("durable ingest, turns/s", nested("ingest", "turns_per_s")),
-            ("vectors following, texts/s", nested("vectors", "texts_per_s")),
+            ("fast vectors following, texts/s", nested("vectors", "fast", "texts_per_s")),
+            ("e5 vectors following, texts/s", nested("vectors", "texts_per_s")),
         ],
         log_y=True,
         lines=[
             ("target: ingest 2,000 turns/s", 2000.0),
             ("target: vectors 500 texts/s", 500.0),
-            *([(f"the embedder alone: {alone:,.0f} texts/s", float(alone))] if alone else []),
+            *([(f"e5 alone: {alone:,.0f} texts/s", float(alone))] if alone else []),
         ],
     )
     figure(
