@@ -598,3 +598,45 @@ def test_adaptive_boosts_the_phases_most_boosted_sources(
     for name in names:
         if present[name] == 1.0 and top > 1:
             assert after[name] <= before[name] or math.isclose(after[name], before[name])
+
+
+def _allocate_with_fractions(
+    sources: Sequence[tuple[str, float]], shares: dict[str, float], available: int
+) -> dict[str, int]:
+    """The reference for `BudgetManager.allocate`'s integer arithmetic: the same rule with
+    `Fraction`s (largest remainders, ties by priority then order)."""
+    from fractions import Fraction
+
+    weights = [Fraction(shares[name]) for name, _ in sources]
+    total = sum(weights, Fraction(0))
+    exact = [w * available / total for w in weights]
+    tokens = [math.floor(x) for x in exact]
+    order = sorted(range(len(sources)), key=lambda i: (-(exact[i] - tokens[i]), -sources[i][1], i))
+    for i in order[: available - sum(tokens)]:
+        tokens[i] += 1
+    return {name: n for (name, _), n in zip(sources, tokens, strict=True)}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0.0, max_value=1.0),
+            st.sampled_from([0.0, 0.3, 0.5, 0.9, 1.0]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(min_value=0, max_value=200_000),
+)
+def test_allocate_matches_exact_fraction_arithmetic(
+    spec: list[tuple[float, float]], available: int
+) -> None:
+    ratios = {f"s{i}": ratio for i, (ratio, _) in enumerate(spec)}
+    assume(sum(ratios.values()) > 0)
+    sources = [(f"s{i}", priority) for i, (_, priority) in enumerate(spec)]
+    manager = BudgetManager(ratios=ratios)
+    shares = manager.ratios_for([name for name, _ in sources], ctx=BuildContext())
+    got = manager.allocate(sources, available, ctx=BuildContext())
+    assert {name: b.tokens for name, b in got.items()} == _allocate_with_fractions(
+        sources, shares, available
+    )

@@ -371,3 +371,24 @@ async def test_history_offered_from_where_it_starts_gives_the_same_windows() -> 
             source.extend([m for u in units[k : k + 6] for m in u.messages])
     assert compacted > 3  # the history was compacted, summaries included, several times
     assert fewer > 10  # and offered fewer units for it
+
+
+def test_cost_of_text_blocks_is_remembered_by_what_it_depends_on() -> None:
+    """Blocks of the same text under another label, id or section cost what `block_cost`
+    says, remembered or not: the cost cache keys on all the block's cost depends on."""
+    from loomctx.context.render import block_cost
+
+    orchestrator = ContextOrchestrator(token_counter=COUNTER)
+    text = "The <context> of the build: a text long enough to weigh a few tokens."
+    variants = [
+        ContextBlock(source="kb", section="context", content=text, id="kb:a"),
+        ContextBlock(source="kb", section="context", content=text, id="kb:a-much-longer-id"),
+        ContextBlock(source="kb", section="context", content=text, metadata={"label": ""}),
+        ContextBlock(source="kb", section="context", content=text, metadata={"label": "x y z"}),
+        ContextBlock(source="other", section="context", content=text),
+        ContextBlock(source="kb", section="instructions", content=text),
+    ]
+    costs = [block_cost(b, COUNTER) for b in variants]
+    assert len(set(costs)) > 3  # the variants do differ in cost
+    for _ in range(2):  # the second round reads the cache
+        assert [orchestrator._cost(b) for b in variants] == costs

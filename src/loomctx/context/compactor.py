@@ -363,7 +363,10 @@ class ContextCompactor:
                 )
             if note is not None:
                 notes.append(note)
-            first = units.index(kept[0]) if kept else len(units)
+            # `kept` is a suffix of `units` (`_history` keeps the newest): where it starts is
+            # its length from the end (list.index compared Candidates field by field, blocks
+            # and their messages included: 10% of compact's samples at 10k turns).
+            first = len(units) - len(kept)
             for c in kept:
                 decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
             used = sum(c.cost for c in kept)
@@ -456,12 +459,12 @@ class ContextCompactor:
         *,
         core_units: int = 0,
     ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
-        """The units of one history source to keep (oldest first), its frozen summary, and
-        a note when history was compacted or a compaction deferred. `rooms` are its room (its
-        share), what is left of the budget (a deferred compaction may use it), and what the
-        other sources' shares leave. `core_units`: when history gave room to the dynamic
-        floor, a compaction keeps this many of its newest units whole if the room holds them,
-        before a summary of the older ones."""
+        """The units of one history source to keep (the newest of `units`, oldest first), its
+        frozen summary, and a note when history was compacted or a compaction deferred.
+        `rooms` are its room (its share), what is left of the budget (a deferred compaction
+        may use it), and what the other sources' shares leave. `core_units`: when history
+        gave room to the dynamic floor, a compaction keeps this many of its newest units
+        whole if the room holds them, before a summary of the older ones."""
         room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
         capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)

@@ -57,6 +57,7 @@ __all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState", "repeated_pref
 
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
+_TEXT_COST_CACHE = 4096
 
 
 def repeated_prefix_tokens(
@@ -203,6 +204,7 @@ class ContextOrchestrator:
         self.collector = ContextCollector(timeout=source_timeout)
         self.sources: list[ContextSource] = []
         self._message_costs: OrderedDict[int, tuple[tuple[Message, ...], int]] = OrderedDict()
+        self._text_costs: OrderedDict[tuple[str, ...], int] = OrderedDict()
         for source in sources:
             self.add_source(source)
 
@@ -276,7 +278,7 @@ class ContextOrchestrator:
                 priorities=priorities,
                 budget=room,
                 counter=counter,
-                cost_of=lambda b: block_cost(b, counter),
+                cost_of=self._cost,
                 slack=slack,
                 marks=session.marks,
                 policy=self.cache_policy,
@@ -340,10 +342,35 @@ class ContextOrchestrator:
         )
 
     def _cost(self, block: ContextBlock) -> int:
-        """`block_cost`, remembered for message tuples a source hands over again and again
-        (a history's units): keyed by identity, holding the tuple so its id is not reused."""
-        if not block.messages:
+        """`block_cost`, remembered: for message tuples a source hands over again and again
+        (a history's units) by identity, holding the tuple so its id is not reused; for text
+        blocks by what their cost depends on (section, content, and for dynamic context the
+        label or the id and source it comes from), since a retrieval source makes new blocks
+        of the same texts every build and rendering one (`item`, `neutralize`) is the dearest
+        part of its cost. Tool blocks (a mutable schema) are measured every time."""
+        if block.messages:
+            return self._message_cost(block)
+        label = block.metadata.get("label")
+        if block.section == "tools" or not (label is None or isinstance(label, str)):
             return block_cost(block, self.token_counter)
+        key = (
+            block.section,
+            block.content,
+            block.source,
+            block.id,
+            "" if label is None else "=" + label,
+        )
+        cost = self._text_costs.get(key)
+        if cost is not None:
+            self._text_costs.move_to_end(key)
+            return cost
+        cost = block_cost(block, self.token_counter)
+        if len(self._text_costs) >= _TEXT_COST_CACHE:
+            self._text_costs.popitem(last=False)
+        self._text_costs[key] = cost
+        return cost
+
+    def _message_cost(self, block: ContextBlock) -> int:
         key = id(block.messages)
         hit = self._message_costs.get(key)
         if hit is not None and hit[0] is block.messages:
