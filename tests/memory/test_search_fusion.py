@@ -103,6 +103,8 @@ def test_scores_fuse_by_value_with_the_fusion_weights(
 ) -> None:
     memory = memory_of(store, fusion_weights=weights, neighbour_weight=0.0, answer_weight=0.0)
     hits = memory.search(QUESTION, limit=20)
+    # Every turn, each found by the dense search at least, even with its weight 0.
+    assert sorted(ranks(hits)) == [f"m{i}" for i in range(len(CHAT))]
     expected = fused_by_hand(hits, *weights)
     assert {h.task.task_id: h.score for h in hits} == pytest.approx(expected)
 

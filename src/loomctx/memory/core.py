@@ -40,6 +40,7 @@ The store is the truth, and the tiers a cache of it:
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
 import math
@@ -178,11 +179,20 @@ def _warm(embedder: Embedder) -> None:
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
 _UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object]  # the last: datetime | None | _UNREAD
+_HitInfo = tuple[str, int, bool, object, _Key | None]  # the 4th: datetime | None | _UNREAD
 """What search's ranking reads of a found record: the task it stands for ("" for a record
 that is not one of a memory's), its place in the write order (a task record's; -1 for others
-and for tasks added straight to L3/L4), whether it asks something (`_asks`), and when its
-task was recorded (None: it does not say; `_UNREAD`: its data is not as expected)."""
+and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
+task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), and the
+key search ranks its task by (None if it stands for no task), made once per record version
+rather than once per hit."""
+_DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
+_VIA: Final = tuple(
+    tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
+          if found & bit)
+    for found in range(8)
+)  # fmt: skip
+"""`MemoryHit.via` for each combination of the bits, its names sorted."""
 _log = logging.getLogger(__name__)
 
 
@@ -623,31 +633,32 @@ class LoomMemory:
         raw: dict[str, dict[_Key, float]] = {"lexical": {}, "dense": {}, "fast": {}}
         cosine: dict[_Key, float] = {}
         fast_cosine: dict[_Key, float] = {}
-        via: dict[_Key, set[str]] = {}
+        via: dict[_Key, int] = {}  # how each task was found: `_VIA` bits
         found: dict[_Key, Record] = {}
         shape: dict[_Key, _HitInfo] = {}  # what ranking reads of each found record
+        infos = self._hit_infos
         for how, hits in zip(rankers, results, strict=True):
             values = [h.score for h in hits]
             low = min(values, default=0.0) if how != "lexical" else 0.0
             span = max(values, default=0.0) - low
             seen = raw[how]
-            found_by = "lexical" if how == "lexical" else "dense"
+            found_by = _LEXICAL if how == "lexical" else _DENSE
+            scored = None if how == "lexical" else cosine if how == "dense" else fast_cosine
             for hit in hits:
                 rec = hit.record
-                info = self._hit_info(rec)
-                task_id = info[0]
-                if not task_id or task_id in skip:
+                info = infos.get((rec.namespace, rec.key, rec.seq))
+                if info is None:
+                    info = self._hit_info(rec)
+                key = info[4]
+                if key is None or (skip and key[1] in skip):
                     continue
-                key = (rec.namespace, task_id)
                 if key not in seen:
                     seen[key] = (hit.score - low) / span if span > 0 else 1.0
-                if how != "lexical":
-                    (cosine if how == "dense" else fast_cosine).setdefault(key, hit.score)
-                kinds = via.get(key)
-                if kinds is None:
-                    kinds = via[key] = set()
-                kinds.add("summary" if rec.kind == SUMMARY else found_by)
-                if rec.kind == TASK or key not in found:
+                if scored is not None:
+                    scored.setdefault(key, hit.score)
+                kind = rec.kind
+                via[key] = via.get(key, 0) | (_SUMMARY if kind == SUMMARY else found_by)
+                if kind == TASK or key not in found:
                     found[key] = rec
                     shape[key] = info
         w_lex, w_dense = self.fusion_weights
@@ -656,24 +667,37 @@ class LoomMemory:
         w_lex = w_lex if w_dense + w_fast > 0 else 1.0  # lexical alone
         total = w_lex + w_dense + w_fast
         lexical, dense, fast = raw["lexical"], raw["dense"], raw["fast"]
-        fused = {
-            k: (
-                w_lex * lexical.get(k, 0.0)
-                + w_dense * dense.get(k, 0.0)
-                + w_fast * fast.get(k, 0.0)
-            )
-            / total
-            for k in found
+        fused: dict[_Key, float]
+        if w_lex == total == 1.0 and len(lexical) == len(found):
+            # Lexical alone, and every task found by it: each task's fused score is its
+            # lexical one (`(1.0 * x + 0.0 + 0.0) / 1.0` is `x`, exactly), and no copy is made.
+            fused = lexical
+        else:
+            fused = {
+                k: (
+                    w_lex * lexical.get(k, 0.0)
+                    + w_dense * dense.get(k, 0.0)
+                    + w_fast * fast.get(k, 0.0)
+                )
+                / total
+                for k in found
+            }
+        # Where each task was recorded (-1: added straight to L3/L4, no neighbours): its
+        # order, within its namespace (a search of one namespace needs only the order).
+        one = self._search_exact
+        at: dict[object, _Key] = {
+            (info[1] if one else (k[0], info[1])): k for k, info in shape.items() if info[1] >= 0
         }
-        # Where each task was recorded (-1: added straight to L3/L4, no neighbours).
-        at = {(k[0], info[1]): k for k, info in shape.items() if info[1] >= 0}
         nw, aw = self.neighbour_weight, self.answer_weight
         norm = 1 + 2 * nw + aw
         scores: dict[_Key, float] = {}
         for k, score in fused.items():
             n = shape[k][1]
             if n >= 0:
-                before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
+                if one:
+                    before, after = at.get(n - 1), at.get(n + 1)
+                else:
+                    before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
                 # (what `sum` of the two would give, in the same order, without a generator)
                 near: float = 0
                 if before is not None:
@@ -688,13 +712,14 @@ class LoomMemory:
         for k, match in closeness.items():
             scores[k] *= 1 - self.time_decay * (1 - match)
         # Best first, ties by key; plain tuples sort faster than a key function.
-        best = [k for _, k in sorted([(-score, k) for k, score in scores.items()])[:limit]]
+        # (`nsmallest` is `sorted(...)[:limit]`, without sorting all of a deep pool)
+        best = [k for _, k in heapq.nsmallest(limit, [(-score, k) for k, score in scores.items()])]
         tasks = self._load_tasks([found[k] for k in best])
         return [
             MemoryHit(
                 task=t,
                 score=scores[k],
-                via=tuple(sorted(via[k])),  # type: ignore[arg-type]
+                via=_VIA[via[k]],  # type: ignore[arg-type]
                 lexical_score=raw["lexical"].get(k),
                 vector_score=cosine.get(k, fast_cosine.get(k)),
                 time_match=closeness.get(k),
@@ -719,7 +744,8 @@ class LoomMemory:
                 when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
             except Exception:  # `_time_match` reads it again, and raises where it did
                 when = _UNREAD
-            info = (task_id, order, _asks(record), when)
+            ranked_as = (record.namespace, task_id) if task_id else None
+            info = (task_id, order, _asks(record), when, ranked_as)
             with self._decoded_lock:
                 self._hit_infos[key] = info
                 if len(self._hit_infos) > _HIT_INFO_CACHE:

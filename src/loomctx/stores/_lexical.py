@@ -232,8 +232,11 @@ class LexicalIndex:
         if len(candidates) > limit:
             candidates = candidates[np.argpartition(-scores[candidates], limit - 1)[:limit]]
         ids = self._ids[candidates]
-        order = np.lexsort((ids, -scores[candidates]))
-        return [(int(ids[i]), float(scores[candidates[i]])) for i in order]
+        best = scores[candidates]
+        order = np.lexsort((ids, -best))
+        # (`tolist` gives the same Python ints and floats as indexing one at a time, in a
+        # fraction of the time: a deep memory search returns hundreds of hits)
+        return list(zip(ids[order].tolist(), best[order].tolist(), strict=True))
 
     def _postings(
         self, term_ids: list[int]

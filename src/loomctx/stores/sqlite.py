@@ -617,11 +617,12 @@ class SQLiteStore(BaseStore):
                 )
             }
         hits = []
+        recent = cache.move_to_end
         for record_id, score in found:
-            record = fetched.get(record_id)
+            record = fetched.get(record_id) if fetched else None
             if record is None:
                 record = cache[record_id]
-                cache.move_to_end(record_id)
+                recent(record_id)
                 if not lazy and isinstance(record.data, _JSONData):
                     record = cache[record_id] = replace(record, data=record.data.decoded())
             hits.append(Hit(record=record, score=score))
