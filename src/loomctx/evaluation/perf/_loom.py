@@ -242,8 +242,9 @@ def _with_calls(
     return out
 
 
-def _unembedded(store: SQLiteStore, embedder: Embedder, memory: LoomMemory) -> int:
-    op = Unembedded(model=embedder.name, prefix=memory.namespace, limit=10**9, exact=True)
+def _unembedded(store: SQLiteStore, model: str, memory: LoomMemory, *, limit: int = 10**9) -> int:
+    """How many of the memory's records lack a vector of `model` (counting up to `limit`)."""
+    op = Unembedded(model=model, prefix=memory.namespace, limit=limit, exact=True)
     return len(store.batch([op])[0])
 
 
@@ -261,9 +262,13 @@ def _wait_for_vectors(
     first_done: float | None = None
     while time.perf_counter() - start < seconds:
         time.sleep(0.5)
-        if first is not None and first_done is None and not _pending(store, first.model, memory):
+        if (
+            first is not None
+            and first_done is None
+            and not _unembedded(store, first.model, memory, limit=1)
+        ):
             first_done = time.perf_counter() - start
-        if not _pending(store, embedder.name, memory):
+        if not _unembedded(store, embedder.name, memory, limit=1):
             break
     background.stop()
     out = {
@@ -279,15 +284,10 @@ def _wait_for_vectors(
     return out
 
 
-def _pending(store: SQLiteStore, model: str, memory: LoomMemory) -> bool:
-    op = Unembedded(model=model, prefix=memory.namespace, limit=1, exact=True)
-    return bool(store.batch([op])[0])
-
-
 def _coverage(
     store: SQLiteStore, embedder: Embedder, embedded: int, seconds: float, memory: LoomMemory
 ) -> dict[str, Any]:
-    missing = _unembedded(store, embedder, memory)
+    missing = _unembedded(store, embedder.name, memory)
     total = embedded + missing
     return {
         "embedded": embedded,
