@@ -144,12 +144,9 @@ async def test_a_consumer_leaves_what_another_claimed_from_it_to_that_one(
     handled: list[int] = []
     stream = f"{redis_prefix}:stream:w"
     thief: list[str] = []
-    gate = asyncio.Event()
 
     async def blocking(event: Event) -> None:
         handled.append(event.payload["i"])
-        if event.payload["i"] == -1:
-            await gate.wait()  # until 0-4 are in the stream: the next read takes them all
         if event.payload["i"] == 0:
             time.sleep(0.5)  # noqa: ASYNC251 - the whole process stalls: nothing renews
             client = sync_client(redis_url)
@@ -162,16 +159,24 @@ async def test_a_consumer_leaves_what_another_claimed_from_it_to_that_one(
     bus = bus_of(redis_url, redis_prefix, claim_idle=0.4, consumer="stalled")
     bus.subscribe("w", blocking, name="svc", max_pending=10)
     async with bus:
-        await bus.publish("w", {"i": -1})
+        await bus.publish("w", {"i": -1})  # the consumer reads, and its pace is quick
         await until(lambda: bool(handled))
-        for i in range(5):
-            await bus.publish("w", {"i": i})
-        gate.set()
+        # 0-4 land in one transaction: the consumer's blocked read takes them all at once.
+        # (Published one by one, a read could take 0 alone on a loaded machine; a handler
+        # held open until they were in made the pace slow, so that the next read took one.)
+        client = sync_client(redis_url)
+        try:
+            with client.pipeline(transaction=True) as pipe:
+                for i in range(5):
+                    event = Event(topic="w", payload={"i": i})
+                    pipe.xadd(stream, {"event": json.dumps(event.to_dict())})
+                pipe.execute()
+        finally:
+            client.close()
         await until(lambda: "event(s) to the consumer that claimed them" in caplog.text)
         assert handled == [-1, 0]
-        # 0 too (handled, not acknowledged yet), and what else the read took (as many as its
-        # pace allows: all 5 unless the machine is slow).
-        assert len(thief) >= 2
+        # 0 too (handled, not acknowledged yet), and 1-4, read with it.
+        assert len(thief) == 5
         client = sync_client(redis_url)
         try:
             pending = client.xpending_range(stream, "svc", min="-", max="+", count=10)
