@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loomctx.stores._codes import Codes, row_mask
+from loomctx.stores._rows import RowMap
 from loomctx.stores._snapshot import read_snapshot, write_snapshot
 
 __all__ = ["LexicalIndex"]
@@ -49,7 +50,7 @@ class LexicalIndex:
         self._df: list[int] = []
         self._ns_codes = Codes()
         self._kind_codes = Codes()
-        self._row: dict[int, int] = {}
+        self._row = RowMap()
         self._n = 0
         self._live = 0
         self._total_len = 0
@@ -84,7 +85,7 @@ class LexicalIndex:
         row = self._n
         self._grow_rows(row + 1)
         self._n += 1
-        self._row[record_id] = row
+        self._row.set(record_id, row)
         self._ids[row] = record_id
         self._ns[row] = self._ns_codes.code(namespace)
         self._kind[row] = self._kind_codes.code(kind)
@@ -117,7 +118,7 @@ class LexicalIndex:
 
     def remove(self, record_id: int, terms: Iterable[str]) -> None:
         """Unindex a record; `terms` are those it was indexed with (its text's terms)."""
-        row = self._row.pop(record_id, None)
+        row = self._row.pop(record_id)
         if row is None:
             return
         self._alive[row] = False
@@ -175,7 +176,7 @@ class LexicalIndex:
         self._alive[:n] = False
         self._alive[: len(keep)] = True
         self._n = len(keep)
-        self._row = {int(record_id): row for row, record_id in enumerate(self._ids[: self._n])}
+        self._row = RowMap(self._ids[: self._n])
         self._tail_n = 0
         self._tail_by_term = {}
         self._tail_rows_added = 0
@@ -287,7 +288,6 @@ class LexicalIndex:
             row = index._n
             index._grow_rows(row + 1)
             index._n += 1
-            index._row[record_id] = row
             index._ids[row] = record_id
             index._ns[row] = index._ns_codes.code(namespace)
             index._kind[row] = index._kind_codes.code(kind)
@@ -301,6 +301,7 @@ class LexicalIndex:
                 terms_flat.append(term_id)
             rows_flat.extend([row] * len(terms))
         index._live = index._n
+        index._row = RowMap(index._ids[: index._n])
         if terms_flat:
             # One posting per (term, row), its count being the term frequency.
             keys = np.array(terms_flat, dtype=np.int64) * max(index._n, 1) + np.array(rows_flat)
@@ -360,7 +361,7 @@ class LexicalIndex:
         index._alive[:n] = True
         index._n = index._live = n
         index._total_len = int(manifest["total_len"])
-        index._row = {int(record_id): row for row, record_id in enumerate(index._ids[:n])}
+        index._row = RowMap(index._ids[:n])
         index._vocab = {term: term_id for term_id, term in enumerate(manifest["vocab"])}
         index._ns_codes = Codes(manifest["namespaces"])
         index._kind_codes = Codes(manifest["kinds"])
