@@ -241,7 +241,7 @@ def vector_recall(store: SQLiteStore, rng: np.random.Generator) -> tuple[float, 
     finds, and the brute force's median time in ms."""
     index = store._vectors[MODEL]
     n = index.count
-    matrix, ids = index._vecs[:n], index._ids[:n]
+    matrix, ids = index._units(0, n), index._ids[:n]
     found = 0.0
     exact_times = []
     for _ in range(50):
