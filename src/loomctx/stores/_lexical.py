@@ -19,8 +19,10 @@ Scoring is Okapi BM25 (k1 = 1.2, b = 0.75) with the non-negative IDF
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Final
 
@@ -280,8 +282,9 @@ class LexicalIndex:
         """An index of `rows` (record id, namespace, kind, terms), built in one pass."""
         index = cls()
         vocab = index._vocab
-        terms_flat: list[int] = []
-        rows_flat: list[int] = []
+        # Machine integers, not lists of int objects: 8 bytes a posting instead of ~40.
+        terms_flat = array("q")
+        rows_flat = array("q")
         for record_id, namespace, kind, terms in rows:
             if not terms:
                 continue
@@ -299,12 +302,13 @@ class LexicalIndex:
                 if term_id is None:
                     term_id = vocab[term] = len(vocab)
                 terms_flat.append(term_id)
-            rows_flat.extend([row] * len(terms))
+            rows_flat.extend(repeat(row, len(terms)))
         index._live = index._n
         index._row = RowMap(index._ids[: index._n])
         if terms_flat:
             # One posting per (term, row), its count being the term frequency.
-            keys = np.array(terms_flat, dtype=np.int64) * max(index._n, 1) + np.array(rows_flat)
+            keys = np.frombuffer(terms_flat, dtype=np.int64) * max(index._n, 1)
+            keys += np.frombuffer(rows_flat, dtype=np.int64)
             unique, tf = np.unique(keys, return_counts=True)
             posting_terms = unique // max(index._n, 1)
             index._df = np.bincount(posting_terms, minlength=len(vocab)).tolist()
