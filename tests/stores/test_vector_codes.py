@@ -108,6 +108,17 @@ def test_an_index_switches_to_codes_as_it_grows(
     )
     loaded.upsert(999, vectors[0], "t/", "k", 302)  # a loaded index grows as any other
     assert loaded.search(vectors[0], prefix="", kind=None, limit=1)[0][0] == 999
+    # Codes without their scales, or arrays of another length than the manifest says: rebuilt.
+    found = read_snapshot(tmp_path / "v.npz", {})
+    assert found is not None
+    manifest, arrays = found
+    for broken in (
+        {name: array for name, array in arrays.items() if name != "scales"},
+        {**arrays, "vectors": arrays["vectors"][:-1], "scales": arrays["scales"][:-1]},
+    ):
+        write_snapshot(tmp_path / "v.npz", manifest, broken)
+        stamp = {"store_id": "s", "model": "m", "dim": 24, "count": index.count}
+        assert VectorIndex.load(tmp_path / "v.npz", **stamp, high_seq=301) is None
 
 
 @pytest.mark.parametrize("codes_from", [0, 10**9])

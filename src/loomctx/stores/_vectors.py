@@ -401,11 +401,15 @@ class VectorIndex:
         if found is None:
             return None  # missing, truncated, foreign or stale: rebuilt from SQLite
         manifest, saved = found
+        vectors, scales = saved["vectors"], saved.get("scales")
+        coded = np.dtype(np.int16) if scales is not None else np.dtype(np.float32)
+        if vectors.shape != (count, dim) or vectors.dtype != coded:
+            return None  # arrays that disagree with their manifest: rebuilt from SQLite
         index = cls(model, dim, capacity=0)
         # The arrays read are used as they are (no copy to hold twice), in the form they were
         # saved in: float32, or codes with their scales.
-        index._vecs = saved["vectors"]
-        index._scales = saved.get("scales")
+        index._vecs = vectors
+        index._scales = scales
         index._ids = saved["ids"]
         index._ns = saved["namespaces"]
         index._kind = saved["kinds"]
