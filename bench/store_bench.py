@@ -13,12 +13,14 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from _common import locomo_turns, median_ms, p95_ms, timed
 
+from loomctx.stores._rows import RowMap
 from loomctx.stores.base import PutVectors, Record, Scan, Search, VectorSearch
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.text import terms
@@ -98,6 +100,29 @@ def fts5_baseline(store: SQLiteStore, qs: list[str]) -> tuple[float, float]:
         conn.close()
 
 
+def row_maps(n: int) -> tuple[float, float, float, float]:
+    """Bytes per entry and ns per `get` of the id -> row map the indexes keep, for `n`
+    SQLite-like ids (increasing, with gaps): a dict (what they kept before) and `RowMap`."""
+    ids = np.cumsum(np.random.default_rng(1).integers(1, 4, n)).astype(np.int64)
+    probes = [int(i) for i in np.random.default_rng(2).choice(ids, 100_000)]
+    sizes, speeds = [], []
+    for build in (
+        lambda: {int(record_id): row for row, record_id in enumerate(ids)},
+        lambda: RowMap(ids),
+    ):
+        tracemalloc.start()
+        rows = build()
+        sizes.append(tracemalloc.get_traced_memory()[0] / n)
+        tracemalloc.stop()
+        get = rows.get
+        t0 = time.perf_counter()
+        for record_id in probes:
+            get(record_id)
+        speeds.append((time.perf_counter() - t0) / len(probes) * 1e9)
+        del rows, get
+    return sizes[0], sizes[1], speeds[0], speeds[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max", type=int, default=100_000, help="largest store size")
@@ -111,6 +136,11 @@ def main() -> None:
         rows.append((metric, value, target))
         print(f"  {metric}: {value}", flush=True)
 
+    dict_bytes, map_bytes, dict_ns, map_ns = row_maps(args.max)
+    row(
+        f"id -> row map of {args.max:,}: dict / RowMap",
+        f"{dict_bytes:.0f} / {map_bytes:.0f} B per id, get {dict_ns:.0f} / {map_ns:.0f} ns",
+    )
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         for durability in ("normal", "full"):
@@ -211,7 +241,7 @@ def vector_recall(store: SQLiteStore, rng: np.random.Generator) -> tuple[float, 
     finds, and the brute force's median time in ms."""
     index = store._vectors[MODEL]
     n = index.count
-    matrix, ids = index._vecs[:n], index._ids[:n]
+    matrix, ids = index._units(0, n), index._ids[:n]
     found = 0.0
     exact_times = []
     for _ in range(50):

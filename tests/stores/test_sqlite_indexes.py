@@ -293,7 +293,11 @@ def brute_force(
     }
 
 
-def test_vector_index_exact_path_matches_brute_force() -> None:
+@pytest.mark.parametrize("codes_from", [_vectors.CODES_FROM, 0])  # float32 rows, int16 codes
+def test_vector_index_exact_path_matches_brute_force(
+    monkeypatch: pytest.MonkeyPatch, codes_from: int
+) -> None:
+    monkeypatch.setattr(_vectors, "CODES_FROM", codes_from)
     rng = np.random.default_rng(1)
     index = VectorIndex("m", 16, capacity=2)
     vectors: dict[int, tuple[str, str, npt.NDArray[np.float32]]] = {}
@@ -316,14 +320,19 @@ def test_vector_index_exact_path_matches_brute_force() -> None:
     for prefix, kind in [("", None), ("t/a/", None), ("t/", "y"), ("zz/", None)]:
         expected = brute_force(vectors, query, prefix, kind)
         found = index.search(query, prefix=prefix, kind=kind, limit=1000)
-        assert dict(found) == pytest.approx(expected, abs=1e-5)
+        # int16 codes: each coordinate within 1/65534 of the row's largest, so < 1e-4 here
+        assert dict(found) == pytest.approx(expected, abs=1e-5 if codes_from else 1e-4)
         assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
     assert index.search(query, prefix="", kind="absent", limit=5) == []
 
 
-def test_vector_index_shortlist_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("codes_from", [_vectors.CODES_FROM, 0])
+def test_vector_index_shortlist_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, codes_from: int
+) -> None:
     """Above `EXACT_ROWS` candidates the sign-bit shortlist runs; on clustered vectors (like
     real embeddings) it finds the exact top hits, and namespace and kind masks stay exact."""
+    monkeypatch.setattr(_vectors, "CODES_FROM", codes_from)
     monkeypatch.setattr(_vectors, "EXACT_ROWS", 100)
     monkeypatch.setattr(_vectors, "RERANK", 64)
     rng = np.random.default_rng(2)
@@ -403,7 +412,9 @@ def test_lexical_index_tail_grows(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [rid for rid, _ in index.search(["w7"], prefix="t/", kind=None, limit=3)] == [7]
 
 
-def test_vector_index_branches(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("codes_from", [_vectors.CODES_FROM, 0])
+def test_vector_index_branches(monkeypatch: pytest.MonkeyPatch, codes_from: int) -> None:
+    monkeypatch.setattr(_vectors, "CODES_FROM", codes_from)
     monkeypatch.setattr(_vectors, "EXACT_ROWS", 50)
     monkeypatch.setattr(_vectors, "RERANK", 8)
     index = VectorIndex("m", 64, capacity=16)  # 64-d: sign bits need no padding
