@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import version
 
 import pytest
@@ -66,3 +68,11 @@ def test_main_is_the_console_script(
         main()
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip().startswith("loomctx ")
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    """``python -m loomctx`` for an environment without the script on PATH."""
+    done = subprocess.run(
+        [sys.executable, "-m", "loomctx", "--version"], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, f"loomctx {version('loomctx')}")
