@@ -48,6 +48,7 @@ def test_quick_perf_writes_a_consistent_report_with_plots_and_a_peer(
         assert size["ingest"]["turns"] == size["n"]
         assert size["ingest"]["turns_per_s"] > 0
         assert size["peak_rss_mb"] > 0
+        assert size["serving"]["peak_rss_mb"] > 0
         peer = size["peers"]["langchain"]
         assert peer["split_tool_units"] == peer["windows"] == 3
         assert peer["system_present"] == 0

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -26,6 +24,7 @@ from typing import Any
 from loomctx.errors import ConfigError
 from loomctx.evaluation.perf._loom import EmbedderChoice, SizeConfig
 from loomctx.evaluation.perf._report import plot, write_markdown
+from loomctx.evaluation.perf._spawn import in_subprocess
 from loomctx.evaluation.perf._workload import TOOL_EVERY, build_workload, load_source
 from loomctx.evaluation.perf.peers import PEERS, find_peers, run_peer, score_peer
 from loomctx.tokens import TiktokenCounter
@@ -42,32 +41,6 @@ def _load() -> str:
         return f"{os.getloadavg()[0]:.1f}"
     except OSError:  # not available on this platform
         return "n/a"
-
-
-def _in_subprocess(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-    """One measurement in a fresh interpreter; its JSON answer, or `ConfigError` saying why
-    the worker failed (its last lines of stderr)."""
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "loomctx.evaluation.perf._worker"],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ConfigError(
-            f"the {request['task']} measurement took more than {timeout:.0f} s; raise "
-            "`timeout` or measure fewer sizes"
-        ) from None
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-        raise ConfigError(f"the {request['task']} measurement failed:\n{tail}")
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
 
 
 def run_perf(
@@ -144,18 +117,18 @@ def run_perf(
                             embedder=embedder, embed_wait=embed_wait, window=window,
                             reserve=reserve)  # fmt: skip
         result["sizes"].append(
-            _in_subprocess({"task": "size", "config": asdict(config)}, timeout=timeout)
+            in_subprocess({"task": "size", "config": asdict(config)}, timeout=timeout)
         )
     if soak:
         say(f"{soak:,} builds per strategy in one process at N={soak_size:,}")
         config = SizeConfig(data=str(data), n=soak_size, documents=documents, embedder="none",
                             window=window, reserve=reserve)  # fmt: skip
         request = {"task": "soak", "config": asdict(config), "builds": soak}
-        result["soak"] = _in_subprocess(request, timeout=timeout)
+        result["soak"] = in_subprocess(request, timeout=timeout)
     if embedder == "default":
         say("embedding throughput of the shipped embedder")
         request = {"task": "embed", "data": str(data), "texts": embed_texts}
-        result["embedding"] = _in_subprocess(request, timeout=timeout)
+        result["embedding"] = in_subprocess(request, timeout=timeout)
     if peers:
         _run_peers(result, data, Path(peers_dir), builds, calls, documents, peer_time_limit, say)
     json_path = folder / f"{stem}.json"

@@ -16,7 +16,10 @@ timing (the query embedding is measured on its own, uncached), then `calls` call
 conversation going on (one exchange added per call) for the tokens a provider bills under
 prompt caching; every window of both phases is scored (`score.score_window`). Also: ingest
 throughput into the memory, promotion, how many records have vectors when builds start, and
-the process's peak resident memory.
+resident memory twice: this process's peak, which also holds the workload (N messages, their
+tasks) and the orchestrator path's history, and that of a serving process (`serving`): a fresh
+interpreter that opens the memory's SQLite file and the knowledge base, as a worker would,
+and builds windows from them; issue 19's "RSS with 100k stored turns" is judged on it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from loomctx.context.sources import (
 from loomctx.embeddings import Embedder, default_embedder
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import PRICES
+from loomctx.evaluation.perf._spawn import in_subprocess
 from loomctx.evaluation.perf._workload import (
     SYSTEM,
     TOOLS,
@@ -68,10 +72,11 @@ from loomctx.stores.base import Unembedded
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TOKENS_REPLY_PRIMING, TiktokenCounter, TokenCounter
 
-__all__ = ["SizeConfig", "measure_size", "peak_rss_mb"]
+__all__ = ["SizeConfig", "measure_size", "peak_rss_mb", "serving"]
 
 EmbedderChoice = Literal["default", "none"]
 _INGEST_BATCH = 1000
+_SERVE_TIMEOUT = 600.0  # seconds: opening a 100k-turn file and building takes well under one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,8 +400,69 @@ def measure_size(config: SizeConfig) -> dict[str, Any]:
             kb.close()
             kb_store.close()
             memory_store.close()
+        request = {
+            "task": "serve",
+            "memory": str(Path(tmp) / "memory.db"),
+            "knowledge": str(Path(tmp) / "knowledge.db"),
+            "queries": list(workload.queries),
+            "embedder": config.embedder,
+            "window": config.window,
+            "reserve": config.reserve,
+            "builds": config.builds,
+        }
+        out["serving"] = in_subprocess(request, timeout=_SERVE_TIMEOUT)
     out["peak_rss_mb"] = peak_rss_mb()
     return out
+
+
+def serving(
+    *,
+    memory: str,
+    knowledge: str,
+    queries: Sequence[str],
+    embedder: EmbedderChoice,
+    window: int,
+    reserve: int,
+    builds: int,
+) -> dict[str, Any]:
+    """Resident memory of a process serving the `memory` and `knowledge` files that
+    `measure_size` wrote: it opens them, as a worker would, builds `builds` memory-path
+    windows over `queries`, and reports its resident memory then and at its peak. Vectors
+    are held as stored (the background embedder is off: it would add the model's vectors
+    of the records still without one while being measured)."""
+    if not queries or builds < 1:
+        raise ConfigError(f"serving needs queries and builds >= 1, got {len(queries)}, {builds}")
+    counter = TiktokenCounter()
+    model = default_embedder() if embedder == "default" else None
+    workload = Workload(
+        n=0,
+        history=(),
+        tool_units=0,
+        documents=(),
+        queries=tuple(queries),
+        continuation=(),
+        window=window,
+        reserve=reserve,
+    )
+    kb_store, memory_store = SQLiteStore(Path(knowledge)), SQLiteStore(Path(memory))
+    kb = KnowledgeBase("notes", kb_store, embedder=model, counter=counter)
+    loom = LoomMemory(
+        "perf", store=memory_store, embedder=model, counter=counter, embed_in_background=False
+    )
+    try:
+        orch = _memory_orchestrator(loom, kb, workload, counter)
+
+        async def go() -> None:
+            for i in range(builds):
+                await orch.build(query=queries[i % len(queries)])
+
+        asyncio.run(go())
+        return {"builds": builds, "rss_mb": _rss_mb(), "peak_rss_mb": peak_rss_mb()}
+    finally:
+        loom.close()
+        kb.close()
+        kb_store.close()
+        memory_store.close()
 
 
 def embedding_throughput(data: str, *, texts: int = 256, batch: int = 32) -> dict[str, Any]:

@@ -134,8 +134,14 @@ def targets(result: Result) -> list[tuple[str, ...]]:
                 hundred["promotion_s"] <= 5,
             )
         )
-        rss = hundred["peak_rss_mb"]
-        measured = f"{rss:,.0f} MB{_held(hundred.get('vectors'))}"
+        # A process serving the stored turns; the measuring process also holds the workload.
+        served = hundred.get("serving")
+        rss = served["peak_rss_mb"] if served else hundred["peak_rss_mb"]
+        measured = f"{rss:,.0f} MB{_held(hundred.get('vectors'))}" + (
+            f" (serving; the measuring process: {hundred['peak_rss_mb']:,.0f} MB)"
+            if served
+            else " (the measuring process)"
+        )
         rows.append(_row("RSS with 100k stored turns", "<= 500 MB", measured, rss <= 500))
     rows += _soak_rows(result.get("soak"))
     over = sum(s[p]["over_budget"] for s in result["sizes"] for p, _ in _LOOM)
@@ -278,12 +284,18 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
                 f"{s['ingest']['turns_per_s']:,.0f}",
                 f"{s['promotion_s']:.2f}",
                 _vectors(s.get("vectors")),
+                f"{s['serving']['peak_rss_mb']:,.0f}" if s.get("serving") else "-",
                 f"{s['peak_rss_mb']:,.0f}",
             ]
         )
-    lines += _table(
-        ["N", "ingest turns/s", "promotion s", "records with vectors", "peak RSS MB"], rows
-    )
+    header = ["N", "ingest turns/s", "promotion s", "records with vectors"]
+    lines += _table([*header, "serving: peak RSS MB", "measuring process: peak RSS MB"], rows)
+    lines += [
+        "Serving: a fresh process opens the memory's SQLite file and the knowledge base and "
+        "builds the memory path's windows, as a worker would. The measuring process also holds "
+        "the workload itself (N messages and their tasks) and the orchestrator path's history.",
+        "",
+    ]
     embed = result.get("embedding")
     if embed:
         lines += [
@@ -470,9 +482,12 @@ def plot(result: Result, folder: Path, stem: str) -> list[str]:
     )
     figure(
         "rss",
-        "Peak resident memory of the measuring process",
+        "Peak resident memory",
         "MB",
-        [("Loom (both paths, the store, the embedder)", nested("peak_rss_mb"))],
+        [
+            ("serving the stored turns (memory path)", nested("serving", "peak_rss_mb")),
+            ("the measuring process (both paths and the workload)", nested("peak_rss_mb")),
+        ],
         log_y=False,
         lines=[("target: 500 MB at 100k turns", 500.0)],
     )
