@@ -114,6 +114,72 @@ def test_validation() -> None:
         BackgroundEmbedder(store, HashingEmbedder(), batch_size=0)
     with SQLiteStore() as store, pytest.raises(ConfigError, match="`max_backoff`"):
         BackgroundEmbedder(store, HashingEmbedder(), interval=1.0, max_backoff=0.5)
+    with SQLiteStore() as store, pytest.raises(ConfigError, match="`quiet`"):
+        BackgroundEmbedder(store, HashingEmbedder(), quiet=3.0, max_defer=2.0)
+    with SQLiteStore() as store, pytest.raises(ConfigError, match="`quiet`"):
+        BackgroundEmbedder(store, HashingEmbedder(), quiet=-1.0)
+
+
+def _wait_embedded(background: BackgroundEmbedder, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while background.embedded < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_thread_waits_while_a_writer_writes_then_catches_up() -> None:
+    # Embedding during a bulk import took the interpreter from it (issue 19): a batch waits
+    # until the writer has left `writing()` for `quiet` seconds.
+    memory = LoomMemory("agent", embedder=HashingEmbedder(dim=8), embed_in_background=False)
+    background = BackgroundEmbedder(
+        memory.store, HashingEmbedder(dim=8), prefix=memory.namespace, interval=0.01,
+        quiet=0.05, max_defer=60.0,
+    )  # fmt: skip
+    memory.add_task(note(0, "written before the thread starts"))
+    with background.writing():
+        background.start()
+        background.notify(1)
+        time.sleep(0.5)
+        assert background.embedded == 0
+    _wait_embedded(background, 1)
+    assert background.embedded == 1
+    background.stop()
+    memory.close()
+
+
+def test_a_writer_that_never_pauses_still_gets_vectors_every_max_defer() -> None:
+    memory = LoomMemory("agent", embedder=None)
+    background = BackgroundEmbedder(
+        memory.store, HashingEmbedder(dim=8), prefix=memory.namespace, batch_size=1,
+        interval=0.01, quiet=0.05, max_defer=0.2,
+    )  # fmt: skip
+    with background.writing():
+        for n in range(3):
+            memory.add_task(note(n, f"entry{n}"))
+        background.start()
+        background.notify(3)
+        _wait_embedded(background, 3)
+        assert background.embedded == 3
+    background.stop()
+    memory.close()
+
+
+def test_a_memory_holds_its_embedder_back_while_it_writes() -> None:
+    memory = LoomMemory("agent", embedder=HashingEmbedder(dim=8), embed_in_background=False)
+    background = memory.background
+    assert background is not None
+    seen: list[int] = []
+    store_batch = memory.store.batch
+
+    def batch(ops, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(background._writers)
+        return store_batch(ops, **kwargs)
+
+    memory.store.batch = batch  # type: ignore[method-assign]
+    memory.add_tasks([note(0, "a"), note(1, "b")])
+    assert seen
+    assert all(w == 1 for w in seen)
+    assert background._writers == 0
+    memory.close()
 
 
 # --- one bad text, and an embedder that is down -------------------------------------------------

@@ -811,8 +811,14 @@ class LoomMemory:
     def _write(self, plan: Callable[[], list[Record]]) -> None:
         """Run `plan` (it changes the tiers and returns the records to write), write its
         records guarded by the namespace version the tiers reflect, and keep its changes only
-        if they were stored. Another writer's change in between: catch up and plan again."""
-        with self._lock:
+        if they were stored. Another writer's change in between: catch up and plan again.
+        The background embedder waits meanwhile (`BackgroundEmbedder.writing`): it would take
+        the interpreter from the write, and an import's writes come back to back."""
+        background = self.background
+        writing: contextlib.AbstractContextManager[None] = (
+            contextlib.nullcontext() if background is None else background.writing()
+        )
+        with writing, self._lock:
             for _ in range(_ATTEMPTS):
                 saved = self._snapshot()
                 try:

@@ -32,15 +32,26 @@ embeds a batch of its own only when `first` has nothing left, so one thread give
 its fast vector first (a 100k-turn import in tens of seconds), then the slow vectors follow;
 new writes get their fast vector after at most one slow batch. `drain` and `notify` reach
 both.
+
+**Writes come first.** The thread is Python, as is the writer: embedding while a bulk import
+runs took the import's share of the interpreter lock (and the store's lock) from it; the
+thread embedded for 20-33 s of a 25-41 s import of 100k turns, and 10k turns imported 14% to
+77% slower than without it, by the machine's load (`bench/memory_ingest_bench.py`; issue 19
+asks for 2,000 turns/s). So the
+thread puts a batch off while a writer is inside `writing()` or left it less than `quiet`
+seconds ago: a batch starts when writes pause, which in a conversation is at once. A stream
+of writes that never pauses for `quiet` still gets one batch every `max_defer` seconds.
+`drain` and `run_once`, called by the writer itself, never wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -87,7 +98,9 @@ class BackgroundEmbedder:
     up to `max_backoff` seconds) and retries; `failures` counts such failures in a row, and
     `last_error` keeps the last error seen (of a whole batch, even one that then embedded
     when tried again). A text that fails on its own is quarantined (see the
-    module docstring): read `quarantined` and `quarantined_total`.
+    module docstring): read `quarantined` and `quarantined_total`. Writers that wrap their
+    writes in `writing()` get the thread out of their way (the module docstring's "Writes come
+    first": `quiet`, `max_defer`).
     """
 
     def __init__(
@@ -101,6 +114,8 @@ class BackgroundEmbedder:
         interval: float = 0.25,
         max_backoff: float = 60.0,
         first: BackgroundEmbedder | None = None,
+        quiet: float = 0.1,
+        max_defer: float = 0.5,
     ) -> None:
         if batch_size is None:
             # The embedder's own batch (a fast one takes hundreds of texts at once: fewer
@@ -111,6 +126,10 @@ class BackgroundEmbedder:
             raise ConfigError(
                 f"`batch_size` must be >= 1, `interval` > 0 and `max_backoff` >= `interval`, "
                 f"got {batch_size!r}, {interval!r}, {max_backoff!r}"
+            )
+        if not 0 <= quiet <= max_defer:
+            raise ConfigError(
+                f"`quiet` must be >= 0 and `max_defer` >= `quiet`, got {quiet!r}, {max_defer!r}"
             )
         if first is not None and first.model == embedder.name:
             raise ConfigError(
@@ -125,6 +144,8 @@ class BackgroundEmbedder:
         self.batch_size = batch_size
         self.interval = interval
         self.max_backoff = max_backoff
+        self.quiet = quiet
+        self.max_defer = max_defer
         self.embedded = 0
         self.seconds = 0.0
         self.failures = 0
@@ -133,6 +154,8 @@ class BackgroundEmbedder:
         self._quarantined: deque[QuarantinedRecord] = deque(maxlen=_KEEP)
         self._after = 0  # records up to this seq were embedded or quarantined
         self._pending = 0
+        self._writers = 0  # writers inside `writing()` now
+        self._last_write = -float("inf")  # when the last one left it (monotonic seconds)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -234,6 +257,19 @@ class BackgroundEmbedder:
             self._pending += count
         self._wake.set()
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A block in which the caller writes to the store: the thread starts no batch
+        during it, nor until `quiet` seconds after it (up to `max_defer` seconds in all)."""
+        with self._lock:
+            self._writers += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writers -= 1
+                self._last_write = time.monotonic()
+
     def start(self) -> None:
         """Start the daemon thread (idempotent)."""
         if self._thread is not None and self._thread.is_alive():
@@ -267,6 +303,9 @@ class BackgroundEmbedder:
         except Exception as exc:  # the store is closed or down: the loop below reports it
             log.debug("could not count the records to embed: %s", exc)
         while not self._stop.is_set():
+            self._yield_to_writers()
+            if self._stop.is_set():
+                return
             try:
                 done = self.run_once()
             except StoreClosedError:
@@ -293,6 +332,19 @@ class BackgroundEmbedder:
             if not done:
                 self._wake.wait(self.interval)
                 self._wake.clear()
+
+    def _yield_to_writers(self) -> None:
+        """Wait while a writer is in `writing()` or left it less than `quiet` seconds ago,
+        for at most `max_defer` seconds (or until stopped)."""
+        deadline = time.monotonic() + self.max_defer
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                writers, last = self._writers, self._last_write
+            wait = self.quiet if writers else last + self.quiet - now
+            wait = min(wait, deadline - now)
+            if wait <= 0 or self._stop.wait(wait):
+                return
 
     def _embed_batch(self, records: Sequence[Record]) -> _Split:
         """Vectors for the records that embed, and the records that fail on their own."""
