@@ -5,6 +5,8 @@ report's targets compare each figure with issue 19's goal at the size it is set 
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from loomctx.errors import ConfigError
 from loomctx.evaluation.perf import run_perf
-from loomctx.evaluation.perf._loom import SizeConfig, measure_size
+from loomctx.evaluation.perf._loom import SizeConfig, measure_size, peak_rss_mb
 from loomctx.evaluation.perf._report import targets
 from loomctx.evaluation.perf._worker import run
 from tests.evaluation.perf_data import write_perf_locomo
@@ -223,3 +225,13 @@ def test_a_failing_or_slow_measurement_process_is_reported() -> None:
         in_subprocess({"task": "sing"}, timeout=120)
     with pytest.raises(ConfigError, match="took more than 0 s"):
         in_subprocess({"task": "size"}, timeout=0.001)
+
+
+def test_a_process_started_by_a_large_one_reports_its_own_peak() -> None:
+    """`ru_maxrss` survives exec: a worker started by a 100k measurement said it peaked at its
+    parent's size. `peak_rss_mb` reads the worker's own high-water mark."""
+    hog = b"x" * (600 << 20)  # resident in this process when the child is forked
+    code = "from loomctx.evaluation.perf._loom import peak_rss_mb; print(peak_rss_mb())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 0 < float(done.stdout) < 400 < peak_rss_mb()
+    del hog
