@@ -9,8 +9,10 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from loomctx.server import hash_key
 from loomctx.stores.base import Scan
@@ -240,3 +242,27 @@ def test_racing_for_a_new_session_id_loses_no_session(loom) -> None:
     assert all(f"acme parallel {i} about herons" in found for i in range(6))
     status, listed, _ = call("GET", f"{loom.v1}/sessions", key=GLOBEX_KEY)
     assert sorted(s["id"] for s in listed["data"]) == [f"race{i}" for i in range(6)]
+
+
+async def test_dotted_knowledge_base_names_over_mcp(loom_factory) -> None:
+    loom = _dotted(loom_factory)
+    added = call(
+        "POST",
+        f"{loom.v1}/knowledge/docs/documents",
+        key=DOTTED_KEY,
+        body={"text": "acme.x internal: " + SECRET, "id": "d1"},
+    )
+    assert added[0] == 201
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(f"{loom.url}/mcp/s1", http_client=http)
+        async with Client(transport) as mcp:
+            own = await mcp.read_resource("loom://knowledge/x.docs")
+            assert json.loads(own.contents[0].text)["documents"] == []  # acme's, empty
+            with pytest.raises(MCPError) as refused:  # acme.x's `docs`
+                await mcp.read_resource("loom://knowledge/docs")
+            assert "does not exist for this API key" in str(refused.value)
+            assert SECRET not in str(refused.value)
+            built = await mcp.call_tool("build_context", {"query": "vault code", "window": 4000})
+    assert not built.is_error
+    assert SECRET not in json.dumps([c.model_dump() for c in built.content])
