@@ -15,7 +15,13 @@ from typer.testing import CliRunner
 from loomctx.agent.llm import allow_model_requests
 from loomctx.cli import app
 from loomctx.cli._render import report_view
-from loomctx.cli._reports import list_sessions, load_window, next_turn, report_from_payload
+from loomctx.cli._reports import (
+    list_knowledge_bases,
+    list_sessions,
+    load_window,
+    next_turn,
+    report_from_payload,
+)
 from loomctx.cli._workspace import open_knowledge, open_store, save_report
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.report import ContextReport, SourceReport
@@ -174,6 +180,23 @@ def test_list_shows_knowledge_bases_and_sessions_of_earlier_versions(
     assert runner.invoke(app, ["inspect", "r.json", "--text"]).exit_code == 2
     empty = runner.invoke(app, ["inspect", "--list", "--store", "none.db"])
     assert empty.exit_code == 1
+
+
+def test_list_names_a_served_tenants_knowledge_base_by_tenant(tmp_path: Path) -> None:
+    from loomctx.knowledge import KnowledgeBase
+
+    store = open_store(tmp_path / "s.db")
+    try:
+        KnowledgeBase("handbook", store).add_text("Shared.")
+        served = KnowledgeBase("handbook", store, namespace=("acme", "knowledge", "handbook"))
+        served.add_text("ACME only.")
+        served.add_text("ACME again.")
+        assert list_knowledge_bases(store) == [
+            {"name": "acme/handbook", "documents": 2},
+            {"name": "handbook", "documents": 1},
+        ]
+    finally:
+        store.close()
 
 
 def _compacted_report() -> ContextReport:

@@ -292,3 +292,18 @@ def test_an_embedder_failure_writes_nothing() -> None:
         kb.add_text("Nothing of this is stored.")
     assert kb.documents() == []
     assert kb.store.batch([Scan(prefix=kb.namespace)])[0] == []
+
+
+def test_a_namespace_of_exact_parts_keeps_same_named_bases_apart() -> None:
+    """Names are never joined: `("a", "knowledge", "b.c")` and `("a.b", "knowledge", "c")`
+    are two bases, and the default stays `("knowledge", name)` for library users."""
+    store = SQLiteStore(":memory:")
+    one = KnowledgeBase("b.c", store, namespace=("a", "knowledge", "b.c"))
+    two = KnowledgeBase("c", store, namespace=("a.b", "knowledge", "c"))
+    one.add_text("Herons nest in tall trees.", document_id="d")
+    assert two.documents() == []
+    assert two.search_sync("herons nest") == []
+    assert KnowledgeBase("b.c", store).namespace == ("knowledge", "b.c")
+    with pytest.raises(ConfigError, match="`namespace` of knowledge base 'x'"):
+        KnowledgeBase("x", store, namespace=("a/b",))
+    store.close()

@@ -69,8 +69,16 @@ class Loom:
         return client
 
 
-def serve_table(wire: WireServer, *, window: int = 2000, passthrough: bool = True) -> dict:
-    return {
+def serve_table(
+    wire: WireServer,
+    *,
+    window: int = 2000,
+    passthrough: bool = True,
+    tenants: dict[str, dict] | None = None,
+) -> dict:
+    """The `[serve]` table of the tests: two models, tenants `acme` and `globex`, and
+    `tenants` added (or replacing one of those)."""
+    table = {
         "passthrough": passthrough,
         "max_body_bytes": 2_000_000,
         "models": {
@@ -100,6 +108,8 @@ def serve_table(wire: WireServer, *, window: int = 2000, passthrough: bool = Tru
             "globex": {"keys": [hash_key(GLOBEX_KEY)], "knowledge": ["handbook"]},
         },
     }
+    table["tenants"].update(tenants or {})  # type: ignore[attr-defined]
+    return table
 
 
 @pytest.fixture

@@ -86,10 +86,14 @@ def test_a_bug_inside_loom_passes_the_request_through(
     assert raw.parse().choices[0].message.content == "answered anyway"
     assert raw.headers["x-loom-passthrough"] == "true"
     assert "x-loom-report" not in raw.headers
-    assert wire.requests[0].body["messages"] == messages  # unchanged, not a window
+    # Not a window: the client's messages as sent, after the tenant's policy (never without).
+    instructions = {"role": "system", "content": "You work for ACME."}
+    assert wire.requests[0].body["messages"] == [instructions, *messages]
     (line,) = _failure_lines(caplog)
     assert line.levelno == logging.WARNING
-    assert line.getMessage() == "loom failed; passing the request through unchanged"
+    assert line.getMessage() == (
+        "loom failed; passing the request through after the tenant's instructions"
+    )
     assert line.error == "RuntimeError: disk quota logic fell over"  # type: ignore[attr-defined]
     assert line.exc_info is not None  # a bug: the traceback is kept
     assert line.session == "bug"  # type: ignore[attr-defined]
@@ -188,3 +192,27 @@ def test_an_upstream_echoing_its_key_never_shows_it(
         assert UPSTREAM_KEY not in record.getMessage()
         assert UPSTREAM_KEY not in repr(record.__dict__)
     assert UPSTREAM_KEY not in caplog.text
+
+
+def test_a_passthrough_that_cannot_fit_the_window_is_refused(buggy: Any, wire: WireServer) -> None:
+    """When Loom fails, the client's messages go upstream after the tenant's instructions
+    only if they fit the model's window; else a 400 naming the sizes, and no model call."""
+    url = buggy(passthrough=True, fails=TASK)
+    wire.script(openai_text("never sent"))
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "fern " * 500}
+        for i in range(4)
+    ]
+    messages = [*history, {"role": "user", "content": "And now?"}]
+    with (
+        openai.OpenAI(base_url=f"{url}/v1", api_key=ACME_KEY, max_retries=0) as c,
+        pytest.raises(openai.BadRequestError) as refused,
+    ):
+        c.chat.completions.create(model="gpt-test", messages=messages, user="long")  # type: ignore[arg-type]
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "context_length_exceeded"
+    assert "the request needs" in error["message"]
+    assert "than the 1600 that model `gpt-test`'s window of 2000 tokens" in error["message"]
+    assert "the tenant's and the client's" in error["message"]
+    assert wire.requests == []

@@ -129,7 +129,7 @@ async def test_mcp_bodies_have_a_size_limit(loom) -> None:
     assert status == 413
     assert body["error"]["code"] == "request_too_large"
     assert "max_body_bytes" in body["error"]["message"]
-    assert loom.service.owner("limits") is None  # nothing stored
+    assert not loom.service.check_access("acme", "limits")  # nothing stored
     headers = {"Authorization": f"Bearer {ACME_KEY}"}
     async with httpx2.AsyncClient(headers=headers) as http:
         transport = streamable_http_client(f"{loom.url}/mcp/limits", http_client=http)

@@ -307,29 +307,22 @@ def test_upstream_errors_keep_their_status(loom, caplog: pytest.LogCaptureFixtur
     assert line["loom_ms"] > 0
 
 
-def test_passthrough_when_loom_fails(loom_factory) -> None:
-    """A user turn larger than the whole window: Loom cannot build it, so the request goes
-    upstream unchanged (the upstream decides), and the response says so."""
-    loom = loom_factory()
-    loom.wire.script(openai_text("ok"))
+def test_a_turn_larger_than_the_window_is_refused_not_passed_through(loom_factory) -> None:
+    """A user turn larger than the whole window: no window can hold it, so it is refused
+    with a 400 (passthrough on or off), never sent upstream without the tenant's policy."""
     huge = "word " * 3000
-    raw = client(loom).chat.completions.with_raw_response.create(
-        model="gpt-test", messages=[{"role": "user", "content": huge}], user="big"
-    )
-    assert raw.headers["x-loom-passthrough"] == "true"
-    assert "x-loom-report" not in raw.headers
-    assert loom.wire.requests[0].body["messages"] == [{"role": "user", "content": huge}]
-    strict = loom_factory(passthrough=False)
-    with pytest.raises(openai.InternalServerError) as err:
-        client(strict).chat.completions.create(
-            model="gpt-test", messages=[{"role": "user", "content": huge}], user="big"
-        )
-    assert "BudgetExceededError" in str(err.value)
+    for loom in (loom_factory(), loom_factory(passthrough=False)):
+        with pytest.raises(openai.BadRequestError) as err:
+            client(loom).chat.completions.create(
+                model="gpt-test", messages=[{"role": "user", "content": huge}], user="big"
+            )
+        assert err.value.code == "context_length_exceeded"
+        assert loom.wire.requests == []
 
 
 def test_passthrough_when_the_store_fails(loom) -> None:
-    """The store goes away: requests still reach the model, unchanged; the server says it is
-    not ready; nothing is recorded of the answer."""
+    """The store goes away: requests still reach the model, as sent after the tenant's
+    instructions; the server says it is not ready; nothing is recorded of the answer."""
     loom.wire.script(openai_text("still here"))
     loom.service.store.close()
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello?"}]
@@ -338,7 +331,8 @@ def test_passthrough_when_the_store_fails(loom) -> None:
     )
     assert raw.parse().choices[0].message.content == "still here"
     assert raw.headers["x-loom-passthrough"] == "true"
-    assert loom.wire.requests[0].body["messages"] == messages
+    instructions = {"role": "system", "content": "You work for ACME."}
+    assert loom.wire.requests[0].body["messages"] == [instructions, *messages]
     status, body, _ = call("GET", f"{loom.url}/readyz")
     assert status == 503
     assert body == {"status": "unavailable", "store": "StoreClosedError"}
@@ -348,6 +342,7 @@ def test_passthrough_when_the_store_fails(loom) -> None:
     )
     assert done.choices[0].message.content == "anthropic too"
     sent = loom.wire.requests[1].body
+    assert "You work for ACME." in json.dumps(sent["system"])
     assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello?"}]}]
     assert sent["tools"][0]["name"] == "get_weather"
 

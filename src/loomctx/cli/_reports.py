@@ -185,10 +185,19 @@ def load_window(
 
 
 def list_knowledge_bases(store: MemoryStore) -> list[dict[str, Any]]:
-    """Every knowledge base in `store`: ``{"name", "documents"}``, by name."""
-    found: list[Record] = store.batch([Scan(prefix=("knowledge",), kind="kb_document")])[0]
+    """Every knowledge base in `store`: ``{"name", "documents"}``, by name; a served
+    tenant's, kept at ``(tenant, "knowledge", kb)``, is named ``tenant/kb``."""
+    found: list[Record] = store.batch([Scan(prefix=(), kind="kb_document")])[0]
     counts: dict[str, int] = {}
     for r in found:
-        if len(r.namespace) == 2:
-            counts[r.namespace[1]] = counts.get(r.namespace[1], 0) + 1
+        ns = r.namespace
+        name = (
+            ns[1]
+            if len(ns) == 2 and ns[0] == "knowledge"
+            else f"{ns[0]}/{ns[2]}"
+            if len(ns) == 3 and ns[1] == "knowledge"
+            else None
+        )
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
     return [{"name": n, "documents": c} for n, c in sorted(counts.items())]

@@ -1,6 +1,8 @@
 """`KnowledgeBase`: documents -> chunks -> lexical and dense indexes, all in a `MemoryStore`.
 
-What the store holds, under the namespace ``("knowledge", name)``:
+What the store holds, under the knowledge base's namespace (``("knowledge", name)`` unless
+another is given: `loomctx serve` keeps each tenant's under the tenant's own,
+``(tenant, "knowledge", name)``):
 
 - a ``kb_document`` record per document (key ``doc:<id>``, no text): the hash of its text,
   a fingerprint of everything its chunks were made from (text, metadata, chunker settings),
@@ -14,7 +16,8 @@ and its vectors (embedded just before, in full batches across documents: see
 `loomctx.knowledge._writer`), so it is stored whole or not at all and fully searchable,
 lexically and densely, when `add_*` returns; `progress` callbacks see chunks and files as
 they are done, with a rate and an estimate. Nothing lives only in memory:
-a `KnowledgeBase` opened on the same store and name, in any process, sees the same documents.
+a `KnowledgeBase` opened on the same store and namespace, in any process, sees the same
+documents.
 
 Re-adding a document whose fingerprint is unchanged (and that has vectors of the current
 embedder) does no work; a changed one replaces its chunks, and chunks whose text is the same
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from loomctx.embeddings import Embedder
-from loomctx.errors import ConfigError, MissingExtraError
+from loomctx.errors import ConfigError, MissingExtraError, StoreError
 from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, iter_chunks
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
@@ -58,11 +61,13 @@ from loomctx.stores.base import (
     Get,
     Hit,
     MemoryStore,
+    Namespace,
     Op,
     Record,
     Scan,
     Search,
     VectorSearch,
+    check_namespace,
 )
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.text import terms
@@ -83,7 +88,9 @@ class KnowledgeBase:
     `KnowledgeBaseProvider`.
 
     `store`: where everything lives (default: a private in-memory SQLite store, closed by
-    `close`). `embedder`: makes search hybrid, lexical and dense (None: lexical only).
+    `close`). `namespace`: where in it (default ``("knowledge", name)``); a tuple of exact
+    parts, so that two owners' bases never meet, whatever their names contain.
+    `embedder`: makes search hybrid, lexical and dense (None: lexical only).
     `counter` (default `TiktokenCounter()`), `chunk_tokens` and `overlap_tokens`: how
     documents are chunked (see `chunk_text`). `loaders`: readers for more file suffixes,
     ``{".rst": fn}`` with ``fn(path) -> str``. `min_relevance`: a floor under every search's
@@ -95,6 +102,7 @@ class KnowledgeBase:
         name: str,
         store: MemoryStore | None = None,
         *,
+        namespace: Namespace | None = None,
         embedder: Embedder | None = None,
         counter: TokenCounter | None = None,
         chunk_tokens: int = 400,
@@ -120,7 +128,12 @@ class KnowledgeBase:
         if counter is not None and not isinstance(counter, TokenCounter):
             raise ConfigError(f"`counter` must be a `TokenCounter`, got {counter!r}")
         self.name = name
-        self.namespace = ("knowledge", name)
+        if namespace is None:
+            namespace = ("knowledge", name)
+        try:
+            self.namespace: Namespace = check_namespace(namespace)
+        except StoreError as exc:
+            raise ConfigError(f"`namespace` of knowledge base {name!r}: {exc}") from None
         self.embedder = embedder
         self.counter: TokenCounter = counter or TiktokenCounter()
         self.chunk_tokens = chunk_tokens

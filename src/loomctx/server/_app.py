@@ -44,6 +44,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
+from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError, error_body
 from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
@@ -164,9 +165,12 @@ class _Server:
         return run
 
     def tenant(self, request: Request) -> str:
+        return self.tenant_config(request).name
+
+    def tenant_config(self, request: Request) -> TenantConfig:
         tenant = self.service.authenticate(request.headers.get("authorization"))
         request.state.log["tenant"] = tenant.name
-        return tenant.name
+        return tenant
 
     # --- proxy ------------------------------------------------------------------------------
 
@@ -321,10 +325,7 @@ class _Server:
         if not query.strip():
             raise RequestError("`q` is required: the text to search the memory for", param="q")
         limit = _limit(request.query_params.get("limit", "5"))
-        if not self.service.check_access(tenant, session):
-            raise RequestError(
-                f"session {session!r} does not exist", status=404, code="session_not_found"
-            )
+        self.service.require_session(tenant, session)
         async with self.service.lock(tenant, session):
             hits = self.service.recall(tenant, session, query, limit)
         return JSONResponse({"object": "list", "data": hits})
@@ -369,15 +370,15 @@ class _Server:
         return JSONResponse(self.service.report(tenant, request.path_params["report_id"]))
 
     async def ingest(self, request: Request) -> Response:
-        tenant = self.tenant(request)
+        tenant = self.tenant_config(request)
         name = request.path_params["name"]
+        kb = self.service.knowledge(tenant, _kb_name(name))  # before the body is read
         body = await _read_json(request, self.service.config.max_body_bytes)
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
             raise RequestError(
                 'the body must be {"text": "...", "id"?: "...", "metadata"?: {}}', param="text"
             )
         try:
-            kb = self.service.knowledge(tenant, _kb_name(name))
             doc = kb.add_text(
                 body["text"], document_id=body.get("id"), metadata=body.get("metadata")
             )
@@ -388,7 +389,7 @@ class _Server:
         return JSONResponse({"document_id": doc, "knowledge_base": name}, status_code=201)
 
     async def search_knowledge(self, request: Request) -> Response:
-        tenant = self.tenant(request)
+        tenant = self.tenant_config(request)
         kb = self.service.knowledge(tenant, _kb_name(request.path_params["name"]))
         query = request.query_params.get("q", "")
         if not query.strip():

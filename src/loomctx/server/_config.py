@@ -19,6 +19,12 @@ settings, whose top-level `store`, `embedder` and `bus` it shares)::
     keys = ["sha256:9f86d0..."]         # `loomctx serve --hash-key` prints a key's hash
     knowledge = ["handbook"]            # the tenant's knowledge bases searched for every window
     instructions = "You work for ACME." # put before the client's own system message
+    previous_keys = []                  # hashes of retired keys: proof of identity only
+
+A tenant's name is its identity in the store: the store records the key hashes each tenant
+was served with, and a tenant none of whose `keys` or `previous_keys` it recorded is refused
+at start-up (a retired tenant's name, reused, would inherit its data); see
+`loomctx.server._tenants`.
 
 API keys are stored as SHA-256 hashes only: a key is a long random token, so its hash cannot
 be searched backwards, and a leaked config file grants nothing. Upstream keys are never in the
@@ -69,10 +75,13 @@ class ModelConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantConfig:
-    """A tenant: the hashes of its API keys, its knowledge bases, its instructions."""
+    """A tenant: the hashes of its API keys, its knowledge bases, its instructions, and the
+    hashes of keys it no longer accepts (`previous_keys`: they prove to the store which
+    tenant this is after a rotation, and open nothing)."""
 
     name: str
     keys: tuple[str, ...] = ()
+    previous_keys: tuple[str, ...] = ()
     knowledge: tuple[str, ...] = ()
     instructions: str = ""
 
@@ -159,13 +168,13 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
 def _tenant(name: str, table: Any, where: str) -> TenantConfig:
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table, got {table!r}")
-    _check_keys(table, ("keys", "knowledge", "instructions"), where)
-    keys = table.get("keys", [])
-    if not isinstance(keys, list) or not all(isinstance(k, str) and _HASH.match(k) for k in keys):
+    _check_keys(table, ("keys", "knowledge", "instructions", "previous_keys"), where)
+    keys = _hashes(table, "keys", where)
+    previous = _hashes(table, "previous_keys", where)
+    if set(keys) & set(previous):
         raise ConfigError(
-            f"`keys` in {where} must be a list of key hashes (`sha256:` and 64 hex digits, "
-            f"printed by `loomctx serve --hash-key`), never the keys themselves; got "
-            f"{len(keys) if isinstance(keys, list) else keys!r} entries that are not all hashes"
+            f"a key hash is in both `keys` and `previous_keys` in {where}: a key is either "
+            "accepted (`keys`) or retired (`previous_keys`)"
         )
     knowledge = table.get("knowledge", [])
     if not isinstance(knowledge, list):
@@ -174,9 +183,24 @@ def _tenant(name: str, table: Any, where: str) -> TenantConfig:
     return TenantConfig(
         name=name,
         keys=tuple(keys),
+        previous_keys=tuple(previous),
         knowledge=tuple(_name(k, f"`knowledge` in {where}") for k in knowledge),
         instructions=instructions,
     )
+
+
+def _hashes(table: Mapping[str, Any], key: str, where: str) -> list[str]:
+    hashes = table.get(key, [])
+    if not isinstance(hashes, list) or not all(
+        isinstance(k, str) and _HASH.match(k) for k in hashes
+    ):
+        raise ConfigError(
+            f"`{key}` in {where} must be a list of key hashes (`sha256:` and 64 hex digits, "
+            f"printed by `loomctx serve --hash-key`), never the keys themselves; got "
+            f"{len(hashes) if isinstance(hashes, list) else hashes!r} entries that are not "
+            "all hashes"
+        )
+    return hashes
 
 
 def serve_config_from(

@@ -160,11 +160,7 @@ def make_mcp_server(
         return json.dumps({"forgotten": service.forget(tenant.name, session, task_id)})
 
     def documents(tenant: TenantConfig, name: str) -> str:
-        if name not in tenant.knowledge:
-            raise RequestError(
-                f"knowledge base {name!r} does not exist for this tenant", status=404
-            )
-        kb = service.knowledge(tenant.name, name)
+        kb = service.knowledge(tenant, name)  # a tenant's configured bases only
         docs = [asdict(d) for d in kb.documents()]
         return json.dumps({"name": name, "documents": docs}, default=str)
 

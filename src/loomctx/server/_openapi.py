@@ -128,7 +128,8 @@ OPENAPI: Final[dict[str, Any]] = {
         },
         "/v1/knowledge/{name}/documents": {
             "post": _op(
-                'Add `{"text", "id"?, "metadata"?}` to a knowledge base',
+                'Add `{"text", "id"?, "metadata"?}` to one of the tenant\'s knowledge bases '
+                "(those its `knowledge` lists; any other name is a 404)",
                 params=[
                     {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
                 ],
@@ -138,7 +139,7 @@ OPENAPI: Final[dict[str, Any]] = {
         },
         "/v1/knowledge/{name}/search": {
             "get": _op(
-                "Search a knowledge base",
+                "Search one of the tenant's knowledge bases (any other name is a 404)",
                 params=[
                     {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
                     _query("q"),

@@ -29,9 +29,16 @@ name the report, wait for it (`ChatProxy.saved`), so a client never holds the id
 that is not stored; if the write fails, the reply comes without one. With `passthrough` off,
 nothing goes upstream before it is written: a failed write is a 500 and no model call.
 
+A request whose current turn cannot fit the model's window even alone (the system
+instructions, the tenant's and the client's, the tools, the last user message and the tool
+exchange after it, against the window less its output reserve) is refused in step 1 with a
+400 (``context_length_exceeded``) naming the sizes: no window could hold it.
+
 If step 2 or 3 fails inside Loom (not for bad input), with a `LoomError` or any other
-exception, the client's request is forwarded unchanged and the failure logged, unless
-`passthrough` is off (then the client gets a 500 in OpenAI's error shape).
+exception, the client's messages are forwarded as sent, after the tenant's `instructions`
+(a passthrough never drops the operator's policy), and the failure logged; if they do not
+fit the model's window with them, the client gets the same 400. With `passthrough` off the
+client gets a 500 in OpenAI's error shape instead.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from typing import Any, TypeAlias
 
 from loomctx.agent.executor import DEFAULT_MAX_DYNAMIC, TurnSource
 from loomctx.context.block import BuildContext, ContextSource
+from loomctx.context.budget import BudgetManager
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
 from loomctx.context.sources import (
@@ -232,7 +240,7 @@ class ChatProxy:
             if not self.service.config.passthrough:
                 raise
             log.warning(
-                "loom failed; passing the request through unchanged",
+                "loom failed; passing the request through after the tenant's instructions",
                 exc_info=not isinstance(exc, LoomError),  # a bug: keep its traceback
                 extra={
                     "tenant": tenant.name,
@@ -241,7 +249,45 @@ class ChatProxy:
                 },
             )
             prepared.window = prepared.report_id = None
+            try:
+                self._check_fits(tenant, request, self.passthrough_messages(prepared), "request")
+            except RequestError:
+                await self.saved(prepared)  # what was written before Loom failed
+                raise
         return prepared
+
+    def passthrough_messages(self, prepared: Prepared) -> list[Message]:
+        """What a passthrough sends: the tenant's instructions, then the client's messages as
+        sent (a 400 for messages Loom cannot read)."""
+        instructions = prepared.tenant.instructions
+        try:
+            sent = from_openai(prepared.request.body["messages"])
+        except ConfigError as exc:
+            raise RequestError(str(exc), param="messages") from None
+        return [Message.system(instructions), *sent] if instructions else sent
+
+    def _check_fits(
+        self, tenant: TenantConfig, request: ChatRequest, messages: list[Message], what: str
+    ) -> None:
+        """A 400 naming the sizes if `messages` and the request's tools exceed what the
+        model's window leaves for input."""
+        model = request.model
+        window = self.upstream(model).safe_window(model.window)
+        available, reserve = BudgetManager.available(
+            window, output_reserve_ratio=model.output_reserve
+        )
+        needed = self.service.counter.count_messages(messages, tools=request.tools)
+        if needed > available:
+            whose = "the tenant's and the client's" if tenant.instructions else "the client's"
+            counted = f" ({window} as Loom counts them)" if window != model.window else ""
+            raise RequestError(
+                f"the {what} needs {needed} tokens (with the system instructions, {whose}, "
+                f"and the tools), more than the {available} that model `{model.name}`'s "
+                f"window of {model.window} tokens{counted} leaves for input after its output "
+                f"reserve of {reserve}; shorten the messages",
+                code="context_length_exceeded",
+                param="messages",
+            )
 
     async def saved(self, prepared: Prepared) -> None:
         """Wait for the write `prepare` started (the session's state, the report, the window).
@@ -281,6 +327,12 @@ class ChatProxy:
         new_turn = split.turn_start < split.total and split.turn_start >= split.known
         turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
         tasks = self._tasks(split, turn, session)  # checks before anything is stored
+        system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
+        current = [Message.user(split.query)] if split.turn_start < split.total else []
+        current += split.in_flight
+        # No window can hold a turn larger than the model's: refused, not passed through.
+        head = [Message.system(system)] if system else []
+        self._check_fits(tenant, request, [*head, *current], "current turn")
         memory = service.memory(tenant.name, session)
         if tasks:  # promoted with the reply, after the response (`record`)
             memory.add_tasks(tasks)
@@ -481,17 +533,21 @@ class ChatProxy:
         window = prepared.window
         breakpoints = window.layout.breakpoints() if window and window.layout else ()
         reply = Reply(request.model.name)
+        instructions = prepared.tenant.instructions
         if isinstance(upstream, OpenAIUpstream):
-            messages = (
-                to_openai(window.messages) if window is not None else list(request.body["messages"])
-            )
+            if window is not None:
+                messages = to_openai(window.messages)
+            else:  # passthrough: the client's messages as sent, after the tenant's policy
+                messages = list(request.body["messages"])
+                if instructions:
+                    messages.insert(0, {"role": "system", "content": instructions})
             parts = upstream.stream(messages, fields=fields, breakpoints=breakpoints)
         else:
             fields.pop("tools", None)
             if window is not None:
                 msgs, tools = list(window.messages), list(window.tools)
             else:
-                msgs, tools = from_openai(request.body["messages"]), list(request.tools)
+                msgs, tools = self.passthrough_messages(prepared), list(request.tools)
             parts = upstream.stream(msgs, tools=tools, fields=fields, breakpoints=breakpoints)
         prepared.reply = reply
         async for chunk in parts:

@@ -9,10 +9,15 @@ confined to one tenant: DESIGN.md invariant 6):
   history is recorded (a count and a hash chain, see `loomctx.server._turns`), the current
   turn, when it was last used;
 - ``(tenant, "reports")``: one ``context_report`` record per window Loom built, by report id;
-- ``("knowledge", "<tenant>.<kb>")``: the tenant's knowledge bases (`KnowledgeBase`'s own
-  namespace, the tenant in its name);
-- ``("_loom", "sessions")``: which tenant owns each session id, so that a session id
-  another tenant uses is refused, not silently forked.
+- ``(tenant, "knowledge", kb)``: the tenant's knowledge bases, each in a namespace of its own
+  (exact parts: whatever the names contain, two tenants' bases never meet), and only those
+  the tenant is configured with;
+- ``(tenant, "sessions")``: one ``session_claim`` record per session id the tenant used. A
+  session is ``(tenant, id)``: two tenants may use the same id, each its own session, and
+  neither can see, block or probe the other's (an id another tenant uses reads as unused).
+
+Which tenant a name means is checked against the store when the service starts, and older
+layouts are moved (`loomctx.server._tenants`).
 
 Memories are kept open (least recently used first out, at most `max_open`): a memory syncs
 with the store before every read (`LoomMemory` checks the namespace's version), so several
@@ -37,6 +42,7 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.server._config import ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.server._tenants import CLAIM_KIND, claims_namespace, knowledge_namespace, prepare_store
 from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
@@ -45,7 +51,6 @@ from loomctx.tokens import TiktokenCounter
 __all__ = ["LoomService", "open_store"]
 
 _SESSION: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
-_CLAIMS: Final = ("_loom", "sessions")
 PROXY_KIND: Final = "proxy_session"
 REPORT_KIND: Final = "context_report"
 
@@ -96,6 +101,12 @@ class LoomService:
 
             embedder = default_embedder()
         self.embedder = embedder
+        try:
+            prepare_store(self.store, config, embedder)
+        except BaseException:
+            if self._owns_store:
+                getattr(self.store, "close", lambda: None)()
+            raise
         self.counter = TiktokenCounter()  # every tenant's windows
         self.layout = LayoutState(max_sessions=4096)
         self.max_open = max_open
@@ -122,51 +133,47 @@ class LoomService:
             )
         return tenant
 
-    def owner(self, session: str) -> str | None:
-        """The tenant that owns `session`, or None if no tenant used it yet."""
-        found = self.store.batch([Get(namespace=_CLAIMS, key=session)])[0]
-        return None if found is None else str(found.data["tenant"])
-
     def check_access(self, tenant: str, session: str) -> bool:
-        """Whether `tenant` may use `session`; False if the session is new. A session of
-        another tenant is refused with 404 (its existence is not revealed)."""
-        owner = self.owner(check_session_id(session))
-        if owner is not None and owner != tenant:
+        """Whether `tenant` has used `session` (a valid id; else a 400)."""
+        found = self.store.batch(
+            [Get(namespace=claims_namespace(tenant), key=check_session_id(session))]
+        )[0]
+        return found is not None
+
+    def require_session(self, tenant: str, session: str) -> None:
+        """A 404 unless `tenant` has used `session`; the same answer for an id never used
+        and for one only another tenant used (which is not this tenant's session)."""
+        if not self.check_access(tenant, session):
             raise RequestError(
-                f"session {session!r} does not exist for this API key; use a session id of "
-                "your own (another id, or none and the server makes one)",
+                f"session {session!r} does not exist for this API key",
                 status=404,
                 code="session_not_found",
                 param="session",
             )
-        return owner is not None
 
     def claim(self, tenant: str, session: str) -> None:
-        """Make `session` `tenant`'s (refused if another tenant's)."""
+        """Record that `tenant` uses `session` (idempotent: racing claims write the same)."""
         if not self.check_access(tenant, session):
             self.store.batch([self.claim_op(tenant, session)])
 
     def claim_op(self, tenant: str, session: str) -> Put:
-        """The write that makes `session` `tenant`'s."""
+        """The write that records that `tenant` uses `session`."""
         record = Record(
-            namespace=_CLAIMS,
+            namespace=claims_namespace(tenant),
             key=session,
-            kind="session_claim",
+            kind=CLAIM_KIND,
             data={"tenant": tenant, "created": time.time()},
         )
         return Put(record=record)
 
     def open_session(self, tenant: str, session: str) -> tuple[bool, dict[str, Any]]:
-        """Whether `session` is `tenant`'s already, and its proxy state, in one read (404 if
-        the session is another tenant's)."""
+        """Whether `tenant` used `session` already, and its proxy state, in one read."""
         claim, state = self.store.batch(
             [
-                Get(namespace=_CLAIMS, key=check_session_id(session)),
+                Get(namespace=claims_namespace(tenant), key=check_session_id(session)),
                 Get(namespace=(tenant, "proxy"), key=session),
             ]
         )
-        if claim is not None and claim.data["tenant"] != tenant:
-            self.check_access(tenant, session)  # raises, with the message
         return claim is not None, dict(state.data) if state is not None else {}
 
     def lock(self, tenant: str, session: str) -> asyncio.Lock:
@@ -210,7 +217,7 @@ class LoomService:
         """The tenant's sessions, most recently used first: those the proxy served, and
         those only REST or MCP used (no model, no messages)."""
         scan = Scan(prefix=(tenant, "proxy"), kind=PROXY_KIND, exact=True, newest_first=True)
-        claims = Scan(prefix=_CLAIMS, kind="session_claim", exact=True, where={"tenant": tenant})
+        claims = Scan(prefix=claims_namespace(tenant), kind=CLAIM_KIND, exact=True)
         found, claimed = self.store.batch([scan, claims])
         out = [
             {
@@ -233,10 +240,7 @@ class LoomService:
 
     def session_info(self, tenant: str, session: str) -> dict[str, Any]:
         """One session: its proxy state, its memory's tiers and its reports (404 if unknown)."""
-        if not self.check_access(tenant, session):
-            raise RequestError(
-                f"session {session!r} does not exist", status=404, code="session_not_found"
-            )
+        self.require_session(tenant, session)
         memory = self.memory(tenant, session)
         state = self.proxy_state(tenant, session)
         return {
@@ -253,8 +257,10 @@ class LoomService:
     # --- memory -----------------------------------------------------------------------------
 
     def recall(self, tenant: str, session: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
-        """Tasks of the session's memory relevant to `query`, best first."""
-        self.check_access(tenant, session)
+        """Tasks of the session's memory relevant to `query`, best first (none for a session
+        the tenant never used)."""
+        if not self.check_access(tenant, session):
+            return []
         hits = self.memory(tenant, session).search(query, limit=limit)
         return [
             {"task_id": h.task.task_id, "score": round(h.score, 6), "task": h.task.to_dict()}
@@ -263,7 +269,8 @@ class LoomService:
 
     def forget(self, tenant: str, session: str, task_id: str) -> bool:
         """Delete a task from the session's memory (and its L3 summary); False if absent."""
-        self.check_access(tenant, session)
+        if not self.check_access(tenant, session):
+            return False
         memory = self.memory(tenant, session)
         ns = memory.namespace
         found = self.store.batch([Get(namespace=ns, key=f"task:{task_id}")])[0]
@@ -279,19 +286,33 @@ class LoomService:
 
     # --- knowledge --------------------------------------------------------------------------
 
-    def knowledge(self, tenant: str, name: str) -> KnowledgeBase:
-        """The tenant's knowledge base `name` (opened once)."""
-        key = (tenant, name)
+    def knowledge(self, tenant: TenantConfig, name: str) -> KnowledgeBase:
+        """The tenant's knowledge base `name` (opened once); a 404 for a name the tenant is
+        not configured with, the same whether or not another tenant has one of that name."""
+        if name not in tenant.knowledge:
+            known = ", ".join(f"`{k}`" for k in tenant.knowledge) or "none"
+            raise RequestError(
+                f"knowledge base {name!r:.80} does not exist for this API key; this tenant's "
+                f"knowledge bases (`knowledge` in its `[serve.tenants]` table): {known}",
+                status=404,
+                code="knowledge_base_not_found",
+                param="name",
+            )
+        key = (tenant.name, name)
         kb = self._kbs.get(key)
         if kb is None:
             kb = self._kbs[key] = KnowledgeBase(
-                f"{tenant}.{name}", self.store, embedder=self.embedder, counter=self.counter
+                name,
+                self.store,
+                namespace=knowledge_namespace(tenant.name, name),
+                embedder=self.embedder,
+                counter=self.counter,
             )
         return kb
 
     def knowledge_bases(self, tenant: TenantConfig) -> list[KnowledgeBase]:
         """The knowledge bases searched for the tenant's windows."""
-        return [self.knowledge(tenant.name, name) for name in tenant.knowledge]
+        return [self.knowledge(tenant, name) for name in tenant.knowledge]
 
     # --- reports ----------------------------------------------------------------------------
 
