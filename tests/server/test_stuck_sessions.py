@@ -218,6 +218,39 @@ def test_a_client_that_goes_away_frees_the_session_from_a_hanging_upstream(
     assert reply.choices[0].message.content == "second"
 
 
+def test_a_client_that_goes_away_mid_stream_frees_the_session(
+    hanging: Any, wire: WireServer
+) -> None:
+    """The stream has started (its first chunk is read) and the upstream then hangs: the
+    client leaving closes the upstream's stream and frees the session."""
+    url = hanging()
+    first_chunk = openai_chunk({"role": "assistant", "content": "par"})
+    wire.script(openai_sse([first_chunk, Pause(seconds=HANG)]), openai_text("second"))
+    parts = urlsplit(url)
+    first = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    body = {
+        "model": "gpt-test",
+        "user": "mid",
+        "stream": True,
+        "messages": [{"role": "user", "content": "go"}],
+    }
+    first.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {ACME_KEY}", "Content-Type": "application/json"},
+    )
+    response = first.getresponse()
+    assert response.status == 200
+    assert b'"par"' in response.readline()  # the first event's data line
+    first.close()
+    with openai.OpenAI(base_url=f"{url}/v1", api_key=ACME_KEY, max_retries=0, timeout=60) as c:
+        reply = c.chat.completions.create(
+            model="gpt-test", user="mid", messages=[{"role": "user", "content": "again"}]
+        )
+    assert reply.choices[0].message.content == "second"
+
+
 def test_an_upstream_slower_than_first_byte_timeout_is_a_504(
     hanging: Any, wire: WireServer
 ) -> None:
