@@ -312,6 +312,8 @@ def test_invalid_name_and_timeout() -> None:
 
     with pytest.raises(ToolError, match="tool name 'bad name'"):
         tool(name="bad name")(f)
+    with pytest.raises(ToolError, match=r"tool name 'lookup\\n'"):  # names match exactly
+        tool(name="lookup\n")(f)
     with pytest.raises(ToolError, match=r"`timeout` must be .* got 0"):
         tool(timeout=0)(f)
     with pytest.raises(ToolError, match="`timeout`"):

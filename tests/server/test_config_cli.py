@@ -46,6 +46,14 @@ def test_hash_key_is_sha256() -> None:
         ({"models": {"m": {"output_reserve": 1.5}}}, "`output_reserve`"),
         ({"models": {"m": {"base_url": ""}}}, "`base_url`"),
         ({"models": {"m": {"colour": "red"}}}, "unknown key `colour`"),
+        ({"models": {"m": {"timeout": 0}}}, "`timeout` in [serve].models.m must be a number"),
+        ({"models": {"m": {"connect_timeout": "5"}}}, "`connect_timeout`"),
+        ({"models": {"m": {"first_byte_timeout": True}}}, "`first_byte_timeout`"),
+        ({"models": {"m": {"timeout": float("nan")}}}, "`timeout`"),
+        (
+            {"models": {"m": {"first_byte_timeout": 60, "timeout": 30}}},
+            "`first_byte_timeout` (60 s) in [serve].models.m is longer than `timeout` (30 s)",
+        ),
         ({"models": {"bad name": {}}}, "a model name"),
         ({"tenants": {"t": "x"}}, "must be a table"),
         ({"tenants": {"t": {"keys": ["plain-key"]}}}, "never the keys themselves"),
@@ -53,6 +61,9 @@ def test_hash_key_is_sha256() -> None:
         ({"tenants": {"t": {"knowledge": "kb"}}}, "`knowledge`"),
         ({"tenants": {"t": {"knowledge": ["a/b"]}}}, "`knowledge`"),
         ({"tenants": {"a": GOOD, "b": GOOD}}, "belongs to one tenant"),
+        ({"tenants": {"acme\n": {}}}, "a tenant name"),
+        ({"tenants": {"t": {"keys": [hash_key("k") + "\n"]}}}, "never the keys themselves"),
+        ({"tenants": {"t": {"knowledge": ["kb\n"]}}}, "`knowledge`"),
     ],
 )
 def test_bad_config(table: dict, needle: str) -> None:
@@ -65,7 +76,7 @@ def test_config_file(tmp_path: Path) -> None:
     path = tmp_path / "loom.toml"
     path.write_text(
         'store = "a.db"\n[serve]\npassthrough = false\n'
-        '[serve.models."gpt-x"]\nwindow = 4096\n'
+        '[serve.models."gpt-x"]\nwindow = 4096\nfirst_byte_timeout = 30\n'
         f'[serve.tenants.acme]\nkeys = ["{hash_key("secret")}"]\n',
         encoding="utf-8",
     )
@@ -73,6 +84,12 @@ def test_config_file(tmp_path: Path) -> None:
     assert config.passthrough is False
     assert config.models["gpt-x"].upstream_model == "gpt-x"
     assert config.models["gpt-x"].window == 4096
+    timeouts = config.models["gpt-x"]
+    assert (timeouts.connect_timeout, timeouts.first_byte_timeout, timeouts.timeout) == (
+        10.0,
+        30.0,
+        600.0,
+    )
     assert config.tenant_for_key("secret").name == "acme"  # type: ignore[union-attr]
     assert config.tenant_for_key("other") is None
     assert load_serve_config(None).models == {}

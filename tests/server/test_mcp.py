@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx2
@@ -26,6 +27,8 @@ def _json(result) -> object:
 
 async def _exercise(mcp: Client, kb: str) -> None:
     """Every tool and the knowledge resources, on a fresh session."""
+    assert mcp.server_info is not None
+    assert (mcp.server_info.name, mcp.server_info.version) == ("loom", version("loomctx"))
     tools = {t.name for t in (await mcp.list_tools()).tools}
     assert tools == {"build_context", "remember", "recall", "forget"}
     first = _json(await mcp.call_tool("remember", {"content": "My cat is called Miso."}))

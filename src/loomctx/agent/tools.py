@@ -58,7 +58,7 @@ __all__ = ["Tool", "ToolContext", "ToolResult", "run_tool_calls", "tool"]
 
 logger = logging.getLogger(__name__)
 
-_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 _SECTION: Final = re.compile(
     r"^\s*(Args|Arguments|Parameters|Returns?|Yields?|Raises|Examples?|Notes?|Attributes|"
     r"Warnings?|See Also|Todo):\s*$"

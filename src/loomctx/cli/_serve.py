@@ -41,6 +41,14 @@ def serve(
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on.")] = 8700,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    shutdown_timeout: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seconds a stopping server (SIGTERM, Ctrl-C) gives the requests in flight "
+            "before it cancels them, and their upstream calls.",
+        ),
+    ] = 20,
     hash_key: Annotated[
         bool,
         typer.Option(
@@ -70,7 +78,14 @@ def serve(
     )
     configure_logging(log_level)
     app = create_app(LoomService(cfg))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=shutdown_timeout,
+    )
 
 
 def mcp(

@@ -32,11 +32,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -51,6 +50,7 @@ from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_serve
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._otel import ChatSpan
 from loomctx.server._proxy import ChatProxy, Prepared, parse_chat_request
+from loomctx.server._responding import Settled, close, while_connected
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError, preload_sdks
 from loomctx.session.bus import open_bus
@@ -230,12 +230,16 @@ class _Server:
             return headers
 
         chunks = self.proxy.chunks(prepared)
+        streams: list[AsyncIterator[Any]] = [chunks]
 
-        def finish() -> None:
-            """After the response is sent: end the span, record the reply in a worker thread
-            (the event loop serves other sessions meanwhile), then free the session. Runs on
-            the event loop's thread, which alone may release its lock."""
+        async def settle() -> None:
+            """Once the response is sent, or could not be (the client went away, the server
+            refused a header): close the upstream's stream (which cancels a call still
+            running), end the span, record the reply in a worker thread (the event loop
+            serves other sessions meanwhile), then free the session, whatever fails here."""
             try:
+                for stream in reversed(streams):
+                    await close(stream)
                 if prepared.complete and prepared.reply is not None:
                     span.reply(prepared.reply.completion())
                 span.end()
@@ -256,47 +260,46 @@ class _Server:
 
             recording.add_done_callback(recorded)
 
-        async def finish_on_loop() -> None:
-            finish()  # a sync background task would run in a thread
+        async def drain() -> None:
+            async for _ in chunks:
+                pass
 
-        if not chat.stream:
-            try:
-                async for _ in chunks:
-                    pass
-                headers = await respond_headers()
-            except BaseException as exc:
-                await failed(exc, prepared)
-                raise
-            assert prepared.reply is not None
-            return JSONResponse(
-                prepared.reply.completion(),
-                headers=headers,
-                background=BackgroundTask(finish_on_loop),
-            )
-        try:
-            first = await anext(chunks)
+        try:  # the upstream's reply (or its first chunk), unless the client goes first
+            first = await while_connected(request, drain() if not chat.stream else anext(chunks))
             headers = await respond_headers()
-        except StopAsyncIteration:
-            empty = LoomError("the upstream sent no chunk")
-            await failed(empty, prepared)
-            raise empty from None
         except BaseException as exc:
+            await close(chunks)
             await failed(exc, prepared)
             raise
+        if not chat.stream:
+            assert prepared.reply is not None
+            return Settled(
+                JSONResponse(prepared.reply.completion(), headers=headers), settle=settle
+            )
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncGenerator[bytes]:
             try:
                 yield f"data: {json.dumps(first)}\n\n".encode()
                 async for chunk in chunks:
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
-            except UpstreamError as exc:
+            except UpstreamError as exc:  # the stream cannot end as a 502: it ends on the error
                 span.fail(exc)
                 yield f"data: {json.dumps(exc.body)}\n\n".encode()
-            finally:
-                finish()
+            except Exception as exc:  # a bug: the client still learns the reply is cut
+                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+                span.fail(exc)
+                body = error_body(
+                    f"Loom failed in the middle of this reply ({type(exc).__name__}); the "
+                    "server's log has the details",
+                    type="server_error",
+                )
+                yield f"data: {json.dumps(body)}\n\n".encode()
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        body = events()
+        streams.append(body)
+        response = StreamingResponse(body, media_type="text/event-stream", headers=headers)
+        return Settled(response, settle=settle)
 
     async def models(self, request: Request) -> Response:
         self.tenant(request)
@@ -428,11 +431,21 @@ class _Server:
                     "the MCP endpoint is /mcp/{session}: name the session", status=404
                 )
             session = check_session_id(parts[1])
+            if request.method in ("GET", "DELETE"):  # stateless: no stream, no MCP session
+                raise RequestError(
+                    f"this MCP server is stateless: it has no event stream to `GET` and no "
+                    f"session to `DELETE`; send JSON-RPC messages with `POST /mcp/{session}`",
+                    status=405,
+                    code="method_not_allowed",
+                )
             if request.method == "POST":  # JSON-RPC messages: read whole, within the limit
                 body = await _read_body(request, self.service.config.max_body_bytes)
                 receive = _replay(body, receive)
         except RequestError as exc:
-            await _error(exc)(scope, receive, send)
+            response = _error(exc)
+            if exc.status == 405:
+                response.headers["Allow"] = "POST"
+            await response(scope, receive, send)
             return
         inner = dict(scope)
         inner[SESSION_SCOPE_KEY] = session

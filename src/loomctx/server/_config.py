@@ -14,6 +14,9 @@ settings, whose top-level `store`, `embedder` and `bus` it shares)::
     upstream = "gpt-4o-mini"            # the name sent upstream (default: the table's name)
     window = 128000                     # the model's context window, in tokens
     output_reserve = 0.2                # the share of it kept for the reply
+    connect_timeout = 10                # seconds to connect to the upstream
+    first_byte_timeout = 120            # seconds from sending to the reply's first chunk
+    timeout = 600                       # seconds for the whole reply
 
     [serve.tenants.acme]
     keys = ["sha256:9f86d0..."]         # `loomctx serve --hash-key` prints a key's hash
@@ -46,8 +49,8 @@ from loomctx.errors import ConfigError
 
 __all__ = ["ModelConfig", "ServeConfig", "TenantConfig", "hash_key", "load_serve_config"]
 
-_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_HASH: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_HASH: Final = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 def hash_key(key: str) -> str:
@@ -57,7 +60,11 @@ def hash_key(key: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
-    """A model clients may name, and where Loom forwards its windows."""
+    """A model clients may name, and where Loom forwards its windows.
+
+    The timeouts bound what one request may wait for the upstream (and so how long it holds
+    its session): `connect_timeout` to connect, `first_byte_timeout` from sending the request
+    to the reply's first chunk, `timeout` for the whole reply; each in seconds."""
 
     name: str
     provider: str = "openai"
@@ -66,6 +73,9 @@ class ModelConfig:
     upstream: str = ""
     window: int = 8000
     output_reserve: float = 0.2
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 120.0
+    timeout: float = 600.0
 
     @property
     def upstream_model(self) -> str:
@@ -138,7 +148,15 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
         raise ConfigError(f"{where} must be a table, got {table!r}")
     _check_keys(
         table,
-        ("provider", "base_url", "api_key_env", "upstream", "window", "output_reserve"),
+        (
+            "provider",
+            "base_url",
+            "api_key_env",
+            "upstream",
+            "window",
+            "output_reserve",
+            *_TIMEOUTS,
+        ),
         where,
     )
     provider = table.get("provider", "openai")
@@ -154,6 +172,7 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
         raise ConfigError(
             f"`output_reserve` in {where} must be a number between 0 and 1, got {reserve!r}"
         )
+    timeouts = _timeouts(table, where)
     return ModelConfig(
         name=name,
         provider=provider,
@@ -162,7 +181,34 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
         upstream=_str(table, "upstream", where, name) or name,
         window=window,
         output_reserve=float(reserve),
+        **timeouts,
     )
+
+
+_TIMEOUTS: Final = ("connect_timeout", "first_byte_timeout", "timeout")
+
+
+def _timeouts(table: Mapping[str, Any], where: str) -> dict[str, float]:
+    """The upstream's timeouts, in seconds: each positive, and neither the connection's nor
+    the first chunk's longer than the whole reply's. (A `connect_timeout` longer than
+    `first_byte_timeout` is allowed: the shorter limit wins.)"""
+    defaults = ModelConfig(name="_")
+    out: dict[str, float] = {}
+    for key in _TIMEOUTS:
+        value = table.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+            raise ConfigError(
+                f"`{key}` in {where} must be a number of seconds above 0, got {value!r}"
+            )
+        out[key] = float(value)
+    for shorter in ("connect_timeout", "first_byte_timeout"):
+        longer = "timeout"
+        if out[shorter] > out[longer]:
+            raise ConfigError(
+                f"`{shorter}` ({out[shorter]:g} s) in {where} is longer than `{longer}` "
+                f"({out[longer]:g} s): lower `{shorter}` or raise `{longer}`"
+            )
+    return out
 
 
 def _tenant(name: str, table: Any, where: str) -> TenantConfig:

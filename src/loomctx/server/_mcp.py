@@ -14,8 +14,10 @@ stdio each of the tenant's knowledge bases is also listed by ``resources/list``.
 
 Over streamable HTTP the server is mounted at ``/mcp/{session}``: the session (the memory
 namespace) is in the path, the tenant comes from the ``Authorization: Bearer`` key, as for the
-proxy. Over stdio (`loomctx mcp`) both are fixed when the server starts: a local process
-serves its own user, who needs no key.
+proxy. The server is stateless (no MCP session, nothing to push): a ``GET`` (an event stream
+for server messages) or ``DELETE`` (ending an MCP session) is answered 405, as the
+specification allows, and only ``POST`` carries messages. Over stdio (`loomctx mcp`) both
+are fixed when the server starts: a local process serves its own user, who needs no key.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from importlib.metadata import version
 from typing import Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -96,6 +99,7 @@ def make_mcp_server(
     service = proxy.service
     server = MCPServer(
         "loom",
+        version=version("loomctx"),  # the `serverInfo` a client reads
         # The SDK configures the root logger at this level (if nothing else did): INFO
         # would log every upstream HTTP request; the server logs its own requests itself.
         log_level="WARNING",

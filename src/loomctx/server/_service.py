@@ -50,7 +50,7 @@ from loomctx.tokens import TiktokenCounter
 
 __all__ = ["LoomService", "open_store"]
 
-_SESSION: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+_SESSION: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z")
 PROXY_KIND: Final = "proxy_session"
 REPORT_KIND: Final = "context_report"
 

@@ -11,6 +11,12 @@ yield OpenAI ``chat.completion.chunk`` dicts:
   the window's prompt-cache breakpoints) and turns its chunks into OpenAI's: text deltas,
   tool-call deltas (id and name first, then argument fragments), the finish reason, usage.
 
+Every chunk carries the model name the client asked for (the configured alias, never the
+upstream's id). Each call is bounded by the model's timeouts (`ModelConfig`): an upstream that
+sends no chunk within `first_byte_timeout`, or has not finished within `timeout`, is a 504;
+a stream without a chunk, or a chunk whose fields have the wrong types, is a 502. Both in
+OpenAI's error shape, as any `UpstreamError`.
+
 Neither retries (``max_retries=0`` for the SDK): the client has a retry policy of its own,
 and a proxy that retried too would multiply it. An upstream's refusal (a 4xx/5xx) is an
 `UpstreamError` carrying its status and an OpenAI error body, passed on as the upstream sent
@@ -28,8 +34,15 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Final
 
 from loomctx.agent.llm import LLMOptions, check_model_requests_allowed
 from loomctx.errors import LoomError, ProviderError
@@ -193,7 +206,7 @@ class OpenAIUpstream:
         base = config.base_url or os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
         self.url = base.rstrip("/") + "/chat/completions"
         self.client = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(600.0, connect=5.0),  # the SDK's
+            timeout=httpx2.Timeout(config.timeout, connect=config.connect_timeout),
             headers={
                 "Authorization": f"Bearer {self._secrets[0]}",
                 "Accept": "text/event-stream",
@@ -205,14 +218,20 @@ class OpenAIUpstream:
         """`window`: Loom counts OpenAI's models with their own tokenizer, exactly."""
         return window
 
-    async def stream(
+    def stream(
         self,
         messages: Sequence[Mapping[str, Any]],
         *,
         fields: Mapping[str, Any],
         breakpoints: Sequence[int] = (),
     ) -> AsyncIterator[dict[str, Any]]:
-        """The upstream's chunks for `messages` and the client's other `fields`."""
+        """The upstream's chunks for `messages` and the client's other `fields`, within the
+        model's timeouts."""
+        return _bounded(self._stream(messages, fields=fields), self.config, self._secrets)
+
+    async def _stream(
+        self, messages: Sequence[Mapping[str, Any]], *, fields: Mapping[str, Any]
+    ) -> AsyncGenerator[dict[str, Any]]:
         check_model_requests_allowed(f"proxy upstream `{self.config.name}`")
         body = {
             **fields,
@@ -247,7 +266,23 @@ class OpenAIUpstream:
                         )
                     if "error" in chunk:  # an error in the middle of the stream
                         raise UpstreamError(502, _error_of(chunk, data), secrets=self._secrets)
+                    wrong = _malformed(chunk)
+                    if wrong is not None:
+                        raise UpstreamError(
+                            502,
+                            error_body(
+                                f"the upstream of model `{self.config.name}` sent a chunk "
+                                f"Loom cannot read: {wrong}",
+                                type="upstream_error",
+                            ),
+                            secrets=self._secrets,
+                        )
+                    chunk["model"] = self.config.name  # the client's name, not the upstream's
                     yield chunk
+        except self._httpx.TimeoutException as exc:
+            connect = isinstance(exc, self._httpx.ConnectTimeout)
+            setting = "connect_timeout" if connect else "timeout"
+            raise _timed_out(self.config, setting, type(exc).__name__) from None
         except self._httpx.TransportError as exc:
             raise UpstreamError(
                 502,
@@ -261,6 +296,115 @@ class OpenAIUpstream:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.client.aclose()
+
+
+async def _bounded(
+    chunks: AsyncGenerator[dict[str, Any]], config: ModelConfig, secrets: Sequence[str]
+) -> AsyncGenerator[dict[str, Any]]:
+    """`chunks` within `config`'s `first_byte_timeout` and `timeout` (a 504 past either), and
+    at least one of them (a 502 for a stream that ends without any). Closing this closes
+    `chunks`, and with them the upstream's connection: the call is cancelled."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    count = 0
+    try:
+        while True:
+            setting = "first_byte_timeout" if count == 0 else "timeout"
+            deadline = asyncio.timeout_at(sent + getattr(config, setting))
+            try:
+                async with deadline:
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                raise _timed_out(config, setting) from None
+            count += 1
+            yield chunk
+    finally:
+        await chunks.aclose()
+    if count == 0:
+        raise UpstreamError(
+            502,
+            error_body(
+                f"the upstream of model `{config.name}` ended its stream without a reply",
+                type="upstream_error",
+            ),
+            secrets=secrets,
+        )
+
+
+def _timed_out(config: ModelConfig, setting: str, detail: str = "") -> UpstreamError:
+    """A 504: the upstream of `config` took longer than its `setting`."""
+    what = {
+        "connect_timeout": "could not be connected to",
+        "first_byte_timeout": "sent no reply",
+        "timeout": "did not finish its reply",
+    }[setting]
+    return UpstreamError(
+        504,
+        error_body(
+            f"the upstream of model `{config.name}` {what} within {getattr(config, setting):g} s"
+            f"{f' ({detail})' if detail else ''}; `{setting}` in `[serve.models.{config.name}]` "
+            "sets this limit",
+            type="upstream_error",
+            code="upstream_timeout",
+        ),
+    )
+
+
+def _malformed(chunk: Mapping[str, Any]) -> str | None:
+    """What in an OpenAI ``chat.completion.chunk`` has a type Loom cannot fold into a reply,
+    or None."""
+    for path, value, types in _chunk_fields(chunk):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"`{path}` is {_json_type(value)}, not {expected}"
+    return None
+
+
+_OPTIONAL_STR: Final = (str, type(None))
+
+
+def _chunk_fields(chunk: Mapping[str, Any]) -> Iterator[tuple[str, Any, tuple[type, ...]]]:
+    """(path, value, the types it may have) for each field `Reply.add` reads, outer first: a
+    caller stops at the first wrong one, so what follows may read into what came before."""
+    yield "id", chunk.get("id"), _OPTIONAL_STR
+    yield "model", chunk.get("model"), _OPTIONAL_STR
+    yield "created", chunk.get("created"), (int, float, type(None))
+    yield "usage", chunk.get("usage"), (dict, type(None))
+    yield "choices", chunk.get("choices"), (list, type(None))
+    for i, choice in enumerate(chunk.get("choices") or ()):
+        at = f"choices[{i}]"
+        yield at, choice, (dict,)
+        yield f"{at}.finish_reason", choice.get("finish_reason"), _OPTIONAL_STR
+        yield f"{at}.delta", choice.get("delta"), (dict, type(None))
+        delta = choice.get("delta") or {}
+        yield f"{at}.delta.content", delta.get("content"), _OPTIONAL_STR
+        yield f"{at}.delta.tool_calls", delta.get("tool_calls"), (list, type(None))
+        for j, call in enumerate(delta.get("tool_calls") or ()):
+            here = f"{at}.delta.tool_calls[{j}]"
+            yield here, call, (dict,)
+            yield f"{here}.index", call.get("index", 0), (int,)
+            yield f"{here}.id", call.get("id"), _OPTIONAL_STR
+            yield f"{here}.function", call.get("function"), (dict, type(None))
+            function = call.get("function") or {}
+            yield f"{here}.function.name", function.get("name"), _OPTIONAL_STR
+            yield f"{here}.function.arguments", function.get("arguments"), _OPTIONAL_STR
+
+
+def _json_type(value: Any) -> str:
+    """`value`'s JSON type, as an error message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    return "an array" if isinstance(value, list) else "a number"
 
 
 async def _drain(events: AsyncIterator[str]) -> None:
@@ -305,7 +449,11 @@ class AnthropicUpstream:
         self.config = config
         self._secrets = (_key(config),)
         self.llm = AnthropicLLM(
-            config.upstream_model, base_url=config.base_url, api_key=self._secrets[0], max_retries=0
+            config.upstream_model,
+            base_url=config.base_url,
+            api_key=self._secrets[0],
+            max_retries=0,
+            timeout=config.timeout,
         )
 
     def safe_window(self, window: int) -> int:
@@ -317,7 +465,7 @@ class AnthropicUpstream:
             return window
         return calibration.safe_window(self.config.upstream_model, window)
 
-    async def stream(
+    def stream(
         self,
         messages: Sequence[Message],
         *,
@@ -325,7 +473,18 @@ class AnthropicUpstream:
         fields: Mapping[str, Any],
         breakpoints: Sequence[int] = (),
     ) -> AsyncIterator[dict[str, Any]]:
-        """OpenAI chunks for Anthropic's stream of `messages`."""
+        """OpenAI chunks for Anthropic's stream of `messages`, within the model's timeouts."""
+        chunks = self._stream(messages, tools=tools, fields=fields, breakpoints=breakpoints)
+        return _bounded(chunks, self.config, self._secrets)
+
+    async def _stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]],
+        fields: Mapping[str, Any],
+        breakpoints: Sequence[int],
+    ) -> AsyncGenerator[dict[str, Any]]:
         options = _anthropic_options(fields, breakpoints)
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
