@@ -67,6 +67,7 @@ header{display:flex;gap:1.5rem;align-items:center;padding:.6rem 1.2rem;backgroun
 header{color:#fff}
 header a{color:#fff}
 header .brand{font-weight:700;text-decoration:none}
+header form{margin-left:auto}header button{border-color:#fff}
 main{padding:1rem 1.2rem;max-width:1200px}
 a{color:#0a4fb5}
 h1{font-size:1.35rem;margin:.4rem 0 .8rem}
@@ -165,16 +166,25 @@ def csp(nonce: str) -> str:
     )
 
 
-def page(title: str, body: str, *, base: str, nonce: str, script: bool = False) -> str:
-    """A whole page: `body` (HTML already escaped) in the inspector's frame."""
+def page(
+    title: str, body: str, *, base: str, nonce: str, script: bool = False, signed_in: bool = True
+) -> str:
+    """A whole page: `body` (HTML already escaped) in the inspector's frame, with a sign-out
+    button (a POST: a link or an image elsewhere cannot sign anyone out) when `signed_in`."""
     js = f'<script nonce="{_e(nonce)}">{_SCRIPT}</script>' if script else ""
+    out = (
+        f'<form method="post" action="{_e(base)}/logout"><button type="submit">Sign out'
+        "</button></form>"
+        if signed_in
+        else ""
+    )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)} · Loom inspector</title><style>{_CSS}</style></head><body>"
         f'<header><a class="brand" href="{_e(base)}">Loom inspector</a>'
         f'<nav aria-label="main"><a href="{_e(base)}">Sessions</a> · '
-        f'<a href="{_e(base)}/search">Search</a></nav></header>'
+        f'<a href="{_e(base)}/search">Search</a></nav>{out}</header>'
         f"<main>{body}</main>{js}</body></html>"
     )
 
