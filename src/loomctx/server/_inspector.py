@@ -48,11 +48,11 @@ from loomctx.server._inspect_auth import (
     csrf_matches,
     csrf_token,
     same_origin,
+    security_headers,
     set_cookie,
 )
 from loomctx.server._inspect_data import Pricing, diff_windows, search_text, timeline
 from loomctx.server._inspect_html import (
-    csp,
     escape,
     page,
     search_page,
@@ -137,18 +137,7 @@ class Inspector:
 
     @staticmethod
     def _respond(text: str, nonce: str, status: int = 200) -> HTMLResponse:
-        return HTMLResponse(
-            text,
-            status_code=status,
-            headers={
-                "Content-Security-Policy": csp(nonce),
-                "X-Content-Type-Options": "nosniff",
-                # A same-origin POST carries its Origin (sign-in and sign-out check it; under
-                # `no-referrer` a browser sends `Origin: null`); nothing goes to other sites.
-                "Referrer-Policy": "same-origin",
-                "Cache-Control": "no-store",
-            },
-        )
+        return HTMLResponse(text, status_code=status, headers=security_headers(nonce))
 
     def _log(self, tenant: str) -> WindowLog:
         return WindowLog(self.store, self.scope_of(tenant))
