@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from email.message import Message
 
 from loomctx.messages import to_openai
+from loomctx.server._service import LoomService
 from loomctx.session.windows import WindowLog
 from loomctx.stores.base import Get, Put, Record
 from tests.agent._servers import openai_chunk, openai_sse, openai_text, openai_tool_delta
-from tests.server.conftest import ACME_KEY, GLOBEX_KEY
+from tests.server.conftest import ACME_KEY, GLOBEX_KEY, start_loom
 
 SIGN_INS = ("_loom", "inspector")  # where the inspector's sign-ins are kept
 
@@ -305,3 +306,19 @@ def test_removing_a_key_from_the_config_ends_its_sign_ins(loom) -> None:
         assert http.get("/inspect").status_code == 401
     finally:
         service.config = config
+
+
+def test_a_sign_in_holds_on_every_instance_serving_the_store_and_ends_on_all(loom) -> None:
+    other = LoomService(loom.service.config)  # a second `loomctx serve` on the same store
+    server, thread, url = start_loom(other)
+    try:
+        here = _signed_in(loom, ACME_KEY)
+        token = here.cookie("loom_inspect")
+        there = Browser(url, follow=False)
+        there.opener.addheaders = [("Cookie", f"loom_inspect={token}")]
+        assert there.get("/inspect").status_code == 200
+        here.post("/inspect/logout", data={})
+        assert there.get("/inspect").status_code == 401
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
