@@ -255,7 +255,8 @@ class Inspector:
             return self._login(
                 request,
                 status=401,
-                message="That link was used already or has expired; sign in with the key.",
+                message="That link was used already or has expired; run `loomctx inspect --web` "
+                "again for a new one.",
             )
         return await self._signed_in(request, found.tenant, found.grant)
 
