@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from loomctx import (
     BudgetExceededError,
+    ConfigError,
     ContextOrchestrator,
     ContextWindow,
     HistorySource,
@@ -27,21 +28,22 @@ COUNTER = TiktokenCounter()
 WORDS = st.sampled_from(
     ["order", "shipped", "天气", "很好", "refund", "the", "customer", "。", "\n", "👍🏽", "SQL"]
 )
+BLANK = st.sampled_from(["", " ", "\n", " \t\n ", "\u3000"])  # no user turn
 DOC = st.lists(WORDS, min_size=1, max_size=120).map(" ".join)
 SCENARIO = st.fixed_dictionaries(
     {
         "history": histories(system=False, names=False, max_units=12),
         "docs": st.lists(DOC, max_size=6),
         "instructions": st.lists(WORDS, max_size=40).map(" ".join),
-        "query": st.lists(WORDS, max_size=30).map(" ".join),
+        "query": st.one_of(BLANK, st.lists(WORDS, max_size=30).map(" ".join)),
         "tools": st.sampled_from([[], [WEATHER], [WEATHER, SQL]]),
         "window": st.integers(min_value=60, max_value=900),
     }
 )
 
 
-def build(s: dict[str, object]) -> tuple[ContextOrchestrator, ContextWindow | None]:
-    orch = ContextOrchestrator(
+def orchestrator(s: dict[str, object]) -> ContextOrchestrator:
+    return ContextOrchestrator(
         token_counter=COUNTER,
         sources=[
             PromptSource(s["instructions"]),  # type: ignore[arg-type]
@@ -53,8 +55,14 @@ def build(s: dict[str, object]) -> tuple[ContextOrchestrator, ContextWindow | No
         model_context_window=s["window"],  # type: ignore[arg-type]
         output_reserve_ratio=0.125,
     )
+
+
+def build(s: dict[str, object]) -> tuple[ContextOrchestrator, ContextWindow | None]:
+    """The scenario's window (`prefill=True`: the layout's invariants hold for a window
+    without a user turn too; whether one may be sent is the test below)."""
+    orch = orchestrator(s)
     try:
-        window = asyncio.run(orch.build(query=s["query"]))  # type: ignore[arg-type]
+        window = asyncio.run(orch.build(query=s["query"], prefill=True))  # type: ignore[arg-type]
     except BudgetExceededError as exc:
         offenders = {o.name for o in exc.offenders}
     else:
@@ -81,6 +89,31 @@ def parts(
             if i + layout.history_end != layout.tail_start
         ],
     )
+
+
+@given(SCENARIO, st.one_of(BLANK, st.none()))
+def test_a_window_ends_on_the_user_turn_or_tool_results_unless_a_prefill_is_asked_for(
+    s: dict[str, object], blank: str | None
+) -> None:
+    """Anthropic reads a final assistant message as a prefill to continue, not a request: a
+    build without a user turn whose window would end on one refuses, and says why."""
+    query = str(s["query"]) if blank is None else blank
+    refused: ConfigError | None = None
+    try:
+        window = asyncio.run(orchestrator(s).build(query=query))
+    except BudgetExceededError:
+        return
+    except ConfigError as exc:
+        refused = exc
+    if refused is not None:
+        event("refused: it would end on an assistant message")
+        assert not query.strip()
+        assert "prefill=True" in str(refused)
+        prefilled = asyncio.run(orchestrator(s).build(query=query, prefill=True))
+        assert prefilled.messages[-1].role == "assistant"
+        return
+    if window.messages and window.messages[-1].role != "system":
+        assert window.messages[-1].role in ("user", "tool"), window.messages[-1]
 
 
 @given(SCENARIO)
@@ -215,11 +248,12 @@ def test_without_compaction_a_window_minus_its_tail_begins_the_next(
         output_reserve_ratio=0.125,
     )
     try:
-        first = asyncio.run(orch.build(query=s["query"]))  # type: ignore[arg-type]
+        # prefill=True: the layout holds for windows without a user turn too
+        first = asyncio.run(orch.build(query=s["query"], prefill=True))  # type: ignore[arg-type]
         reply = Message.assistant(" ".join(words) or "ok")
         history.extend([Message.user(str(s["query"]) or "next"), reply])
         docs.docs = [*docs.docs[1:], " ".join(words) or "new"]
-        second = asyncio.run(orch.build(query=" ".join(words)))
+        second = asyncio.run(orch.build(query=" ".join(words), prefill=True))
     except BudgetExceededError:
         return
     assert first.layout is not None

@@ -197,7 +197,7 @@ def test_a_new_call_appears_live(page: Page, served: Served) -> None:
 
 def test_every_view_passes_the_accessibility_check(page: Page, served: Served) -> None:
     views = _views(served)
-    views["login"] = f"{served.url}/inspect/logout"
+    views["login"] = f"{served.url}/inspect/login"
     for name, url in views.items():
         page.page.goto(url)
         assert page.page.evaluate(A11Y) == [], name

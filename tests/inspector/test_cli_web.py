@@ -42,7 +42,7 @@ def test_web_serves_the_store_on_loopback_behind_a_token(
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert f"http://127.0.0.1:{port}/inspect/login?key=" in line, line
+        assert f"http://127.0.0.1:{port}/inspect/open?code=" in line, line
         url = next(w for w in line.split() if w.startswith("http://"))
         deadline = time.monotonic() + 20
         while True:
@@ -52,14 +52,19 @@ def test_web_serves_the_store_on_loopback_behind_a_token(
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, "the inspector did not start"
                 time.sleep(0.1)
-        assert status == 401  # no token, no windows
-        assert _get(f"http://127.0.0.1:{port}/inspect/login?key=wrong")[0] == 401
+        assert status == 401  # no sign-in, no windows
+        assert _get(f"http://127.0.0.1:{port}/inspect/open?code=wrong")[0] == 401
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
-        with opener.open(url, timeout=10) as r:  # the token, then its cookie
+        with opener.open(url, timeout=10) as r:  # the link, then its sign-in cookie
             assert r.status == 200
+            assert r.url == f"http://127.0.0.1:{port}/inspect"  # the code left the address
             assert SESSION in r.read().decode()
         with opener.open(f"http://127.0.0.1:{port}/inspect/s/{SESSION}", timeout=10) as r:
             assert "one row per model call" in r.read().decode().lower()
+        # The link works once: from the browser's history, it signs nobody in.
+        status, text = _get(url)
+        assert status == 401
+        assert "used already or has expired" in text
     finally:
         process.terminate()
         process.wait(timeout=10)

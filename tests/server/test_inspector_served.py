@@ -1,21 +1,30 @@
 """The web inspector as `loomctx serve` serves it: the proxy saves each window it sends (the
 exact messages, as the upstream received them) in the tenant's scope, a browser signs in with
-the tenant's API key, and never sees another tenant's sessions. (The pages themselves are
-tested in a real browser in tests/inspector.)"""
+the tenant's API key through a form from the server's own page, holds an opaque and revocable
+sign-in (never the key), and never sees another tenant's sessions. Cross-site and GET sign-ins
+are plain HTTP requests here, with the headers a browser would send. (The pages themselves,
+and signing in and out, are tested in a real browser in tests/inspector.)"""
 
 from __future__ import annotations
 
+import hashlib
 import http.cookiejar
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from email.message import Message
 
 from loomctx.messages import to_openai
+from loomctx.server._service import LoomService
 from loomctx.session.windows import WindowLog
-from loomctx.stores.base import Get
+from loomctx.stores.base import Get, Put, Record
 from tests.agent._servers import openai_chunk, openai_sse, openai_text, openai_tool_delta
-from tests.server.conftest import ACME_KEY, GLOBEX_KEY
+from tests.server.conftest import ACME_KEY, GLOBEX_KEY, start_loom
+
+SIGN_INS = ("_loom", "inspector")  # where the inspector's sign-ins are kept
 
 CLOCK = {
     "type": "function",
@@ -34,6 +43,13 @@ class Answer:
     headers: dict[str, str]
 
 
+def _headers(message: Message) -> dict[str, str]:
+    """The headers, by lower-case name; the cookies set, one a line."""
+    out = {k.lower(): v for k, v in message.items()}
+    out["set-cookie"] = "\n".join(message.get_all("Set-Cookie") or [])
+    return out
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
@@ -44,9 +60,8 @@ class Browser:
 
     def __init__(self, base: str, *, follow: bool = True) -> None:
         self.base = base
-        handlers: list[urllib.request.BaseHandler] = [
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
-        ]
+        self.jar = http.cookiejar.CookieJar()
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPCookieProcessor(self.jar)]
         if not follow:
             handlers.append(_NoRedirect())
         self.opener = urllib.request.build_opener(*handlers)
@@ -54,25 +69,37 @@ class Browser:
     def _open(self, request: urllib.request.Request) -> Answer:
         try:
             with self.opener.open(request, timeout=10) as r:
-                return Answer(
-                    r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
-                )
+                return Answer(r.status, r.read().decode(), _headers(r.headers))
         except urllib.error.HTTPError as exc:
-            headers = {k.lower(): v for k, v in exc.headers.items()}
-            return Answer(exc.code, exc.read().decode(), headers)
+            return Answer(exc.code, exc.read().decode(), _headers(exc.headers))
 
     def get(self, path: str, params: dict[str, str] | None = None) -> Answer:
         query = "?" + urllib.parse.urlencode(params) if params else ""
         return self._open(urllib.request.Request(self.base + path + query))
 
-    def post(self, path: str, data: dict[str, str]) -> Answer:
+    def post(self, path: str, data: dict[str, str], *, origin: str | None = "same") -> Answer:
+        """A form's POST; `origin` "same" sends this server's as a browser does from its own
+        page, None sends none (a client that is not a browser)."""
         body = urllib.parse.urlencode(data).encode()
-        return self._open(urllib.request.Request(self.base + path, data=body, method="POST"))
+        request = urllib.request.Request(self.base + path, data=body, method="POST")
+        if origin is not None:
+            request.add_header("Origin", self.base if origin == "same" else origin)
+        return self._open(request)
+
+    def cookie(self, name: str) -> str | None:
+        return next((c.value for c in self.jar if c.name == name), None)
+
+    def sign_in(self, key: str, *, origin: str | None = "same") -> Answer:
+        """What a person does: open the sign-in page, type the key, press the button."""
+        form = self.get("/inspect/login")
+        found = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        data = {"key": key} if found is None else {"csrf": found.group(1), "key": key}
+        return self.post("/inspect/login", data=data, origin=origin)
 
 
 def _signed_in(loom, key: str) -> Browser:  # type: ignore[no-untyped-def]
     http = Browser(loom.url)
-    page = http.post("/inspect/login", data={"key": key})
+    page = http.sign_in(key)
     assert page.status_code == 200, page.text
     return http
 
@@ -157,16 +184,141 @@ def test_the_inspector_asks_for_a_key_and_refuses_a_wrong_one(loom) -> None:
     page = http.get("/inspect")
     assert page.status_code == 401
     assert 'name="key"' in page.text
-    assert http.post("/inspect/login", data={"key": "sk-wrong"}).status_code == 401
-    assert http.get("/inspect/login", params={"key": "sk-wrong"}).status_code == 401
+    assert http.sign_in("sk-wrong").status_code == 401
     assert http.get("/inspect/s/anything").status_code == 401
-    # A key in the address is taken once and turned into a cookie, then dropped from it.
-    signed = http.get("/inspect/login", params={"key": ACME_KEY})
+    signed = http.sign_in(ACME_KEY)
     assert signed.status_code == 303
     assert signed.headers["location"] == "/inspect"
-    cookie = signed.headers["set-cookie"].lower()
+    cookie = next(
+        c
+        for c in signed.headers["set-cookie"].lower().splitlines()
+        if c.startswith("loom_inspect=")
+    )
     assert "httponly" in cookie
     assert "samesite=strict" in cookie
     assert "path=/inspect" in cookie
+    assert "max-age=28800" in cookie
     assert http.get("/inspect").status_code == 200
     assert http.get("/inspect/s/bad%20id").status_code == 400
+
+
+def test_a_key_in_the_address_signs_nobody_in(loom) -> None:
+    http = Browser(loom.url, follow=False)
+    page = http.get("/inspect/login", params={"key": ACME_KEY})
+    assert page.status_code == 400
+    assert "A key in the address signs nobody in" in page.text
+    assert ACME_KEY not in page.text
+    assert http.cookie("loom_inspect") is None
+    assert http.get("/inspect").status_code == 401
+
+
+def test_the_browser_holds_an_opaque_sign_in_that_signing_out_revokes(loom) -> None:
+    http = _signed_in(loom, ACME_KEY)
+    token = http.cookie("loom_inspect")
+    assert token is not None
+    assert ACME_KEY not in token
+    assert len(token) >= 40
+    # The store keeps the token's digest, never the token or the key.
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    stored = loom.service.store.batch([Get(namespace=SIGN_INS, key=digest)])[0]
+    assert stored is not None
+    assert stored.data["tenant"] == "acme"
+    assert token not in str(stored.data)
+    assert ACME_KEY not in str(stored.data)
+    # Another browser holding a copy of the cookie reads as the first one does...
+    thief = Browser(loom.url, follow=False)
+    thief.opener.addheaders = [("Cookie", f"loom_inspect={token}")]
+    assert thief.get("/inspect").status_code == 200
+    # ...until the first signs out: the token is revoked in the store, not just forgotten.
+    out = http.post("/inspect/logout", data={})
+    assert out.status_code == 200
+    assert 'name="key"' in out.text
+    assert loom.service.store.batch([Get(namespace=SIGN_INS, key=digest)])[0] is None
+    assert http.get("/inspect").status_code == 401
+    again = thief.get("/inspect")
+    assert again.status_code == 401
+    assert 'name="key"' in again.text
+
+
+def test_an_expired_sign_in_gets_the_sign_in_page(loom) -> None:
+    http = _signed_in(loom, GLOBEX_KEY)
+    token = http.cookie("loom_inspect")
+    assert token is not None
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    store = loom.service.store
+    record = store.batch([Get(namespace=SIGN_INS, key=digest)])[0]
+    assert http.get("/inspect").status_code == 200
+    expired = Record(
+        namespace=SIGN_INS,
+        key=digest,
+        kind=record.kind,
+        data={**record.data, "expires_at": time.time() - 1},
+    )
+    store.batch([Put(record=expired)])
+    page = http.get("/inspect")
+    assert page.status_code == 401
+    assert 'name="key"' in page.text
+    assert store.batch([Get(namespace=SIGN_INS, key=digest)])[0] is None
+
+
+def test_sign_in_and_out_refuse_requests_from_other_sites(loom) -> None:
+    http = Browser(loom.url, follow=False)
+    # A page of another site posting a valid key (its own tenant's: login CSRF) is refused,
+    # whether it sends its Origin, hides it (`null`), or sends neither Origin nor Referer.
+    for origin in ("https://evil.example", "null", None, f"{loom.url}.evil.example"):
+        refused = http.sign_in(ACME_KEY, origin=origin)
+        assert refused.status_code == 403, origin
+        assert "did not come from this server" in refused.text
+        assert http.cookie("loom_inspect") is None
+    # A Referer from this server's page stands for a missing Origin; another site's does not.
+    form = http.get("/inspect/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)  # type: ignore[union-attr]
+    body = urllib.parse.urlencode({"csrf": csrf, "key": ACME_KEY}).encode()
+    for referer, status in (("https://evil.example/x", 403), (f"{loom.url}/inspect/login", 303)):
+        request = urllib.request.Request(loom.url + "/inspect/login", data=body, method="POST")
+        request.add_header("Referer", referer)
+        assert http._open(request).status_code == status, referer
+    # The form's CSRF token must match its cookie: none, or a forged one, is refused.
+    fresh = Browser(loom.url, follow=False)
+    fresh.get("/inspect/login")
+    for data in ({"key": ACME_KEY}, {"key": ACME_KEY, "csrf": "A" * 43}):
+        refused = fresh.post("/inspect/login", data=data)
+        assert refused.status_code == 403
+        assert "expired or came from elsewhere" in refused.text
+    assert fresh.cookie("loom_inspect") is None
+    # No GET signs in or out.
+    assert fresh.get("/inspect/logout").status_code == 405
+    # Signing out is refused from another site; the sign-in stays.
+    assert http.get("/inspect").status_code == 200
+    assert http.post("/inspect/logout", data={}, origin="https://evil.example").status_code == 403
+    assert http.get("/inspect").status_code == 200
+
+
+def test_removing_a_key_from_the_config_ends_its_sign_ins(loom) -> None:
+    http = _signed_in(loom, ACME_KEY)
+    assert http.get("/inspect").status_code == 200
+    service = loom.service
+    tenant = service.config.tenants["acme"]
+    config = service.config
+    tenants = {**config.tenants, "acme": replace(tenant, keys=())}
+    service.config = replace(config, tenants=tenants)
+    try:
+        assert http.get("/inspect").status_code == 401
+    finally:
+        service.config = config
+
+
+def test_a_sign_in_holds_on_every_instance_serving_the_store_and_ends_on_all(loom) -> None:
+    other = LoomService(loom.service.config)  # a second `loomctx serve` on the same store
+    server, thread, url = start_loom(other)
+    try:
+        here = _signed_in(loom, ACME_KEY)
+        token = here.cookie("loom_inspect")
+        there = Browser(url, follow=False)
+        there.opener.addheaders = [("Cookie", f"loom_inspect={token}")]
+        assert there.get("/inspect").status_code == 200
+        here.post("/inspect/logout", data={})
+        assert there.get("/inspect").status_code == 401
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -138,7 +138,9 @@ class Requery:
 class ExcerptingOrchestrator(ContextOrchestrator):
     """The agent's orchestrator: its reports also say which results are shown as excerpts."""
 
-    async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+    async def build(
+        self, query: str = "", *, ctx: BuildContext | None = None, prefill: bool = False
+    ) -> ContextWindow:
         """`ContextOrchestrator.build`, with `note_excerpts` applied to the report."""
-        window = await super().build(query, ctx=ctx)
+        window = await super().build(query, ctx=ctx, prefill=prefill)
         return replace(window, report=note_excerpts(window.report, window.blocks))

@@ -1,8 +1,9 @@
 """`loomctx inspect --web`: the web inspector over a local store's saved windows.
 
-It binds the loopback address only, and a one-time token guards it: the browser opens
-``/inspect/login?key=<token>`` (which sets a cookie and drops the token from the address), so
-another user of the machine who finds the port still sees nothing. The pages are the ones
+It binds the loopback address only, and a one-time link signs the browser in: it opens
+``/inspect/open?code=<code>``, which works once and for a few minutes, then leaves the address
+(the browser holds a sign-in cookie, never the code), so another user of the machine who
+finds the port, or the link in the browser's history, still sees nothing. The pages are the ones
 `loomctx serve` serves at ``/inspect`` (`loomctx.server._inspector`).
 """
 
@@ -46,10 +47,11 @@ def serve_inspector(
             )
     store = open_store(store_path)
     token = secrets.token_urlsafe(24)
-    app = inspector_app(local_inspector(store, token=token, pricing=prices))
+    inspector = local_inspector(store, token=token, pricing=prices)
+    app = inspector_app(inspector)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
-    url = f"http://127.0.0.1:{port}/inspect/login?key={token}"
+    url = f"http://127.0.0.1:{port}" + inspector.one_time_link(token)
     typer.echo(f"the inspector of {store_path}: {url}  (Ctrl-C to stop)")
     if browser:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()

@@ -223,8 +223,17 @@ class ContextOrchestrator:
             raise ConfigError(f"source `{source.name}` has priority {source.priority!r}; use 0..1")
         self.sources.append(source)
 
-    async def build(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
-        """The window for `query` (the current user turn; may be empty mid-run)."""
+    async def build(
+        self, query: str = "", *, ctx: BuildContext | None = None, prefill: bool = False
+    ) -> ContextWindow:
+        """The window for `query` (the current user turn; may be blank mid-run, where the
+        exchange in flight ends the window).
+
+        A window never ends on an assistant message unless `prefill` is True: Anthropic reads
+        one as the start of its own reply to continue, not as a request. Without a user turn
+        (a blank `query`) the window would end on the last message history offers, often the
+        previous reply; that build raises `ConfigError` before the session's layout state
+        changes. Pass `prefill=True` to send such a window on purpose."""
         floor = self.cache_policy.dynamic_floor(
             self.available, self.budget_manager.dynamic_limit(self.available)
         )
@@ -292,6 +301,13 @@ class ContextOrchestrator:
             room -= token_count - self.available
         else:  # pragma: no cover - sums and exact counts differ by a few tokens at most
             raise ConfigError("could not fit the window after repeated selection; please report")
+        if messages and messages[-1].role == "assistant" and not prefill:
+            raise ConfigError(
+                f"the window would end on an assistant message, since `query` ({query[:40]!r}) "
+                "gives no user turn; a model reads a final assistant message as a prefill, the "
+                "start of its own reply to continue. Pass the user's request as `query`, or "
+                "`prefill=True` to send the window so on purpose"
+            )
         reused = repeated_prefix_tokens(
             self.token_counter, (session.messages, session.tools), messages, tools
         )
@@ -325,7 +341,9 @@ class ContextOrchestrator:
                 "instructions, or raise `model_context_window`",
             )
 
-    def build_sync(self, query: str = "", *, ctx: BuildContext | None = None) -> ContextWindow:
+    def build_sync(
+        self, query: str = "", *, ctx: BuildContext | None = None, prefill: bool = False
+    ) -> ContextWindow:
         """`build` for code without an event loop (a script, a Flask view, a notebook cell
         run with no loop): runs it to the end on a loop of its own.
 
@@ -335,7 +353,7 @@ class ContextOrchestrator:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.build(query, ctx=ctx))
+            return asyncio.run(self.build(query, ctx=ctx, prefill=prefill))
         raise ConfigError(
             "`build_sync` was called inside a running event loop (an `async def`, or a "
             "notebook); use `await orchestrator.build(...)` there instead"

@@ -3,8 +3,8 @@
 Every piece of window text (messages, tool output, retrieved text, prompts, session ids,
 block ids and reasons) goes through `_e` (`html.escape`, quotes included) before it reaches
 the page: it is untrusted data and must never run. The pages also carry a strict Content
-Security Policy (`csp`: no script but the page's own, by nonce; no request off the server),
-so an escaping slip would still not execute.
+Security Policy (`_inspect_auth.security_headers`: no script but the page's own, by nonce;
+no request off the server), so an escaping slip would still not execute.
 
 Colours: each source has a strong colour (bars, the left edge of its text) and a light tint
 (the background of its text); text is always the dark ink on a tint, above WCAG AA contrast.
@@ -26,7 +26,6 @@ from loomctx.server._inspect_data import Pricing, Row, SessionHits, WindowDiff
 from loomctx.session.windows import SavedWindow
 
 __all__ = [
-    "csp",
     "escape",
     "page",
     "search_page",
@@ -64,9 +63,8 @@ _CSS: Final = """
 body{margin:0;font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif}
 body{color:var(--ink);background:var(--bg)}
 header{display:flex;gap:1.5rem;align-items:center;padding:.6rem 1.2rem;background:#1b1f24}
-header{color:#fff}
-header a{color:#fff}
-header .brand{font-weight:700;text-decoration:none}
+header{color:#fff}header a{color:#fff}header form{margin-left:auto}
+header .brand{font-weight:700;text-decoration:none}header button{border-color:#fff}
 main{padding:1rem 1.2rem;max-width:1200px}
 a{color:#0a4fb5}
 h1{font-size:1.35rem;margin:.4rem 0 .8rem}
@@ -156,25 +154,23 @@ def colours(source: str) -> tuple[str, str]:
     return _SPARE[sum(source.encode()) % len(_SPARE)]
 
 
-def csp(nonce: str) -> str:
-    """The pages' Content Security Policy."""
-    return (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-        f"script-src 'nonce-{nonce}'; connect-src 'self'; form-action 'self'; "
-        "base-uri 'none'; frame-ancestors 'none'"
-    )
+_SIGN_OUT: Final = '<form method="post" action="{}/logout"><button>Sign out</button></form>'
 
 
-def page(title: str, body: str, *, base: str, nonce: str, script: bool = False) -> str:
-    """A whole page: `body` (HTML already escaped) in the inspector's frame."""
+def page(
+    title: str, body: str, *, base: str, nonce: str, script: bool = False, signed_in: bool = True
+) -> str:
+    """A whole page: `body` (HTML already escaped) in the inspector's frame, with a sign-out
+    button (a POST: a link or an image elsewhere cannot sign anyone out) when `signed_in`."""
     js = f'<script nonce="{_e(nonce)}">{_SCRIPT}</script>' if script else ""
+    out = _SIGN_OUT.format(_e(base)) if signed_in else ""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)} · Loom inspector</title><style>{_CSS}</style></head><body>"
         f'<header><a class="brand" href="{_e(base)}">Loom inspector</a>'
         f'<nav aria-label="main"><a href="{_e(base)}">Sessions</a> · '
-        f'<a href="{_e(base)}/search">Search</a></nav></header>'
+        f'<a href="{_e(base)}/search">Search</a></nav>{out}</header>'
         f"<main>{body}</main>{js}</body></html>"
     )
 

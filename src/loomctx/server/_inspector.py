@@ -12,11 +12,13 @@ tenant whose API key the browser holds) and by `loomctx inspect --web` (a local 
   the same store saved; ``/rows?after=<seq>&scale=<tokens>`` is the timeline's rows saved
   after the store's write `seq`, what the page fetches and appends on an event.
 
-Keys: a browser cannot send an ``Authorization`` header on a link, so the key goes once to
-``POST /inspect/login`` (a form) or ``GET /inspect/login?key=`` (what `--web` opens), and
-comes back as an HttpOnly, SameSite=Strict cookie scoped to `/inspect`, then the key is
-out of the address bar. Every read goes through the key's tenant's `WindowLog` scope, so
-another tenant's session is a 404 like one that does not exist.
+Keys: a browser cannot send an ``Authorization`` header on a link, so the key is typed once
+into the form of ``/inspect/login`` (a POST from this server's own page, with a CSRF token),
+and the browser then holds an opaque, revocable sign-in token in a cookie, never the key
+(`loomctx.server._inspect_auth` says what the sign-in guarantees); ``POST /inspect/logout``
+revokes it. `loomctx inspect --web` opens a one-time link (``/inspect/open?code=``) instead.
+Every read goes through the signed-in tenant's `WindowLog` scope, so another tenant's
+session is a 404 like one that does not exist.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -37,10 +39,20 @@ from starlette.routing import Route
 
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import PRICES
+from loomctx.server._config import hash_key
 from loomctx.server._errors import RequestError
+from loomctx.server._inspect_auth import (
+    CSRF_COOKIE,
+    SESSION_COOKIE,
+    SignIns,
+    csrf_matches,
+    csrf_token,
+    same_origin,
+    security_headers,
+    set_cookie,
+)
 from loomctx.server._inspect_data import Pricing, diff_windows, search_text, timeline
 from loomctx.server._inspect_html import (
-    csp,
     escape,
     page,
     search_page,
@@ -55,7 +67,7 @@ from loomctx.stores.base import MemoryStore
 
 __all__ = ["COOKIE", "Inspector", "inspector_app", "local_inspector", "service_inspector"]
 
-COOKIE = "loom_inspect"
+COOKIE = SESSION_COOKIE
 BASE = "/inspect"
 MAX_KEY = 512
 MAX_SEARCH_SESSIONS = 500
@@ -63,16 +75,19 @@ MAX_SEARCH_SESSIONS = 500
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inspector:
-    """The inspector over a store: `tenant_for` maps a key to the scope it may read (None:
-    refused), `pricing_for` a model name to its pricing."""
+    """The inspector over a store: `tenant_of` maps an API key's digest (`hash_key`) to the
+    tenant it signs into (None: refused), `pricing_for` a model name to its pricing.
+    `links`: whether one-time links (`one_time_link`) may sign a browser in; the sign-ins
+    are kept in `store` (see `loomctx.server._inspect_auth`)."""
 
     store: MemoryStore
-    tenant_for: Callable[[str], str | None]
+    tenant_of: Callable[[str], str | None]
     pricing_for: Callable[[str], Pricing]
     scope_of: Callable[[str], tuple[str, ...]] = lambda tenant: (tenant,)
     poll_seconds: float = 1.0
     stream_seconds: float = 300.0
     show_tenant: bool = True
+    links: bool = False
 
     def routes(self) -> list[Route]:
         """The inspector's routes, to add to an app."""
@@ -82,7 +97,8 @@ class Inspector:
             Route(BASE + "/", h(self.sessions), methods=["GET"]),
             Route(BASE + "/login", self.login_form, methods=["GET"]),
             Route(BASE + "/login", self.login, methods=["POST"]),
-            Route(BASE + "/logout", self.logout, methods=["POST", "GET"]),
+            Route(BASE + "/logout", self.logout, methods=["POST"]),
+            *([Route(BASE + "/open", self.open_link, methods=["GET"])] if self.links else []),
             Route(BASE + "/search", h(self.search), methods=["GET"]),
             Route(BASE + "/s/{session}", h(self.timeline), methods=["GET"]),
             Route(BASE + "/s/{session}/rows", h(self.rows), methods=["GET"]),
@@ -96,8 +112,7 @@ class Inspector:
         self, fn: Callable[[Request, str], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
-            key = request.cookies.get(COOKIE, "")
-            tenant = self.tenant_for(key) if key else None
+            tenant = await self._signed_in_tenant(request)
             if tenant is None:
                 return self._login(request, status=401, message="")
             try:
@@ -113,22 +128,16 @@ class Inspector:
 
         return run
 
-    def _html(self, title: str, body: str, *, status: int = 200) -> HTMLResponse:
+    def _html(
+        self, title: str, body: str, *, status: int = 200, signed_in: bool = True
+    ) -> HTMLResponse:
         nonce = secrets.token_urlsafe(16)
-        return self._respond(page(title, body, base=BASE, nonce=nonce), nonce, status)
+        text = page(title, body, base=BASE, nonce=nonce, signed_in=signed_in)
+        return self._respond(text, nonce, status)
 
     @staticmethod
     def _respond(text: str, nonce: str, status: int = 200) -> HTMLResponse:
-        return HTMLResponse(
-            text,
-            status_code=status,
-            headers={
-                "Content-Security-Policy": csp(nonce),
-                "X-Content-Type-Options": "nosniff",
-                "Referrer-Policy": "no-referrer",
-                "Cache-Control": "no-store",
-            },
-        )
+        return HTMLResponse(text, status_code=status, headers=security_headers(nonce))
 
     def _log(self, tenant: str) -> WindowLog:
         return WindowLog(self.store, self.scope_of(tenant))
@@ -136,55 +145,120 @@ class Inspector:
     def _pricing(self, model: object) -> Pricing:
         return self.pricing_for(str(model or ""))
 
-    # --- keys -------------------------------------------------------------------------------
+    # --- sign-in ---------------------------------------------------------------------------
+
+    @property
+    def sign_ins(self) -> SignIns:
+        """The store's sign-ins."""
+        return SignIns(store=self.store)
+
+    async def _signed_in_tenant(self, request: Request) -> str | None:
+        """The tenant of the browser's live sign-in, if its key still belongs to it."""
+        token = request.cookies.get(COOKIE, "")
+        found = await self.sign_ins.find(token) if token else None
+        if found is None:
+            return None
+        if self.tenant_of(found.grant) != found.tenant:  # the key was removed or moved
+            await self.sign_ins.revoke(token)
+            return None
+        return found.tenant
 
     def _login(self, request: Request, *, status: int, message: str) -> HTMLResponse:
         note = f'<p role="alert">{escape(message)}</p>' if message else ""
+        csrf = csrf_token(request)
         body = (
             "<h1>Sign in to the inspector</h1>"
-            "<p>Give the API key of your tenant (the one your agent sends to Loom). It is "
-            "kept in a cookie for this site only.</p>"
+            "<p>Give the API key of your tenant (the one your agent sends to Loom). The browser "
+            "keeps a sign-in that ends after 8 hours or when you sign out, not the key.</p>"
             f'{note}<form class="inline" method="post" action="{BASE}/login">'
+            f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
             '<label for="key">API key</label>'
             '<input type="password" id="key" name="key" autocomplete="current-password" required>'
             '<button type="submit">Sign in</button></form>'
         )
-        return self._html("Sign in", body, status=status)
+        response = self._html("Sign in", body, status=status, signed_in=False)
+        set_cookie(response, request, CSRF_COOKIE, csrf, path=BASE + "/login", seconds=3600)
+        return response
 
-    def _signed_in(self, request: Request, key: str) -> Response:
+    async def _signed_in(self, request: Request, tenant: str, grant: str) -> Response:
         response = RedirectResponse(BASE, status_code=303)
-        response.set_cookie(
-            COOKIE,
-            key,
-            httponly=True,
-            samesite="strict",
-            path=BASE,
-            max_age=8 * 3600,
-            secure=request.url.scheme == "https",  # behind TLS, never sent without it
-        )
+        held = request.cookies.get(COOKIE, "")
+        if held:  # a sign-in over another one replaces it
+            await self.sign_ins.revoke(held)
+        token = await self.sign_ins.open(tenant, grant)
+        seconds = int(self.sign_ins.seconds)
+        set_cookie(response, request, COOKIE, token, path=BASE, seconds=seconds)
+        response.delete_cookie(CSRF_COOKIE, path=BASE + "/login")
         return response
 
     async def login_form(self, request: Request) -> Response:
-        key = request.query_params.get("key", "")
-        if key and len(key) <= MAX_KEY and self.tenant_for(key) is not None:
-            return self._signed_in(request, key)
-        return self._login(
-            request, status=401 if key else 200, message="That key is not valid." if key else ""
-        )
+        if "key" in request.query_params:
+            return self._login(
+                request,
+                status=400,
+                message="A key in the address signs nobody in: it would stay in the browser's "
+                "history and the server's logs. Type it into this form instead.",
+            )
+        return self._login(request, status=200, message="")
 
     async def login(self, request: Request) -> Response:
+        if not same_origin(request):
+            return self._login(
+                request,
+                status=403,
+                message="That sign-in did not come from this server's own page; sign in here.",
+            )
         raw = await request.body()
         if len(raw) > 4 * MAX_KEY:
             return self._login(request, status=413, message="That form is too large.")
-        key = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0].strip()
-        if not key or self.tenant_for(key) is None:
+        form = parse_qs(raw.decode("utf-8", "replace"))
+        if not csrf_matches(request, form.get("csrf", [""])[0]):
+            return self._login(
+                request,
+                status=403,
+                message="That sign-in form has expired or came from elsewhere; sign in again.",
+            )
+        key = form.get("key", [""])[0].strip()
+        tenant = self.tenant_of(hash_key(key)) if key and len(key) <= MAX_KEY else None
+        if tenant is None:
             return self._login(request, status=401, message="That key is not valid for any tenant.")
-        return self._signed_in(request, key)
+        return await self._signed_in(request, tenant, hash_key(key))
 
     async def logout(self, request: Request) -> Response:
+        if not same_origin(request):
+            return self._html(
+                "Cannot sign out",
+                "<h1>Cannot sign out</h1><p>That sign-out did not come from this server's own "
+                f'page; use the Sign out button of <a href="{BASE}">the inspector</a>.</p>',
+                status=403,
+            )
+        token = request.cookies.get(COOKIE, "")
+        if token:
+            await self.sign_ins.revoke(token)
         response = RedirectResponse(BASE + "/login", status_code=303)
         response.delete_cookie(COOKIE, path=BASE)
         return response
+
+    def one_time_link(self, key: str) -> str:
+        """A path that signs a browser in once with `key`'s tenant, for a few minutes (for
+        `loomctx inspect --web`, which opens it); a `ConfigError` when the key signs into no
+        tenant or links are off."""
+        grant = hash_key(key)
+        tenant = self.tenant_of(grant)
+        if not self.links or tenant is None:
+            raise ConfigError("one-time links need `links=True` and a key of a tenant")
+        return f"{BASE}/open?code={quote(self.sign_ins.link(tenant, grant))}"
+
+    async def open_link(self, request: Request) -> Response:
+        found = await self.sign_ins.use_link(request.query_params.get("code", ""))
+        if found is None or self.tenant_of(found.grant) != found.tenant:
+            return self._login(
+                request,
+                status=401,
+                message="That link was used already or has expired; run `loomctx inspect --web` "
+                "again for a new one.",
+            )
+        return await self._signed_in(request, found.tenant, found.grant)
 
     # --- pages ------------------------------------------------------------------------------
 
@@ -320,31 +394,32 @@ def service_inspector(service: LoomService) -> Inspector:
     """The inspector of a served store: a tenant's API key shows that tenant's windows, each
     session's cost under its model's provider's pricing."""
 
-    def tenant_for(key: str) -> str | None:
-        if not key or len(key) > MAX_KEY:
-            return None
-        tenant = service.config.tenant_for_key(key)
-        return None if tenant is None else tenant.name
+    def tenant_of(grant: str) -> str | None:
+        tenants = service.config.tenants.values()
+        return next((t.name for t in tenants if grant in t.keys), None)
 
     def pricing_for(model: str) -> Pricing:
         config = service.config.models.get(model)
         provider = config.provider if config is not None else "openai"
         return Pricing.named(provider if provider in PRICES else "openai")
 
-    return Inspector(store=service.store, tenant_for=tenant_for, pricing_for=pricing_for)
+    return Inspector(store=service.store, tenant_of=tenant_of, pricing_for=pricing_for)
 
 
 def local_inspector(
     store: MemoryStore, *, token: str, pricing: Pricing, poll_seconds: float = 1.0
 ) -> Inspector:
-    """The inspector of a local store's `loomctx chat` windows, for whoever holds `token`."""
+    """The inspector of a local store's `loomctx chat` windows, for whoever holds `token` (or
+    a one-time link minted with it)."""
+    expected = hash_key(token)
 
-    def tenant_for(key: str) -> str | None:
-        return "local" if hmac.compare_digest(key.encode(), token.encode()) else None
+    def tenant_of(grant: str) -> str | None:
+        return "local" if hmac.compare_digest(grant.encode(), expected.encode()) else None
 
     return Inspector(
         store=store,
-        tenant_for=tenant_for,
+        tenant_of=tenant_of,
+        links=True,
         pricing_for=lambda model: pricing,
         scope_of=lambda tenant: ("cli",),
         poll_seconds=poll_seconds,

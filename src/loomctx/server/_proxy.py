@@ -489,7 +489,9 @@ class ChatProxy:
             metadata={"run_id": turn},
         )
         with same_view():  # the memory checks other workers' writes once per build
-            window = await orchestrator.build(query=split.query, ctx=ctx)
+            # A window ends on an assistant message only when the client's request does.
+            asked = bool(split.in_flight) and split.in_flight[-1].role == "assistant"
+            window = await orchestrator.build(query=split.query, ctx=ctx, prefill=asked)
         if len(window.tools) != len(request.tools):
             raise ConfigError(
                 f"the client's {len(request.tools)} tools do not all fit the window of model "

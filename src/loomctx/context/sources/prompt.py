@@ -61,13 +61,11 @@ class UserInputSource:
     and text, without the reply priming, which the window pays once).
 
     A blank query offers no block. That is right mid-run, where the in-flight exchange (the
-    model's tool calls and their results) ends the window, and for a window built only to be
-    inspected. Otherwise the window then ends on whatever history ends on, often the last
-    reply, and must not be sent to a model as is: Anthropic reads a final assistant message
-    as a prefill, text of the model's own to continue, not as a request to answer. So
-    `Agent.run` and `Agent.stream` refuse a blank prompt; code that sends windows it builds
-    itself should pass the user's request as `query`, or check that the last message of
-    `window.messages` is not an `assistant` one.
+    model's tool calls and their results) ends the window. Otherwise the window would end on
+    whatever history ends on, often the last reply, which Anthropic reads as a prefill, text
+    of the model's own to continue, not as a request to answer: `ContextOrchestrator.build`
+    then raises unless asked for a prefill (`prefill=True`, also what a window built only to
+    be inspected may pass), and `Agent.run` and `Agent.stream` refuse a blank prompt.
     """
 
     __slots__ = ("name", "priority")
