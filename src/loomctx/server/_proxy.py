@@ -152,13 +152,16 @@ def parse_chat_request(
         (instructions if role in _INSTRUCTION_ROLES else talk).append(message)
     try:
         system = "\n\n".join(m.content for m in from_openai(instructions) if m.content)
-        tools = body.get("tools") or []
-        if not isinstance(tools, list):
-            raise MessageFormatError("`tools` must be a list of tool schemas")
-        for tool in tools:
-            tool_spec(tool)
     except ConfigError as exc:
         raise RequestError(str(exc), param="messages") from None
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise RequestError("`tools` must be a list of tool schemas", param="tools")
+    for i, tool in enumerate(tools):
+        try:
+            tool_spec(tool)
+        except ConfigError as exc:
+            raise RequestError(f"`tools[{i}]`: {exc}", param="tools") from None
     conversation = tuple(talk)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
