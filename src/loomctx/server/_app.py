@@ -176,7 +176,10 @@ class _Server:
         request.state.log["tenant"] = tenant.name
         body = await _read_json(request, self.service.config.max_body_bytes, deep=("messages",))
         chat = parse_chat_request(
-            body, models=self.service.config.models, session=request.headers.get(SESSION_HEADER)
+            body,
+            models=self.service.config.models,
+            session=request.headers.get(SESSION_HEADER),
+            idempotency_key=request.headers.get("idempotency-key"),
         )
         request.state.log["session"] = chat.session
         span = ChatSpan(
