@@ -713,7 +713,13 @@ def flatten_units(units: Iterable[MessageUnit]) -> list[Message]:
 def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
     """(name, description, JSON schema) of a tool definition in OpenAI's function format or
     Anthropic's format; `ConfigError` when it has no name."""
-    spec = tool["function"] if tool.get("type") == "function" else tool
+    if not isinstance(tool, Mapping):
+        raise ConfigError(
+            f"a tool definition must be a JSON object, got {type(tool).__name__} {tool!r:.60}; "
+            'use OpenAI\'s {"type": "function", "function": {"name", "description", '
+            '"parameters"}} or Anthropic\'s {"name", "description", "input_schema"}'
+        )
+    spec = tool.get("function") if tool.get("type") == "function" else tool
     if not isinstance(spec, Mapping):
         raise ConfigError(
             f"a function tool's `function` must be a JSON object with `name`, `description` and "
@@ -730,6 +736,11 @@ def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
         "type": "object",
         "properties": {},
     }
+    if not isinstance(schema, Mapping):
+        raise ConfigError(
+            f"the tool `{name}`'s parameters must be a JSON schema object, got "
+            f"{type(schema).__name__} {schema!r:.60}"
+        )
     return name, str(spec.get("description") or ""), schema
 
 

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from loomctx import Agent, ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus, ToolCall
 from loomctx.memory.core import same_view
-from loomctx.stores.base import Put, Record, Version
+from loomctx.stores.base import Expect, Put, Record, Version
 from loomctx.testing import ScriptedLLM
 
 NS = ("acme", "bot", "session", "s1")
@@ -77,6 +77,34 @@ def test_a_stale_writer_catches_up_before_its_write_lands(tmp_path: Path) -> Non
             tiers(a) == tiers(b) == tiers(LoomMemory("d", store=two, namespace=NS, embedder=None))
         )
         assert tiers(a)[2] == ["turn0"]
+
+
+def test_a_callers_guard_is_written_with_the_tasks_or_nothing_is(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    ledger = ("acme", "ledger")
+    mark = Record(namespace=ledger, key="m", kind="mark")
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS, embedder=None)
+        b = LoomMemory("b", store=two, namespace=NS, embedder=None)
+        seen = one.version(ledger).seq
+        a.add_tasks([turn(0)], guard=[Expect(namespace=ledger, seq=seen), Put(record=mark)])
+        assert one.get(ledger, "m") is not None  # written with the task, in one batch
+        # `b` is stale on the memory (it catches up and writes) and on the caller's ledger
+        # (its view moved: nothing is written, the tiers are as they were).
+        before = tiers(b)
+        with pytest.raises(ConflictError):
+            b.add_tasks([turn(1)], guard=[Expect(namespace=ledger, seq=seen), Put(record=mark)])
+        assert tiers(b) == before == (["turn0"], [], [])
+        assert [
+            t.task_id
+            for t in LoomMemory("c", store=one, namespace=NS, embedder=None).get_l1_tasks()
+        ] == ["turn0"]
+        # Stale on its memory only: it catches up and writes, guard and all.
+        now = one.version(ledger).seq
+        a.add_task(turn(2))
+        b.add_tasks([turn(3)], guard=[Expect(namespace=ledger, seq=now), Put(record=mark)])
+        assert tiers(b)[0] == tiers(a)[0] == ["turn0", "turn2", "turn3"]
+        assert one.version(ledger).seq > now
 
 
 def test_a_delete_by_another_writer_is_seen_through_a_full_restore(tmp_path: Path) -> None:

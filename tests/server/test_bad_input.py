@@ -8,6 +8,7 @@ import openai
 import pytest
 
 from loomctx.stores.base import Scan
+from tests.agent._servers import openai_text
 from tests.server._http import call
 from tests.server.conftest import ACME_KEY, GLOBEX_KEY
 
@@ -185,4 +186,105 @@ def test_rest_bad_input(loom) -> None:
     _is_openai_error(body, "report_not_found")
     status, body, _ = call("DELETE", f"{loom.v1}/sessions/s1/memory/t1", key=ACME_KEY)
     assert status == 404
+    assert _records(loom) == 0
+
+
+def _hello(**fields: str) -> bytes:
+    """A chat request whose `fields` are spliced in as raw JSON text (what `json.dumps`
+    would refuse to write, or would escape)."""
+    extra = "".join(f', "{name}": {text}' for name, text in fields.items())
+    head = '{"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]'
+    return f"{head}{extra}}}".encode()
+
+
+_TOOL = '{"type": "function", "function": {"name": "f", "description": %s}}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (_hello(temperature="NaN"), "`NaN`"),
+        (_hello(temperature="Infinity"), "`Infinity`"),
+        (_hello(temperature="-Infinity"), "`-Infinity`"),
+        (_hello(temperature="1e400"), "too large for a float"),
+        (_hello(temperature='"\\ud800"'), "`temperature` holds a lone surrogate"),
+        (_hello(stop='["ok", "\\udfff"]'), "`stop[1]` holds a lone surrogate"),
+        (_hello(tools="[" + _TOOL % '"a \\ud83d"' + "]"), "`tools[0].function.description` holds"),
+        (
+            b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi \\udc00"}]}',
+            "`messages[0].content` holds a lone surrogate",
+        ),
+        (_hello(metadata="[" * 100 + "]" * 100), "nested deeper than 64"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (_hello(metadata="[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (_hello(seed="1" * 5000), "not valid JSON"),
+        (_hello(tools='["x"]'), "`tools[0]`: a tool definition must be a JSON object"),
+        (_hello(tools='[{"type": "function"}]'), "`tools[0]`: a function tool's `function`"),
+        (
+            _hello(tools='[{"type": "function", "function": {"name": "f", "parameters": 3}}]'),
+            "parameters must be a JSON schema object",
+        ),
+    ],
+)
+def test_what_cannot_be_stored_or_sent_is_refused_before_anything_is_stored(
+    loom, raw: bytes, needle: str
+) -> None:
+    status, body, _ = call(
+        "POST",
+        f"{loom.v1}/chat/completions",
+        key=ACME_KEY,
+        raw=raw,
+        headers={"X-Loom-Session": "refused"},
+    )
+    assert status == 400, body
+    _is_openai_error(body)
+    assert needle in body["error"]["message"], body
+    assert _records(loom) == 0  # no Task, no report, no proxy state, no claim
+    assert loom.wire.requests == []
+
+
+def test_an_escaped_surrogate_pair_is_text_not_a_lone_surrogate(loom) -> None:
+    loom.wire.script(openai_text("ok"))
+    raw = (
+        b'{"model": "gpt-test", "messages": [{"role": "user", "content": "smile \\ud83d\\ude00"}]}'
+    )
+    status, body, _ = call(
+        "POST",
+        f"{loom.v1}/chat/completions",
+        key=ACME_KEY,
+        raw=raw,
+        headers={"X-Loom-Session": "emoji"},
+    )
+    assert status == 200, body
+    sent = loom.wire.requests[-1].body["messages"]
+    assert sent[-1] == {"role": "user", "content": "smile \U0001f600"}
+
+
+@pytest.mark.parametrize("limit", ["²", "٣", "1.5", "-1", "0x10", "1" * 30, " 5"])
+def test_integer_query_parameters_take_ascii_digits_only(loom, limit: str) -> None:
+    from urllib.parse import quote
+
+    for path in (
+        f"/sessions/s1/memory?q=x&limit={quote(limit)}",
+        f"/knowledge/handbook/search?q=x&limit={quote(limit)}",
+    ):
+        status, body, _ = call("GET", f"{loom.v1}{path}", key=ACME_KEY)
+        assert status == 400, (path, body)
+        _is_openai_error(body)
+        assert "`limit` must be a whole number from 1 to 100" in body["error"]["message"]
+
+
+def test_rest_bodies_are_read_strictly_too(loom) -> None:
+    for raw, needle in [
+        (b'{"content": NaN}', "`NaN`"),
+        (b'{"content": "\\ud800"}', "lone surrogate"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ]:
+        status, body, _ = call("POST", f"{loom.v1}/sessions/s1/memory", key=ACME_KEY, raw=raw)
+        assert status == 400, body
+        assert needle in body["error"]["message"]
+    raw = b'{"text": "x", "metadata": ' + b"[" * 80 + b"]" * 80 + b"}"
+    status, body, _ = call("POST", f"{loom.v1}/knowledge/handbook/documents", key=ACME_KEY, raw=raw)
+    assert status == 400, body
+    assert "`metadata` is nested deeper" in body["error"]["message"]
     assert _records(loom) == 0

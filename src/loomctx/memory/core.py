@@ -423,9 +423,20 @@ class LoomMemory:
         """Record `task` in `tier` (and always in L4), durably, in one batched write."""
         self.add_tasks([task], tier=tier)
 
-    def add_tasks(self, tasks: Iterable[Task], tier: MemoryTier = MemoryTier.L1) -> None:
+    def add_tasks(
+        self,
+        tasks: Iterable[Task],
+        tier: MemoryTier = MemoryTier.L1,
+        *,
+        guard: Sequence[Expect | Put] = (),
+    ) -> None:
         """`add_task` for several tasks, in one transaction (the batched ingest path).
-        If the write fails, nothing of it is in the tiers either."""
+        If the write fails, nothing of it is in the tiers either.
+
+        `guard`: `Expect`s and `Put`s of the caller's, written in the same transaction (a
+        caller's record of what it added, kept only with the tasks). If one of its `Expect`s
+        no longer holds, nothing is written and `ConflictError` is raised: the caller worked
+        its tasks out from a view that moved (the memory's own view is caught up by itself)."""
         tier = MemoryTier(tier)
         tasks = list(tasks)
         for task in tasks:
@@ -433,7 +444,7 @@ class LoomMemory:
                 raise ConfigError(f"`add_task` takes a Task, got {type(task).__name__}")
         if not tasks:
             return
-        self._write(lambda: self._plan_add(tasks, tier))
+        self._write(lambda: self._plan_add(tasks, tier), guard)
         if self.background is not None:
             self.background.notify(len(tasks))
 
@@ -808,7 +819,7 @@ class LoomMemory:
 
     # --- changing the tiers: worked out, written, kept only if stored ---------------------
 
-    def _write(self, plan: Callable[[], list[Record]]) -> None:
+    def _write(self, plan: Callable[[], list[Record]], guard: Sequence[Expect | Put] = ()) -> None:
         """Run `plan` (it changes the tiers and returns the records to write), write its
         records guarded by the namespace version the tiers reflect, and keep its changes only
         if they were stored. Another writer's change in between: catch up and plan again.
@@ -825,12 +836,14 @@ class LoomMemory:
                     records = plan()
                     if not records:
                         return
-                    guard = Expect(namespace=self.namespace, seq=self._seen.seq)
+                    expect = Expect(namespace=self.namespace, seq=self._seen.seq)
                     stored: list[Record] = self.store.batch(
-                        [guard, *(Put(record=r) for r in records)]
-                    )[1:]
+                        [expect, *guard, *(Put(record=r) for r in records)]
+                    )[1 + len(guard) :]
                 except ConflictError:
                     self._roll_back(saved)
+                    if not self._holds(guard):
+                        raise
                     self._catch_up()  # whatever the view: it is stale
                     continue
                 except BaseException:
@@ -844,6 +857,14 @@ class LoomMemory:
             f"{_ATTEMPTS} attempts to write to it; too many writers at once for one "
             f"conversation, retry later"
         )
+
+    def _holds(self, guard: Sequence[Expect | Put]) -> bool:
+        """Whether every `Expect` of a caller's `guard` still holds."""
+        expects = [op for op in guard if isinstance(op, Expect)]
+        if not expects:
+            return True
+        found = self.store.batch([Version(namespace=e.namespace) for e in expects])
+        return all(v.seq == e.seq for v, e in zip(found, expects, strict=True))
 
     def _snapshot(self) -> _Tiers:
         # Entries are values, so shallow copies are a full snapshot (microseconds at the

@@ -32,7 +32,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from starlette.applications import Starlette
@@ -45,6 +45,7 @@ from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError, error_body
+from loomctx.server._input import int_param, parse_json
 from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
 from loomctx.server._openapi import OPENAPI
@@ -79,15 +80,10 @@ def _too_large(size: str) -> RequestError:
     )
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The body as JSON: 413 past `limit` bytes (`_read_body`), 400 if it is not JSON."""
-    body = await _read_body(request, limit)
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
+async def _read_json(request: Request, limit: int, *, deep: Collection[str] = ()) -> Any:
+    """The body as JSON: 413 past `limit` bytes (`_read_body`), 400 if it is not JSON or
+    holds what cannot be stored or sent on (`parse_json`; `deep`: its fields checked later)."""
+    return parse_json(await _read_body(request, limit), deep=deep)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -98,7 +94,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     which resets the connection, and the client sees a reset instead of the error. Past four
     times the limit, reading stops."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > 4 * limit:
+    if (
+        declared is not None
+        and declared.isascii()
+        and declared.isdigit()
+        and int(declared) > 4 * limit
+    ):
         raise _too_large(declared)
     body = bytearray()
     size = 0
@@ -177,9 +178,12 @@ class _Server:
     async def chat(self, request: Request) -> Response:
         tenant = self.service.authenticate(request.headers.get("authorization"))
         request.state.log["tenant"] = tenant.name
-        body = await _read_json(request, self.service.config.max_body_bytes)
+        body = await _read_json(request, self.service.config.max_body_bytes, deep=("messages",))
         chat = parse_chat_request(
-            body, models=self.service.config.models, session=request.headers.get(SESSION_HEADER)
+            body,
+            models=self.service.config.models,
+            session=request.headers.get(SESSION_HEADER),
+            idempotency_key=request.headers.get("idempotency-key"),
         )
         request.state.log["session"] = chat.session
         span = ChatSpan(
@@ -470,9 +474,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def _limit(raw: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= 100:
-        raise RequestError(f"`limit` must be an integer from 1 to 100, got {raw!r}", param="limit")
-    return int(raw)
+    return int_param(raw, name="limit", low=1, high=100)
 
 
 def _kb_name(name: str) -> str:

@@ -41,6 +41,7 @@ from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import PRICES
 from loomctx.server._config import hash_key
 from loomctx.server._errors import RequestError
+from loomctx.server._input import int_param
 from loomctx.server._inspect_auth import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -384,10 +385,7 @@ class Inspector:
 
 
 def _count(request: Request, name: str) -> int:
-    raw = request.query_params.get(name, "0")
-    if not raw.isdigit() or len(raw) > 18:
-        raise RequestError(f"`{name}` must be a whole number, got {raw!r:.40}", param=name)
-    return int(raw)
+    return int_param(request.query_params.get(name, "0"), name=name)
 
 
 def service_inspector(service: LoomService) -> Inspector:

@@ -52,7 +52,9 @@ OPENAPI: Final[dict[str, Any]] = {
         "API over sessions, memory, reports and knowledge bases, and MCP at /mcp/{session}. "
         "Send `Authorization: Bearer <key>`; the key names the tenant. The proxy reads the "
         "session from the `X-Loom-Session` header (else the `user` field) and answers with "
-        "`X-Loom-Session` and `X-Loom-Report` (the id of the window's report).",
+        "`X-Loom-Session` and `X-Loom-Report` (the id of the window's report). A request sent "
+        "again (the same `Idempotency-Key` header, or without one the same request) records "
+        "its turn once.",
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

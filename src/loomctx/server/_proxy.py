@@ -7,7 +7,10 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    is the tenant's. A refused request stores nothing;
 2. record: the messages the session's memory does not have yet (`loomctx.server._turns`
    tells them from what the client re-sent) become Tasks; those of the current turn (the last
-   user message and the tool exchange after it) are tagged with the turn's id;
+   user message and the tool exchange after it) are tagged with the turn's id. They are
+   written with the session's state and a record in its ledger of turns, in one batch
+   guarded by the ledger's version, so a retried or duplicated request, or one another
+   instance recorded first, records nothing again (`loomctx.server._ledger`);
 3. build: a `ContextOrchestrator` over the client's system message (the stable prefix), the
    client's tools (all of them: the client runs them, so none may go missing), the session's
    memory (L1 history, L2, and memory and the tenant's knowledge bases searched together),
@@ -17,13 +20,14 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
 4. announce the window: its ``context.assembled`` event (the one Loom's sessions publish, with
    the tenant, model and report id) goes on the service's bus, if one is configured;
 5. forward the window upstream and stream the answer back; a reply without tool calls is
-   recorded when it ends (one with tool calls is recorded with its results, when the client
+   recorded when it ends, guarded as the turn was, unless something else was recorded in the
+   session since its turn (one with tool calls is recorded with its results, when the client
    sends them). The window's report is stored; its id is the `X-Loom-Report` header. The
    window itself (the exact messages and tools sent) is saved for the web inspector
    (`loomctx.server._windows`), in the same write.
 
-With `passthrough` on (the default: availability first), that write (the session's state
-and claim, the report, the window) runs in a worker thread while the upstream is asked: the
+With `passthrough` on (the default: availability first), that write (the session's claim,
+the report, the window) runs in a worker thread while the upstream is asked: the
 model's time to first token hides it instead of adding to it. The response's headers, which
 name the report, wait for it (`ChatProxy.saved`), so a client never holds the id of a report
 that is not stored; if the write fails, the reply comes without one. With `passthrough` off,
@@ -45,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
@@ -65,25 +68,27 @@ from loomctx.context.sources import (
     UnifiedRetrievalSource,
     UserInputSource,
 )
-from loomctx.errors import ConfigError, LoomError, MessageFormatError
+from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
-from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
+from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
 from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
-from loomctx.server._turns import Split, fingerprint, split_request
+from loomctx.server._turns import Split, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
 from loomctx.server._windows import window_log, window_ops
 from loomctx.session.topics import CONTEXT_ASSEMBLED
 from loomctx.session.windows import WindowLog
+from loomctx.stores.base import Put
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
 log = logging.getLogger("loomctx.server")
 
 _OWN = frozenset({"model", "messages", "stream"})
+_ATTEMPTS = 8  # to record a turn while other requests of its session are recorded
 
 _MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetrievalSource]
 
@@ -100,6 +105,7 @@ class ChatRequest:
     stream: bool
     session: str
     new_session: bool
+    idempotency_key: str | None = None  # the ``Idempotency-Key`` header, if sent
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -116,18 +122,23 @@ class Prepared:
     window: ContextWindow | None
     report_id: str | None
     turn: str
+    key: str = ""  # the request's key in the session's ledger of turns
     state: dict[str, Any] = field(default_factory=dict)
     reply: Reply | None = None
     complete: bool = False
     recorded: bool = False  # the request's turn is in memory: its reply goes there too
-    saving: asyncio.Future[list[Any]] | None = None  # the write of step 5, running
+    saving: asyncio.Future[None] | None = None  # the write of step 5, running
 
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
 def parse_chat_request(
-    body: Any, *, models: Mapping[str, ModelConfig], session: str | None
+    body: Any,
+    *,
+    models: Mapping[str, ModelConfig],
+    session: str | None,
+    idempotency_key: str | None = None,
 ) -> ChatRequest:
     """Check a request body (a 400 / 404 `RequestError` naming what is wrong)."""
     if not isinstance(body, Mapping):
@@ -160,13 +171,16 @@ def parse_chat_request(
         (instructions if role in _INSTRUCTION_ROLES else talk).append(message)
     try:
         system = "\n\n".join(m.content for m in from_openai(instructions) if m.content)
-        tools = body.get("tools") or []
-        if not isinstance(tools, list):
-            raise MessageFormatError("`tools` must be a list of tool schemas")
-        for tool in tools:
-            tool_spec(tool)
     except ConfigError as exc:
         raise RequestError(str(exc), param="messages") from None
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise RequestError("`tools` must be a list of tool schemas", param="tools")
+    for i, tool in enumerate(tools):
+        try:
+            tool_spec(tool)
+        except ConfigError as exc:
+            raise RequestError(f"`tools[{i}]`: {exc}", param="tools") from None
     conversation = tuple(talk)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -186,6 +200,7 @@ def parse_chat_request(
         stream=stream,
         session=check_session_id(session),
         new_session=new_session,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -213,19 +228,6 @@ class ChatProxy:
         for up in self._upstreams.values():
             await up.aclose()
         self._upstreams.clear()
-
-    def _tasks(self, split: Split, turn: str, session: str) -> list[Task]:
-        """Tasks for what is new; those of the current turn tagged with its id. Raises
-        `RequestError` for a history whose tool calls and results do not pair up."""
-        try:
-            old = tasks_from_messages(
-                list(split.before_turn), agent="assistant", session_id=session
-            )
-            now = tasks_from_messages(list(split.current), agent="assistant", session_id=session)
-            split_units(list(split.in_flight))
-        except MessageFormatError as exc:
-            raise RequestError(f"`messages`: {exc}", param="messages") from None
-        return old + [t.evolve(metadata={**t.metadata, "run_id": turn}) for t in now]
 
     async def prepare(self, tenant: TenantConfig, request: ChatRequest) -> Prepared:
         """Steps 2 and 3. Bad input raises `RequestError`; a failure of Loom itself (the
@@ -265,6 +267,15 @@ class ChatProxy:
         except ConfigError as exc:
             raise RequestError(str(exc), param="messages") from None
         return [Message.system(instructions), *sent] if instructions else sent
+
+    def _check_turn_fits(self, tenant: TenantConfig, request: ChatRequest, split: Split) -> None:
+        """A 400 if no window can hold the turn: its system instructions, its user message
+        and its tool exchange (refused, not passed through)."""
+        system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
+        current = [Message.system(system)] if system else []
+        if split.turn_start < split.total:
+            current.append(Message.user(split.query))
+        self._check_fits(tenant, request, [*current, *split.in_flight], "current turn")
 
     def _check_fits(
         self, tenant: TenantConfig, request: ChatRequest, messages: list[Message], what: str
@@ -314,43 +325,35 @@ class ChatProxy:
     async def _prepare(self, prepared: Prepared) -> None:
         service, request, tenant = self.service, prepared.request, prepared.tenant
         session = request.session
-        claimed, state = service.open_session(tenant.name, session)
-        try:
-            split = split_request(
+        claimed, _ = service.open_session(tenant.name, session)
+        recorded = None
+        for _ in range(_ATTEMPTS):
+            recorded = record_turn(
+                service,
+                tenant.name,
+                session,
                 request.conversation,
-                count=int(state.get("count", 0)),
-                first=str(state.get("first", "")),
-                last=str(state.get("last", "")),
+                model=request.model.name,
+                header=request.idempotency_key,
+                check=lambda split: self._check_turn_fits(tenant, request, split),
             )
-        except ConfigError as exc:
-            raise RequestError(str(exc), param="messages") from None
-        new_turn = split.turn_start < split.total and split.turn_start >= split.known
-        turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
-        tasks = self._tasks(split, turn, session)  # checks before anything is stored
-        system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
-        current = [Message.user(split.query)] if split.turn_start < split.total else []
-        current += split.in_flight
-        # No window can hold a turn larger than the model's: refused, not passed through.
-        head = [Message.system(system)] if system else []
-        self._check_fits(tenant, request, [*head, *current], "current turn")
-        memory = service.memory(tenant.name, session)
-        if tasks:  # promoted with the reply, after the response (`record`)
-            memory.add_tasks(tasks)
-        if split.diverged and split.known:
+            if recorded is not None:
+                break
+        if recorded is None:
+            raise ConflictError(
+                f"the session {session!r} changed under each of {_ATTEMPTS} attempts to record "
+                "its turn: too many requests at once for one conversation; retry later"
+            )
+        split = recorded.split
+        if split.diverged and split.known and not recorded.copy:
             log.info(
                 "history diverged",
                 extra={"tenant": tenant.name, "session": session, "recorded_from": split.known},
             )
-        state.update(
-            count=split.total,
-            first=split.first,
-            last=split.last,
-            turn=turn,
-            model=request.model.name,
-            requests=int(state.get("requests", 0)) + 1,
-        )
-        writes = [] if claimed else [service.claim_op(tenant.name, session)]
-        prepared.turn, prepared.state, prepared.recorded = turn, state, True
+        prepared.key, prepared.turn, prepared.state = recorded.key, recorded.turn, recorded.state
+        prepared.recorded = True
+        writes: list[Put] = [] if claimed else [service.claim_op(tenant.name, session)]
+        state, turn = prepared.state, prepared.turn
         try:
             prepared.window = await self._build(tenant, request, split, turn)
             report = prepared.window.report.to_dict()
@@ -358,13 +361,22 @@ class ChatProxy:
             writes.append(op)
             prepared.report_id = report_id
             writes += window_ops(self._window_log(tenant.name), request, prepared, state, report)
-        finally:  # the session's state and claim, the report and the window, in one write
-            writes.append(service.proxy_state_op(tenant.name, session, state))
+        finally:  # the session's claim, the report and the window, then the window's state
+            saving = self._save(writes, tenant.name, session, recorded, state)
             if service.config.passthrough:
-                prepared.saving = asyncio.ensure_future(service.store.abatch(writes))
+                prepared.saving = asyncio.ensure_future(saving)
             else:  # nothing goes upstream that Loom has not stored
-                await service.store.abatch(writes)
+                await saving
         await self._announce(tenant, session, request.model.name, split.query, prepared, "proxy")
+
+    async def _save(
+        self, writes: list[Put], tenant: str, session: str, turn: Turn, state: dict[str, Any]
+    ) -> None:
+        """Write the window's records, then the session's state with the window's place in
+        it (`window_ops` updated it), in that order: the state never names a message of a
+        window that is not stored."""
+        await self.service.store.abatch(writes)
+        await save_state(self.service, tenant, session, turn, state)
 
     async def build_only(
         self,
@@ -559,29 +571,12 @@ class ChatProxy:
 
     def record(self, prepared: Prepared, reply: Reply | None = None) -> None:
         """Record a finished reply without tool calls in the session's memory (`reply`, or
-        the one `chunks` streamed to its end)."""
+        the one `chunks` streamed to its end), unless something was recorded in the session
+        since the request's turn (another reply to it, or a later request, which has the
+        reply in its history)."""
         if reply is None:
             reply = prepared.reply if prepared.complete else None
         if reply is None or reply.calls or not reply.text or not prepared.recorded:
             return
-        service, request = self.service, prepared.request
-        tenant, session = prepared.tenant.name, request.session
-        message = Message.assistant(reply.text)
-        task = Task(
-            source_agent="assistant",
-            target_agent="user",
-            action=ASSISTANT_MESSAGE,
-            parameters={"content": reply.text},
-            status=TaskStatus.COMPLETED,
-            metadata={"run_id": prepared.turn, "session_id": session},
-        )
-        memory = service.memory(tenant, session)
-        memory.add_tasks([task])
-        memory.promote_tasks()
-        state = service.proxy_state(tenant, session)
-        if state.get("count") == prepared.state.get("count"):  # no request came in between
-            mark = fingerprint(message)
-            state.update(count=int(state["count"]) + 1, last=mark, updated=time.time())
-            if not state.get("first"):
-                state["first"] = mark
-            service.save_proxy_state(tenant, session, state)
+        tenant, session = prepared.tenant.name, prepared.request.session
+        record_reply(self.service, tenant, session, prepared.key, prepared.turn, reply.text)

@@ -8,6 +8,9 @@ confined to one tenant: DESIGN.md invariant 6):
 - ``(tenant, "proxy")``: one ``proxy_session`` record per session: how much of the client's
   history is recorded (a count and a hash chain, see `loomctx.server._turns`), the current
   turn, when it was last used;
+- ``(tenant, "turns", session)``: the session's ledger, one ``proxy_turn`` record per request
+  recorded; its version guards every write of what the proxy records of the session
+  (`loomctx.server._ledger`);
 - ``(tenant, "reports")``: one ``context_report`` record per window Loom built, by report id;
 - ``(tenant, "knowledge", kb)``: the tenant's knowledge bases, each in a namespace of its own
   (exact parts: whatever the names contain, two tenants' bases never meet), and only those

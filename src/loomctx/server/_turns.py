@@ -20,6 +20,9 @@ it the client sends back.
 
 System messages are not conversation: they are the client's instructions, sent as the
 window's system prompt on every call, never recorded.
+
+A request whose turn is recorded already (a retry) is told apart by its key: see
+`loomctx.server._ledger`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 
 from loomctx.messages import Message, from_openai
 
-__all__ = ["Split", "fingerprint", "split_request"]
+__all__ = ["Split", "fingerprint", "request_digest", "split_request"]
 
 
 def fingerprint(message: Message) -> str:
@@ -130,3 +133,21 @@ def split_request(
         last=fingerprint(tail[-1]) if tail else last,
         diverged=not extends,
     )
+
+
+def request_digest(conversation: Sequence[Mapping[str, Any]], split: Split) -> str:
+    """A digest of the request itself, whatever the session recorded: how many messages it
+    has, its first message, the message before its last user message, and everything from
+    that user message on. The same for a retry, different for the next turn or a changed
+    message of the current one; constant time in the history's length, as `split_request`
+    is (an edit in the middle of the history is not seen, as there)."""
+    start = split.turn_start
+    before = ""
+    if 0 < start <= split.total:
+        at = split._at(start - 1)
+        before = (
+            fingerprint(split.tail[at]) if at >= 0 else _fingerprint_raw(conversation[start - 1])
+        )
+    turn = [fingerprint(m) for m in split.tail[max(0, split._at(start)) :]]
+    text = json.dumps([split.total, split.first, before, turn], separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()

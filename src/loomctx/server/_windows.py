@@ -8,8 +8,8 @@ and writes once per request anyway (one read, one write per request: the window'
 join that write). A message the previous window held is not written again (history repeats
 in every window: rewriting it made the write 17x slower, `bench/inspector_bench.py`); any
 other is written without asking whether it is stored (a repeat write is the same record).
-The state and the window are one batch, so the keys never name a message that was not
-written.
+The window is written first and the state after it, so the keys never name a message that
+was not written.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def _documents(path: str | Path) -> list[str]:
 
 
 def _session_number(key: str) -> int:
-    digits = "".join(ch for ch in key.split("_")[1] if ch.isdigit()) if "_" in key else ""
+    digits = "".join(ch for ch in key.split("_")[1] if ch in "0123456789") if "_" in key else ""
     return int(digits) if digits else 0
 
 
