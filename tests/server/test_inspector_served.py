@@ -8,20 +8,19 @@ and signing in and out, are tested in a real browser in tests/inspector.)"""
 from __future__ import annotations
 
 import hashlib
-import http.cookiejar
 import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
-from email.message import Message
+from dataclasses import replace
 
 from loomctx.messages import to_openai
 from loomctx.server._service import LoomService
 from loomctx.session.windows import WindowLog
 from loomctx.stores.base import Get, Put, Record
 from tests.agent._servers import openai_chunk, openai_sse, openai_text, openai_tool_delta
+from tests.server._http import Browser, signed_in
 from tests.server.conftest import ACME_KEY, GLOBEX_KEY, start_loom
 
 SIGN_INS = ("_loom", "inspector")  # where the inspector's sign-ins are kept
@@ -34,74 +33,6 @@ CLOCK = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
-
-
-@dataclass
-class Answer:
-    status_code: int
-    text: str
-    headers: dict[str, str]
-
-
-def _headers(message: Message) -> dict[str, str]:
-    """The headers, by lower-case name; the cookies set, one a line."""
-    out = {k.lower(): v for k, v in message.items()}
-    out["set-cookie"] = "\n".join(message.get_all("Set-Cookie") or [])
-    return out
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-class Browser:
-    """A cookie-keeping HTTP client (the standard library's), following redirects or not."""
-
-    def __init__(self, base: str, *, follow: bool = True) -> None:
-        self.base = base
-        self.jar = http.cookiejar.CookieJar()
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPCookieProcessor(self.jar)]
-        if not follow:
-            handlers.append(_NoRedirect())
-        self.opener = urllib.request.build_opener(*handlers)
-
-    def _open(self, request: urllib.request.Request) -> Answer:
-        try:
-            with self.opener.open(request, timeout=10) as r:
-                return Answer(r.status, r.read().decode(), _headers(r.headers))
-        except urllib.error.HTTPError as exc:
-            return Answer(exc.code, exc.read().decode(), _headers(exc.headers))
-
-    def get(self, path: str, params: dict[str, str] | None = None) -> Answer:
-        query = "?" + urllib.parse.urlencode(params) if params else ""
-        return self._open(urllib.request.Request(self.base + path + query))
-
-    def post(self, path: str, data: dict[str, str], *, origin: str | None = "same") -> Answer:
-        """A form's POST; `origin` "same" sends this server's as a browser does from its own
-        page, None sends none (a client that is not a browser)."""
-        body = urllib.parse.urlencode(data).encode()
-        request = urllib.request.Request(self.base + path, data=body, method="POST")
-        if origin is not None:
-            request.add_header("Origin", self.base if origin == "same" else origin)
-        return self._open(request)
-
-    def cookie(self, name: str) -> str | None:
-        return next((c.value for c in self.jar if c.name == name), None)
-
-    def sign_in(self, key: str, *, origin: str | None = "same") -> Answer:
-        """What a person does: open the sign-in page, type the key, press the button."""
-        form = self.get("/inspect/login")
-        found = re.search(r'name="csrf" value="([^"]+)"', form.text)
-        data = {"key": key} if found is None else {"csrf": found.group(1), "key": key}
-        return self.post("/inspect/login", data=data, origin=origin)
-
-
-def _signed_in(loom, key: str) -> Browser:  # type: ignore[no-untyped-def]
-    http = Browser(loom.url)
-    page = http.sign_in(key)
-    assert page.status_code == 200, page.text
-    return http
 
 
 def test_the_proxy_saves_each_window_and_its_tenant_alone_sees_it(loom) -> None:
@@ -157,7 +88,7 @@ def test_the_proxy_saves_each_window_and_its_tenant_alone_sees_it(loom) -> None:
     assert (totals["turns"], totals["windows"]) == (2, 3)
     assert WindowLog(loom.service.store, ("globex",)).records("oslo") == []
 
-    http = _signed_in(loom, ACME_KEY)
+    http = signed_in(loom, ACME_KEY)
     sessions = http.get("/inspect")
     assert "oslo" in sessions.text
     assert sessions.headers["content-security-policy"].startswith("default-src 'none'")
@@ -171,7 +102,7 @@ def test_the_proxy_saves_each_window_and_its_tenant_alone_sees_it(loom) -> None:
     assert http.get(f"/inspect/s/oslo/rows?after={records[0].seq}").text.count("call-row") == 2
     assert "call-row" not in http.get(f"/inspect/s/oslo/rows?after={records[-1].seq}").text
 
-    other = _signed_in(loom, GLOBEX_KEY)
+    other = signed_in(loom, GLOBEX_KEY)
     assert "oslo" not in other.get("/inspect").text
     assert other.get("/inspect/s/oslo").status_code == 404
     assert other.get("/inspect/s/oslo/w/1/1").status_code == 404
@@ -213,7 +144,7 @@ def test_a_key_in_the_address_signs_nobody_in(loom) -> None:
 
 
 def test_the_browser_holds_an_opaque_sign_in_that_signing_out_revokes(loom) -> None:
-    http = _signed_in(loom, ACME_KEY)
+    http = signed_in(loom, ACME_KEY)
     token = http.cookie("loom_inspect")
     assert token is not None
     assert ACME_KEY not in token
@@ -241,7 +172,7 @@ def test_the_browser_holds_an_opaque_sign_in_that_signing_out_revokes(loom) -> N
 
 
 def test_an_expired_sign_in_gets_the_sign_in_page(loom) -> None:
-    http = _signed_in(loom, GLOBEX_KEY)
+    http = signed_in(loom, GLOBEX_KEY)
     token = http.cookie("loom_inspect")
     assert token is not None
     digest = hashlib.sha256(token.encode()).hexdigest()
@@ -295,7 +226,7 @@ def test_sign_in_and_out_refuse_requests_from_other_sites(loom) -> None:
 
 
 def test_removing_a_key_from_the_config_ends_its_sign_ins(loom) -> None:
-    http = _signed_in(loom, ACME_KEY)
+    http = signed_in(loom, ACME_KEY)
     assert http.get("/inspect").status_code == 200
     service = loom.service
     tenant = service.config.tenants["acme"]
@@ -312,7 +243,7 @@ def test_a_sign_in_holds_on_every_instance_serving_the_store_and_ends_on_all(loo
     other = LoomService(loom.service.config)  # a second `loomctx serve` on the same store
     server, thread, url = start_loom(other)
     try:
-        here = _signed_in(loom, ACME_KEY)
+        here = signed_in(loom, ACME_KEY)
         token = here.cookie("loom_inspect")
         there = Browser(url, follow=False)
         there.opener.addheaders = [("Cookie", f"loom_inspect={token}")]

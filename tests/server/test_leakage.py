@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from loomctx.server import hash_key
 from loomctx.stores.base import Scan
 from tests.agent._servers import openai_text
-from tests.server._http import call
+from tests.server._http import Browser, call, signed_in
 from tests.server.conftest import ACME_KEY, GLOBEX_KEY
 
 DOTTED_KEY = "sk-acme-x-5555666677778888"
@@ -185,6 +185,31 @@ def test_two_tenants_may_use_the_same_session_id(loom) -> None:
         assert theirs not in json.dumps(hits).lower()
         status, listed, _ = call("GET", f"{loom.v1}/sessions", key=key)
         assert [s["id"] for s in listed["data"]] == ["alice"]
+
+
+def test_the_inspector_shows_each_tenant_its_own_session_of_a_shared_id(loom) -> None:
+    """Signed into the inspector, each tenant sees its own `alice` (its window, its search)
+    and nothing of the other's; a sign-in posted from another site signs nobody in, so a
+    page cannot put a browser into the attacker's tenant to read what the victim sends."""
+    assert _chat(loom, ACME_KEY, "alice", SECRET) == 200
+    assert _chat(loom, GLOBEX_KEY, "alice", "My favourite colour is teal.") == 200
+    for key, mine, theirs in ((ACME_KEY, "4417-ZETA", "teal"), (GLOBEX_KEY, "teal", "4417-ZETA")):
+        browser = signed_in(loom, key)
+        window = browser.get("/inspect/s/alice/w/1/1")
+        assert window.status_code == 200
+        assert mine in window.text
+        assert theirs not in window.text
+        assert theirs not in browser.get("/inspect/s/alice").text
+        assert (
+            "No saved call's window contained" in browser.get("/inspect/search", {"q": theirs}).text
+        )
+    attacked = Browser(loom.url)
+    form = attacked.get("/inspect/login")  # the attacker's page cannot read this form's token
+    assert form.status_code == 200
+    answer = attacked.post("/inspect/login", {"key": GLOBEX_KEY}, origin="https://evil.example")
+    assert answer.status_code in (400, 403)
+    assert "4417-ZETA" not in attacked.get("/inspect/s/alice/w/1/1").text
+    assert "teal" not in attacked.get("/inspect/s/alice/w/1/1").text
 
 
 def test_another_tenants_session_reads_like_an_unused_one(loom) -> None:
