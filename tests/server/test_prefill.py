@@ -5,6 +5,7 @@ request, never by accident."""
 from __future__ import annotations
 
 import openai
+import pytest
 
 from tests.agent._servers import anthropic_text
 from tests.server.conftest import ACME_KEY
@@ -29,17 +30,16 @@ def test_a_prefill_the_client_sends_reaches_the_upstream_built_by_loom(loom) -> 
 def test_a_blank_user_turn_never_sends_the_previous_reply_as_a_prefill(loom) -> None:
     loom.wire.script(anthropic_text("Hello again."))
     client = loom.openai(ACME_KEY)
-    try:
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="claude-test",
             messages=[
                 {"role": "user", "content": "Hi"},
                 {"role": "assistant", "content": "Hello! How can I help?"},
-                {"role": "user", "content": " \n "},
+                {"role": "user", "content": [{"type": "text", "text": " \n "}]},
             ],
             user="blank",
         )
-    except openai.BadRequestError:  # refused with a clear error: nothing went upstream
-        assert loom.wire.requests == []
-    for sent in loom.wire.requests:
-        assert sent.body["messages"][-1]["role"] != "assistant", sent.body["messages"]
+    assert refused.value.code == "empty_user_message"
+    assert loom.wire.requests == []  # refused with a clear error: nothing went upstream
+    assert loom.service.sessions("acme") == []  # and nothing was stored

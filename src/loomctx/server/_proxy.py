@@ -133,6 +133,24 @@ class Prepared:
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
+def _blank_user_message(message: Mapping[str, Any]) -> bool:
+    """Whether `message` is a user message whose content is only white space (a window for
+    it would end on the previous reply, which a provider reads as a prefill)."""
+    if message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):  # parts: blank only if every part is text, and blank
+        return all(
+            isinstance(p, Mapping)
+            and p.get("type") == "text"
+            and not str(p.get("text", "")).strip()
+            for p in content
+        )
+    return False
+
+
 def parse_chat_request(
     body: Any,
     *,
@@ -182,6 +200,13 @@ def parse_chat_request(
         except ConfigError as exc:
             raise RequestError(f"`tools[{i}]`: {exc}", param="tools") from None
     conversation = tuple(talk)
+    if conversation and _blank_user_message(conversation[-1]):
+        raise RequestError(
+            "the last message is a user message with no text: send the user's words, or end "
+            "`messages` on an assistant message to ask the model to continue it (a prefill)",
+            param="messages",
+            code="empty_user_message",
+        )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"`stream` must be true or false, got {stream!r}", param="stream")
