@@ -208,8 +208,8 @@ def test_a_malformed_schema_is_rejected() -> None:
     with pytest.raises(ConfigError) as err:
         ToolSource([{"name": "t", "input_schema": ["not", "a", "schema"]}])
     message = str(err.value)
-    assert message.startswith("`tools[0]` is not a valid tool schema")
-    assert "JSON Schema object" in message
+    assert message.startswith("`tools[0]`: the tool `t`'s parameters must be a JSON schema object")
+    assert "got list" in message
     with pytest.raises(ConfigError) as err:
         ToolSource([{"type": "function", "function": "get_weather"}])
     assert str(err.value).startswith("`tools[0]`: a function tool's `function` must be a JSON")
