@@ -74,15 +74,14 @@ from loomctx.context.excerpt import (
     handle_for,
 )
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
-from loomctx.context.sources import (
-    InheritedSource,
-    L1RecentSource,
-    L2ImportantSource,
-    PromptSource,
-    SharedPoolSource,
-    ToolSource,
-    UserInputSource,
+from loomctx.context.recipe import (
+    DEFAULT_MAX_DYNAMIC,
+    WindowSettings,
+    memory_sources,
+    window_orchestrator,
+    window_sources,
 )
+from loomctx.context.sources import InheritedSource, SharedPoolSource
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
@@ -101,7 +100,7 @@ from loomctx.tokens import TiktokenCounter, TokenCounter, UsageCalibration
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["Agent", "TurnSource"]
+__all__ = ["DEFAULT_MAX_DYNAMIC", "Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
 
@@ -111,11 +110,6 @@ DELEGATION = "delegation"
 TURN_INDEX = "turn_index"
 """The metadata key of a reply's or tool call's Task: the model call that made it, counted
 over the agent's conversation (`BuildContext.turn_index`)."""
-
-DEFAULT_MAX_DYNAMIC = 0.25
-"""The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
-knowledge, new on every call) takes at most this share of the input budget, history (which the
-provider's cache reads at a tenth of the price) the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,44 +446,48 @@ class Agent:
         run: _Run,
         found: Discoveries,
     ) -> ContextOrchestrator:
-        sources: list[ContextSource] = [PromptSource(static)]
         tools = self._tools()
-        if tools:
-            # The reader always goes in when there are tools: excerpt markers name it.
-            sources.append(ToolSource([t.schema() for t in tools], always=[READ_RESULT]))
-        if self.context_retriever is not None:
-            sources.append(retrieved)
+        memory: list[ContextSource] = []
         if run.lineage is None:
-            sources += [
-                L1RecentSource(
-                    self.memory,
-                    max_item_tokens=self._result_limit(),
-                    read_tool=READ_RESULT if tools else None,
-                ),
-                L2ImportantSource(self.memory),
-                Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
-            ]
+            history, important, retrieval = memory_sources(
+                self.memory,
+                self.knowledge_bases,
+                max_item_tokens=self._result_limit(),
+                read_tool=READ_RESULT if tools else None,
+            )
+            memory = [history, important, Requery(retrieval, found)]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             # The parent's request is the user's text: reference data, never system text.
             delegation = RetrievedContextSource(name=DELEGATION, priority=1.0)
             delegation.text = run.lineage.request
-            sources += [delegation, InheritedSource(run.lineage.memory)]
+            memory = [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
-                sources.append(
+                memory.append(
                     Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
                 )
+        extra = list(self.extra_sources)
         if self.shared_pool is not None:
-            sources.append(SharedPoolSource(self.shared_pool))
-        sources += [*self.extra_sources, turn, UserInputSource()]
-        return ExcerptingOrchestrator(
-            token_counter=self.counter,
-            sources=sources,
-            model_context_window=self._window(),
+            extra.insert(0, SharedPoolSource(self.shared_pool))
+        sources = window_sources(
+            static,
+            # The reader always goes in when there are tools: excerpt markers name it.
+            tools=[t.schema() for t in tools],
+            always=[READ_RESULT],
+            retrieved=[retrieved] if self.context_retriever is not None else [],
+            memory=memory,
+            extra=extra,
+            turn=turn,
+        )
+        return window_orchestrator(
+            sources,
+            counter=self.counter,
+            window=self._window(),
+            settings=WindowSettings(cache_policy=self.cache_policy),
             output_reserve_ratio=self.output_reserve_ratio,
-            source_timeout=self.source_timeout,
-            cache_policy=self.cache_policy,
             budget_manager=self.budget_manager,
+            source_timeout=self.source_timeout,
             state=self._layout if run.lineage is None else None,
+            kind=ExcerptingOrchestrator,
         )
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
