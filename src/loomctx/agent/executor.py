@@ -452,6 +452,7 @@ class Agent:
             history, important, retrieval = memory_sources(
                 self.memory,
                 self.knowledge_bases,
+                settings=self._settings(),
                 max_item_tokens=self._result_limit(),
                 read_tool=READ_RESULT if tools else None,
             )
@@ -482,13 +483,17 @@ class Agent:
             sources,
             counter=self.counter,
             window=self._window(),
-            settings=WindowSettings(cache_policy=self.cache_policy),
+            settings=self._settings(),
             output_reserve_ratio=self.output_reserve_ratio,
             budget_manager=self.budget_manager,
             source_timeout=self.source_timeout,
             state=self._layout if run.lineage is None else None,
             kind=ExcerptingOrchestrator,
         )
+
+    def _settings(self) -> WindowSettings:
+        """The window recipe's settings for this agent's windows."""
+        return WindowSettings(cache_policy=self.cache_policy)
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
         """The run itself (`stream` adds the forwarding to a parent)."""

@@ -35,6 +35,7 @@ from loomctx.memory.core import LoomMemory
 from loomctx.tokens import TokenCounter
 
 __all__ = [
+    "DEFAULT_HISTORY_DEPTH",
     "DEFAULT_MAX_DYNAMIC",
     "MemorySources",
     "WindowSettings",
@@ -48,6 +49,10 @@ DEFAULT_MAX_DYNAMIC = 0.25
 knowledge, new on every call) takes at most this share of the input budget, history (which a
 provider's cache reads at a fraction of the price) the rest."""
 
+DEFAULT_HISTORY_DEPTH = 1000
+"""The recipe's default `WindowSettings.history_depth`: history may reach back this many
+tasks of the conversation, far more than a window's room holds, so the room decides."""
+
 MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetrievalSource]
 """A conversation's memory in the window: history, important memory, retrieval."""
 
@@ -60,12 +65,18 @@ def _default_policy() -> CachePolicy:
 class WindowSettings:
     """How the one window recipe builds a window.
 
-    `cache_policy`: when history is compacted and how much of the input the dynamic tail may
-    take (default: `CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)`, a tail capped for the
-    provider's prompt cache).
+    - `cache_policy`: when history is compacted and how much of the input the dynamic tail
+      may take (default: `CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)`, a tail capped for
+      the provider's prompt cache).
+    - `history_depth`: how many of the conversation's newest tasks history may reach back
+      (default `DEFAULT_HISTORY_DEPTH`): from the store, beyond the memory's L1, so that
+      history fills the room the budget gives it and, while the whole conversation fits,
+      the window is the whole conversation; None: L1's size (history bounded by L1, as the
+      retrieval benches measure it).
     """
 
     cache_policy: CachePolicy = field(default_factory=_default_policy)
+    history_depth: int | None = DEFAULT_HISTORY_DEPTH
 
     def __post_init__(self) -> None:
         if not isinstance(self.cache_policy, CachePolicy):
@@ -73,20 +84,35 @@ class WindowSettings:
                 f"`WindowSettings.cache_policy` must be a CachePolicy, got "
                 f"{type(self.cache_policy).__name__}"
             )
+        depth = self.history_depth
+        if depth is not None and (
+            isinstance(depth, bool) or not isinstance(depth, int) or depth < 1
+        ):
+            raise ConfigError(
+                f"`WindowSettings.history_depth` must be an int >= 1 or None, got {depth!r}"
+            )
 
 
 def memory_sources(
     memory: LoomMemory,
     knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
     *,
+    settings: WindowSettings | None = None,
     max_item_tokens: int | None = None,
     read_tool: str | None = None,
 ) -> MemorySources:
     """The sources that bring `memory` (and `knowledge_bases`) into a window: its history
-    (each task at most `max_item_tokens`, cut to an excerpt `read_tool` reads), its important
-    tasks, and retrieval over its archive and the knowledge bases."""
+    (as deep as `settings` say, each task at most `max_item_tokens`, cut to an excerpt
+    `read_tool` reads), its important tasks, and retrieval over its archive and the
+    knowledge bases."""
+    settings = settings or WindowSettings()
     return (
-        L1RecentSource(memory, max_item_tokens=max_item_tokens, read_tool=read_tool),
+        L1RecentSource(
+            memory,
+            max_item_tokens=max_item_tokens,
+            read_tool=read_tool,
+            depth=settings.history_depth,
+        ),
         L2ImportantSource(memory),
         UnifiedRetrievalSource(memory, knowledge_bases),
     )

@@ -501,11 +501,11 @@ async def _windows(
     )
 
     memory = rankers.fused
-    # The window recipe's history with the ranker under test as its retrieval, no important
-    # memory and an uncapped tail: a measure of retrieval, each question a conversation's
-    # first window (an `Agent`'s window is what `loomctx bench cost` measures).
-    history = memory_sources(memory)[0]
-    settings = WindowSettings(cache_policy=rankers.policy or CachePolicy())
+    # The window recipe's history (as deep as L1) with the ranker under test as its
+    # retrieval, no important memory and an uncapped tail: a measure of retrieval, each
+    # question a conversation's first window (`loomctx bench cost` measures an `Agent`'s).
+    settings = WindowSettings(cache_policy=rankers.policy or CachePolicy(), history_depth=None)
+    history = memory_sources(memory, settings=settings)[0]
     orchestrators = {
         b: window_orchestrator(
             window_sources("", memory=[history, rankers.source()]),

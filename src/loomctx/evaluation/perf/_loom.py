@@ -128,9 +128,10 @@ class _Judge:
         )
 
 
-PERF_SETTINGS = WindowSettings(cache_policy=CachePolicy())
-"""The window recipe's settings here: an uncapped dynamic tail, as the README's figures of
-`loomctx bench perf` were measured (an `Agent`'s window caps it: `DEFAULT_MAX_DYNAMIC`)."""
+PERF_SETTINGS = WindowSettings(cache_policy=CachePolicy(), history_depth=None)
+"""The window recipe's settings here: an uncapped dynamic tail and history bounded by L1,
+as the README's figures of `loomctx bench perf` were measured (an `Agent`'s window caps the
+tail, `DEFAULT_MAX_DYNAMIC`, and lets history fill its room, `DEFAULT_HISTORY_DEPTH`)."""
 
 
 def _orchestrator(
@@ -157,7 +158,9 @@ def _memory_orchestrator(
     memory: LoomMemory, kb: KnowledgeBase, workload: Workload, counter: TokenCounter
 ) -> ContextOrchestrator:
     """The `memory` strategy: the memory's tiers and archive, and the knowledge base."""
-    return _orchestrator(list(memory_sources(memory, [kb])), workload, counter)
+    return _orchestrator(
+        list(memory_sources(memory, [kb], settings=PERF_SETTINGS)), workload, counter
+    )
 
 
 def _knowledge_base(
