@@ -50,3 +50,25 @@ STRATEGY_NAMES = ("whole history", "sliding window", "loom")
 def test_a_reserve_that_leaves_no_input_is_refused(locomo: Path) -> None:
     with pytest.raises(ConfigError, match="`reserve`"):
         evaluate_cost(locomo, window=500, reserve=500)
+
+
+def test_loom_s_evidence_is_measured_right_after_it_and_at_the_end(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100)
+    loom = result["strategies"]["loom"]
+    # Right after their turns, the three gold turns are in the window's history.
+    assert loom["evidence_after"] == 1.0
+    # 60 turns later only what retrieval finds again is there: the lexically findable two.
+    assert 0 < loom["evidence_at_end"] < 1
+    assert "evidence_after" not in result["strategies"]["whole history"]
+    assert result["conversations"]["conv-x"]["loom"] == loom
+
+
+def test_one_conversation_is_replayed_by_name_and_an_unknown_name_is_refused(
+    locomo: Path,
+) -> None:
+    assert (
+        evaluate_cost(locomo, window=600, reserve=100, only=["conv-x"])["config"]["conversations"]
+        == 1
+    )
+    with pytest.raises(ConfigError, match=r"no conversation 'conv-9'.*it has 'conv-x'"):
+        evaluate_cost(locomo, window=600, reserve=100, only=["conv-9"])

@@ -35,6 +35,7 @@ consistent history. For a time limit, wrap the run:
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
@@ -353,6 +354,27 @@ class Agent:
                 if emit is not None:
                     emit(event)
                 yield event
+
+    async def preview(self, prompt: str) -> ContextWindow:
+        """The window a run of `prompt` would be sent on its first call now, built without
+        recording, calling or remembering anything (the history marks are a copy), and
+        without the documents a `context_retriever` would find: for inspecting, and for
+        measuring what a window holds at a point of a conversation."""
+        _check_text(prompt, f"the `prompt` of agent `{self.name}`")
+        saved, self._layout = self._layout, copy.deepcopy(self._layout)
+        try:
+            run = _Run(uuid.uuid4().hex, None)
+            found = Discoveries(prompt)
+            orchestrator = self._orchestrator(
+                self._static_context(run), RetrievedContextSource(), self._turn_source(), run, found
+            )
+            ctx = BuildContext(
+                agent_id=self.name, session_id=self.memory.node_id, turn_index=self.turns_taken
+            )
+            with same_view():
+                return await orchestrator.build(query=prompt, ctx=ctx)
+        finally:
+            self._layout = saved
 
     def _result_limit(self) -> int:
         """The most tokens one turn's tool results (or one item of history) take in the

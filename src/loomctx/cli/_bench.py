@@ -257,29 +257,49 @@ def cost(
     l1_size: Annotated[
         int, typer.Option("--l1", min=1, help="The agent memory's L1 size, in tasks.")
     ] = 50,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conversation",
+            help="Only this conversation, by its name (LoCoMo `sample_id`; repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Billed tokens per call under prompt caching: whole history, sliding window, Loom."""
+    """Billed tokens per call under prompt caching: whole history, sliding window, Loom; on
+    LoCoMo also the evidence in Loom's window after each question's evidence and at the end,
+    and every conversation apart."""
     result = evaluate_cost(
-        path, window=window, reserve=reserve, limit=limit, l1_size=l1_size, progress=_progress
+        path,
+        window=window,
+        reserve=reserve,
+        limit=limit,
+        l1_size=l1_size,
+        only=only or (),
+        progress=_progress,
     )
-    rows = [
-        (
-            name,
-            {
-                "calls": v["calls"],
-                "prompt": round(v["mean_prompt_tokens"]),
-                "over": v["over_budget"],
-                "cached": v["cached_share"],
-                "anthropic": round(v["billed_anthropic"]),
-                "openai": round(v["billed_openai"]),
-            },
-        )
-        for name, v in result["strategies"].items()
-    ]
+    columns = ["calls", "prompt", "over", "cached", "anthropic", "openai"]
+    if "evidence_after" in result["strategies"]["loom"]:
+        columns += ["ev after", "ev end"]
+
+    def row(v: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "calls": v["calls"],
+            "prompt": round(v["mean_prompt_tokens"]),
+            "over": v["over_budget"],
+            "cached": v["cached_share"],
+            "anthropic": round(v["billed_anthropic"]),
+            "openai": round(v["billed_openai"]),
+        }
+        if "evidence_after" in v:
+            out["ev after"] = v["evidence_after"]
+            out["ev end"] = v["evidence_at_end"]
+        return out
+
+    rows = [(name, row(v)) for name, v in result["strategies"].items()]
+    if len(result["conversations"]) > 1:
+        rows += [(f"loom, {name}", row(v["loom"])) for name, v in result["conversations"].items()]
     title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
-    print_table(
-        out_console(), title, rows, ["calls", "prompt", "over", "cached", "anthropic", "openai"]
-    )
+    print_table(out_console(), title, rows, columns)
     _write(json_out, result)
 
 
