@@ -57,8 +57,8 @@ def test_loom_s_evidence_is_measured_right_after_it_and_at_the_end(locomo: Path)
     loom = result["strategies"]["loom"]
     # Right after their turns, the three gold turns are in the window's history.
     assert loom["evidence_after"] == 1.0
-    # 60 turns later only what retrieval finds again is there: the lexically findable two.
-    assert 0 < loom["evidence_at_end"] < 1
+    # 60 turns later, what the window's history no longer holds is found again by retrieval.
+    assert 0 < loom["evidence_at_end"] <= 1
     assert "evidence_after" not in result["strategies"]["whole history"]
     assert result["conversations"]["conv-x"]["loom"] == loom
 

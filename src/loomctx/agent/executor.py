@@ -152,9 +152,11 @@ class Agent:
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
     a sub-agent (see `as_tool`). `cache_policy` says when history is compacted and how much
-    of the window the dynamic tail may take (default: `CachePolicy(max_dynamic=0.25)`); the
-    agent remembers where its history starts across runs, so each call repeats the previous
-    one's prompt up to the dynamic tail, and a provider's prompt cache reads it.
+    of the window the dynamic tail may take (default: ``CachePolicy(max_dynamic=0.2)``, the
+    window recipe's `DEFAULT_MAX_DYNAMIC`); the agent remembers where its history starts
+    across runs, so each call repeats the previous one's prompt up to the dynamic tail, and a
+    provider's prompt cache reads it. History reaches back beyond the memory's L1, from its
+    store, as far as the window's room (`loomctx.context.recipe`).
 
     One large result cannot crowd out the window: a turn's tool results take at most
     `max_result_tokens` together (default: a quarter of the input budget, `window - output

@@ -44,10 +44,13 @@ __all__ = [
     "window_sources",
 ]
 
-DEFAULT_MAX_DYNAMIC = 0.25
+DEFAULT_MAX_DYNAMIC = 0.2
 """The recipe's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which a
-provider's cache reads at a fraction of the price) the rest."""
+provider's cache reads at a fraction of the price) the rest. Chosen by billed cost against
+the evidence in the window (`loomctx bench cost`; README, "What each call costs"): the lowest
+cap measured that keeps as much of the evidence as a quarter did with history bounded by L1.
+"""
 
 DEFAULT_HISTORY_DEPTH = 1000
 """The recipe's default `WindowSettings.history_depth`: history may reach back this many
@@ -103,17 +106,15 @@ def memory_sources(
 ) -> MemorySources:
     """The sources that bring `memory` (and `knowledge_bases`) into a window: its history
     (as deep as `settings` say, each task at most `max_item_tokens`, cut to an excerpt
-    `read_tool` reads), its important tasks, and retrieval over its archive and the
-    knowledge bases."""
+    `read_tool` reads), its important tasks that history does not hold, and retrieval over
+    its archive and the knowledge bases (a task history holds goes in once, as history)."""
     settings = settings or WindowSettings()
+    history = L1RecentSource(
+        memory, max_item_tokens=max_item_tokens, read_tool=read_tool, depth=settings.history_depth
+    )
     return (
-        L1RecentSource(
-            memory,
-            max_item_tokens=max_item_tokens,
-            read_tool=read_tool,
-            depth=settings.history_depth,
-        ),
-        L2ImportantSource(memory),
+        history,
+        L2ImportantSource(memory, held=history.held),
         UnifiedRetrievalSource(memory, knowledge_bases),
     )
 

@@ -91,3 +91,18 @@ async def test_while_the_conversation_fits_an_agent_s_window_is_the_whole_conver
         "Box 11 is in room 11.",
     ]
     memory.close()
+
+
+async def test_the_tail_offers_no_important_task_the_history_holds() -> None:
+    memory = LoomMemory("a", max_l1_size=4, embedder=None)
+    llm = FunctionLLM(lambda messages, tools, options: "Noted.")
+    agent = Agent(llm, "Be brief.", memory=memory, model_context_window=8000)
+    for i in range(12):
+        await agent.run(f"Box {i} is in room {i}.")
+    assert memory.get_l2_tasks()  # the user's facts left L1 for L2
+    report = (await agent.preview("Where is box 3?")).report
+    (important,) = (s for s in report.sources if s.name == "L2_important")
+    # All of them are in the history: the tail claims no room for them.
+    assert important.blocks_offered == 0
+    assert not [b for b in report.blocks if b.source == "L2_important"]
+    memory.close()

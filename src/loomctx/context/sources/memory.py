@@ -238,12 +238,7 @@ class L1RecentSource(_MemorySource):
         the run's own exchange have sources of their own."""
         run_id = ctx.metadata.get("run_id")
         depth = self.depth or self.memory.max_l1_size
-        recent = (
-            self.memory.recent_tasks(depth)
-            if depth > self.memory.max_l1_size
-            else self.memory.get_l1_tasks(limit=depth)
-        )
-        tasks = [t for t in recent if run_id is None or t.metadata.get("run_id") != run_id]
+        tasks = [t for t in self._recent() if run_id is None or t.metadata.get("run_id") != run_id]
         limit = self.max_item_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
         cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
@@ -292,6 +287,21 @@ class L1RecentSource(_MemorySource):
                 break
         return blocks
 
+    def held(self, ctx: BuildContext) -> set[str]:
+        """The ids of the tasks this history holds in the session's window: those from where
+        its kept history starts (``ctx.history_start``) to the newest. The dynamic tail
+        leaves them out: they are in the window already (`L2ImportantSource(held=...)`)."""
+        tasks = self._recent()
+        start = ctx.history_start.get(self.name, 0)
+        return {t.task_id for t in tasks[max(0, min(start, len(tasks))) :]}
+
+    def _recent(self) -> list[Task]:
+        """The newest tasks of the conversation, as deep as `depth`, oldest first."""
+        depth = self.depth or self.memory.max_l1_size
+        if depth > self.memory.max_l1_size:
+            return self.memory.recent_tasks(depth)
+        return self.memory.get_l1_tasks(limit=depth)
+
     def _unit(
         self, task: Task, cap: int, counter: TokenCounter
     ) -> tuple[tuple[Message, ...], tuple[Excerpt, ...], int]:
@@ -326,18 +336,30 @@ class L1RecentSource(_MemorySource):
 
 
 class L2ImportantSource(_MemorySource):
-    """The important tasks of `memory` that have left L1, most important first."""
+    """The important tasks of `memory` that are not in the window's history, most important
+    first. `held` says which tasks the history holds in a build's window (an
+    `L1RecentSource`'s `held`); by default, those of L1."""
 
     def __init__(
-        self, memory: LoomMemory, *, name: str = "L2_important", priority: float = 0.7
+        self,
+        memory: LoomMemory,
+        *,
+        name: str = "L2_important",
+        priority: float = 0.7,
+        held: Callable[[BuildContext], set[str]] | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
+        self.held = held
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:
-        """L2 tasks not in L1 (those are in the history already)."""
-        recent = {t.task_id for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)}
+        """L2 tasks not in the history (those are in the window already): the tail holds
+        only what the window lacks, and claims no room for the rest."""
+        if self.held is not None:
+            recent = self.held(ctx)
+        else:
+            recent = {t.task_id for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)}
         entries: list[tuple[Task, float, dict[str, object]]] = [
             (t, self._items.importance(t), {})
             for t in self.memory.get_l2_tasks()
