@@ -72,3 +72,13 @@ def test_one_conversation_is_replayed_by_name_and_an_unknown_name_is_refused(
     )
     with pytest.raises(ConfigError, match=r"no conversation 'conv-9'.*it has 'conv-x'"):
         evaluate_cost(locomo, window=600, reserve=100, only=["conv-9"])
+
+
+def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
+    default = evaluate_cost(locomo, window=600, reserve=100)
+    small = evaluate_cost(locomo, window=600, reserve=100, max_dynamic=0.05)
+    assert small["config"]["max_dynamic"] == 0.05
+    # Less of each prompt is retrieved anew: more of it is what the cache read.
+    assert (
+        small["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
+    )

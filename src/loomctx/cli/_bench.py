@@ -264,6 +264,15 @@ def cost(
             help="Only this conversation, by its name (LoCoMo `sample_id`; repeatable).",
         ),
     ] = None,
+    max_dynamic: Annotated[
+        float | None,
+        typer.Option(
+            "--max-dynamic",
+            min=0.0,
+            max=1.0,
+            help="Cap Loom's dynamic tail at this share of the input (default: the agent's).",
+        ),
+    ] = None,
 ) -> None:
     """Billed tokens per call under prompt caching: whole history, sliding window, Loom; on
     LoCoMo also the evidence in Loom's window after each question's evidence and at the end,
@@ -275,6 +284,7 @@ def cost(
         limit=limit,
         l1_size=l1_size,
         only=only or (),
+        max_dynamic=max_dynamic,
         progress=_progress,
     )
     columns = ["calls", "prompt", "over", "cached", "anthropic", "openai"]

@@ -38,6 +38,7 @@ from typing import Any
 
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.errors import ConfigError
 from loomctx.evaluation.retrieval import LocomoConversation, load_locomo, load_longmemeval
@@ -207,6 +208,7 @@ async def _loom(
     folder: Path,
     l1_size: int,
     probes: Mapping[int, Sequence[Probe]],
+    policy: CachePolicy | None,
 ) -> tuple[list[CallCost], _Evidence]:
     store = SQLiteStore(folder / "cost.db")
     # Lexical: a replay must build the same windows however fast a background thread embeds.
@@ -219,6 +221,7 @@ async def _loom(
         model_context_window=window,
         output_reserve_ratio=reserve / window,
         token_counter=counter,
+        cache_policy=policy,
     )
     available = window - reserve
 
@@ -285,17 +288,20 @@ def evaluate_cost(
     limit: int | None = None,
     l1_size: int = 50,
     only: Sequence[str] = (),
+    max_dynamic: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
     (LoCoMo: the first `limit` conversations, all by default, or those named in `only`;
     LongMemEval: the first `limit` questions, one by default) at a `window`-token context
     window with `reserve` kept for the reply. `l1_size` is the agent memory's L1 (the tier
-    held in memory; the window's history reads the conversation beyond it). Returns
+    held in memory; the window's history reads the conversation beyond it); `max_dynamic`, if
+    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`). Returns
     ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
+    policy = None if max_dynamic is None else CachePolicy(max_dynamic=max_dynamic)
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
@@ -318,7 +324,7 @@ def evaluate_cost(
             folder = Path(tmp) / str(i)
             folder.mkdir()
             loom, found = asyncio.run(
-                _loom(exchanges, window, reserve, counter, folder, l1_size, probes)
+                _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy)
             )
             own = {
                 "whole history": _baseline(exchanges, available, counter, slide=False),
@@ -345,6 +351,7 @@ def evaluate_cost(
             "window": window,
             "reserve": reserve,
             "l1_size": l1_size,
+            "max_dynamic": max_dynamic,
             "conversations": len(conversations),
             "counter": counter.name,
         },
