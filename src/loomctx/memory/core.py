@@ -497,21 +497,22 @@ class LoomMemory:
             return [t for _, t in got[max(0, len(got) - count) :]]
         by_order = dict(got)
         if got and at < before:
-            by_order.update(self._scan_past(before, 4 * (before - at) + 64))
+            by_order.update(self._scan_past(before, 4 * (before - at) + 64, by_order))
         walk = self._walk(by_order, before, count)
         if len(walk) < count and (not walk or walk[0][0] > 0):
-            by_order.update(self._scan_past(before, 4 * count + 64))
+            by_order.update(self._scan_past(before, 4 * count + 64, by_order))
             walk = self._walk(by_order, before, count)
         self._past = (walk, before, count)
         return [t for _, t in walk]
 
-    def _scan_past(self, before: int, limit: int) -> dict[int, Task]:
-        """The tasks before order `before` among the `limit` newest task records."""
+    def _scan_past(self, before: int, limit: int, known: Mapping[int, Task]) -> dict[int, Task]:
+        """The tasks before order `before` among the `limit` newest task records (those not
+        `known` already)."""
         scan = Scan(prefix=self.namespace, kind=TASK, newest_first=True, exact=True, limit=limit)
         found: dict[int, Task] = {}
         for rec in self.store.batch([scan])[0]:
             order = int(rec.data.get("order", -1))
-            if 0 <= order < before:
+            if 0 <= order < before and order not in known:
                 found[order] = Task.from_dict(rec.data["task"])
         return found
 
