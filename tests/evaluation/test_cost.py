@@ -82,3 +82,13 @@ def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
     assert (
         small["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
     )
+
+
+def test_a_cold_cache_at_each_session_s_start_reads_less(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100)
+    for s in result["strategies"].values():
+        assert s["cached_share_cold"] <= s["cached_share"]
+        assert s["billed_anthropic_cold"] >= s["billed_anthropic"]
+    # The whole history's second session opens on 30 turns its cache no longer holds.
+    whole = result["strategies"]["whole history"]
+    assert whole["cached_share_cold"] < whole["cached_share"]

@@ -310,6 +310,19 @@ def cost(
         rows += [(f"loom, {name}", row(v["loom"])) for name, v in result["conversations"].items()]
     title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
     print_table(out_console(), title, rows, columns)
+    cold = [
+        (
+            name,
+            {
+                "cached": v["cached_share_cold"],
+                "anthropic": round(v["billed_anthropic_cold"]),
+                "openai": round(v["billed_openai_cold"]),
+            },
+        )
+        for name, v in result["strategies"].items()
+    ]
+    title = "The cache cold at each session's start"
+    print_table(out_console(), title, cold, ["cached", "anthropic", "openai"])
     _write(json_out, result)
 
 

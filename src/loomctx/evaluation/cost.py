@@ -21,6 +21,10 @@ and once the whole conversation is replayed (`evidence_at_end`); pooled over the
 Every figure is also given per conversation (``conversations``), so that one can be held out
 of a choice made on the others.
 
+The cache is warm between calls; the ``_cold`` figures (`cached_share_cold`,
+``billed_<provider>_cold``) have it expire before each session's first call instead, as it
+does between LoCoMo's sessions days apart (a provider keeps a prefix minutes to an hour).
+
 LoCoMo conversations are replayed with `speaker_a`'s turns as the user's and `speaker_b`'s as
 the replies (consecutive turns of one speaker joined); a LongMemEval question's haystack
 sessions are replayed in order, one question per conversation.
@@ -32,7 +36,7 @@ import asyncio
 import statistics
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +73,7 @@ class CallCost:
     prompt_tokens: int
     cached_tokens: int
     over_budget: bool
+    cold: bool = False  # a session's first call: the provider's cache has expired since
 
 
 def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[Exchange]]:
@@ -86,12 +91,17 @@ def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[E
     return conversations
 
 
-def _replays(
-    path: str | Path, limit: int | None
-) -> list[tuple[str, list[Exchange], dict[int, list[Probe]]]]:
-    """Each conversation to replay: its name, its exchanges and (LoCoMo) its questions."""
+_Replay = tuple[str, list[Exchange], dict[int, list[Probe]], set[int]]
+
+
+def _replays(path: str | Path, limit: int | None) -> list[_Replay]:
+    """Each conversation to replay: its name, its exchanges, (LoCoMo) its questions, and the
+    exchanges that open a session (days apart: a provider's cache, minutes to an hour, has
+    expired by then)."""
     if "longmemeval" in Path(path).name.lower():
-        return [(f"question-{i}", ex, {}) for i, ex in enumerate(load_exchanges(path, limit=limit))]
+        return [
+            (f"question-{i}", ex, {}, {0}) for i, ex in enumerate(load_exchanges(path, limit=limit))
+        ]
     return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
 
 
@@ -128,11 +138,15 @@ def _pair_ids(
 
 def _locomo_probes(
     conv: LocomoConversation,
-) -> tuple[list[Exchange], dict[int, list[Probe]]]:
-    """A LoCoMo conversation's exchanges, and its questions (those whose gold turns are all
-    replayed) by the exchange after which their evidence is all in."""
+) -> tuple[list[Exchange], dict[int, list[Probe]], set[int]]:
+    """A LoCoMo conversation's exchanges, its questions (those whose gold turns are all
+    replayed) by the exchange after which their evidence is all in, and the exchanges that
+    open a session."""
     turns = [(t.speaker, t.text, t.dia_id) for t in conv.turns]
     exchanges, ids = _pair_ids(turns, user=conv.speakers[0])
+    session = {t.dia_id: t.session for t in conv.turns}
+    opened = [session[held[0]] for held in ids]
+    starts = {k for k, n in enumerate(opened) if k == 0 or n != opened[k - 1]}
     where = {d: k for k, held in enumerate(ids) for d in held}
     texts = {t.dia_id: t.text for t in conv.turns}
     probes: dict[int, list[Probe]] = {}
@@ -140,7 +154,7 @@ def _locomo_probes(
         if q.evidence and all(e in where for e in q.evidence):
             due = max(where[e] for e in q.evidence)
             probes.setdefault(due, []).append((q.question, tuple(texts[e] for e in q.evidence)))
-    return exchanges, probes
+    return exchanges, probes, starts
 
 
 def _baseline(
@@ -260,6 +274,11 @@ async def _loom(
     return calls, _Evidence(after=after, end=end)
 
 
+def _cold(calls: list[CallCost], starts: set[int]) -> list[CallCost]:
+    """`calls` (one per exchange) with those that open a session marked cold."""
+    return [replace(c, cold=True) if k in starts else c for k, c in enumerate(calls)]
+
+
 def _summarize(calls: Sequence[CallCost], evidence: Sequence[_Evidence] = ()) -> dict[str, Any]:
     prompt = sum(c.prompt_tokens for c in calls)
     cached = sum(c.cached_tokens for c in calls)
@@ -272,6 +291,12 @@ def _summarize(calls: Sequence[CallCost], evidence: Sequence[_Evidence] = ()) ->
     for provider, (read, write) in PRICES.items():
         billed = read * cached + write * (prompt - cached)
         out[f"billed_{provider}"] = round(billed / len(calls), 1)
+    # Cold at each session's start: its first call reads nothing from the cache.
+    warm = sum(c.cached_tokens for c in calls if not c.cold)
+    out["cached_share_cold"] = round(warm / prompt, 4) if prompt else 0.0
+    for provider, (read, write) in PRICES.items():
+        billed = read * warm + write * (prompt - warm)
+        out[f"billed_{provider}_cold"] = round(billed / len(calls), 1)
     for key in ("after", "end"):
         hits = sum(getattr(e, key)[0] for e in evidence)
         total = sum(getattr(e, key)[1] for e in evidence)
@@ -305,7 +330,7 @@ def evaluate_cost(
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
-        names = [name for name, _, _ in conversations]
+        names = [c[0] for c in conversations]
         missing = [n for n in only if n not in names]
         if missing:
             raise ConfigError(
@@ -318,7 +343,7 @@ def evaluate_cost(
     apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
     with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
-        for i, (name, exchanges, probes) in enumerate(conversations):
+        for i, (name, exchanges, probes, starts) in enumerate(conversations):
             if progress is not None:
                 progress(f"conversation {i + 1}/{len(conversations)}: {len(exchanges)} turns")
             folder = Path(tmp) / str(i)
@@ -327,9 +352,12 @@ def evaluate_cost(
                 _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy)
             )
             own = {
-                "whole history": _baseline(exchanges, available, counter, slide=False),
-                "sliding window": _baseline(exchanges, available, counter, slide=True),
-                "loom": loom,
+                name: _cold(calls, starts)
+                for name, calls in (
+                    ("whole history", _baseline(exchanges, available, counter, slide=False)),
+                    ("sliding window", _baseline(exchanges, available, counter, slide=True)),
+                    ("loom", loom),
+                )
             }
             apart[name] = {
                 s: _summarize(calls, [found] if s == "loom" else [])
