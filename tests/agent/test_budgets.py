@@ -14,6 +14,7 @@ from loomctx import (
     Agent,
     BudgetExceededError,
     BudgetManager,
+    CachePolicy,
     ConfigError,
     LoomMemory,
     TiktokenCounter,
@@ -132,6 +133,8 @@ async def test_seed_001_split_12000_static_and_4000_dynamic_of_16000() -> None:
         model_context_window=20_000,  # 16,000 input tokens with the default reserve of 0.2
         budget_manager=split,
         memory=memory(),
+        # Seed 001's tail: a quarter of the input, not the window recipe's default cap.
+        cache_policy=CachePolicy(max_dynamic=0.25),
     )
     events = [e async for e in agent.stream("orders by month")]
     (window,) = [e for e in events if isinstance(e, ContextAssembled)]

@@ -50,3 +50,45 @@ STRATEGY_NAMES = ("whole history", "sliding window", "loom")
 def test_a_reserve_that_leaves_no_input_is_refused(locomo: Path) -> None:
     with pytest.raises(ConfigError, match="`reserve`"):
         evaluate_cost(locomo, window=500, reserve=500)
+
+
+def test_loom_s_evidence_is_measured_right_after_it_and_at_the_end(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100)
+    loom = result["strategies"]["loom"]
+    # Right after their turns, the three gold turns are in the window's history.
+    assert loom["evidence_after"] == 1.0
+    # 60 turns later, what the window's history no longer holds is found again by retrieval.
+    assert 0 < loom["evidence_at_end"] <= 1
+    assert "evidence_after" not in result["strategies"]["whole history"]
+    assert result["conversations"]["conv-x"]["loom"] == loom
+
+
+def test_one_conversation_is_replayed_by_name_and_an_unknown_name_is_refused(
+    locomo: Path,
+) -> None:
+    assert (
+        evaluate_cost(locomo, window=600, reserve=100, only=["conv-x"])["config"]["conversations"]
+        == 1
+    )
+    with pytest.raises(ConfigError, match=r"no conversation 'conv-9'.*it has 'conv-x'"):
+        evaluate_cost(locomo, window=600, reserve=100, only=["conv-9"])
+
+
+def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
+    default = evaluate_cost(locomo, window=600, reserve=100)
+    small = evaluate_cost(locomo, window=600, reserve=100, max_dynamic=0.05)
+    assert small["config"]["max_dynamic"] == 0.05
+    # Less of each prompt is retrieved anew: more of it is what the cache read.
+    assert (
+        small["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
+    )
+
+
+def test_a_cold_cache_at_each_session_s_start_reads_less(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100)
+    for s in result["strategies"].values():
+        assert s["cached_share_cold"] <= s["cached_share"]
+        assert s["billed_anthropic_cold"] >= s["billed_anthropic"]
+    # The whole history's second session opens on 30 turns its cache no longer holds.
+    whole = result["strategies"]["whole history"]
+    assert whole["cached_share_cold"] < whole["cached_share"]

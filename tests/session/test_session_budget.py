@@ -45,7 +45,7 @@ async def test_an_adaptive_manager_shifts_a_session_s_split_with_progress(
         for p in (0.0, 0.5, 0.9)
     ]
     early, middle, late = reports
-    assert allocated(early, "L4_semantic") > allocated(middle, "L4_semantic")
+    assert allocated(early, "unified_retrieval") > allocated(middle, "unified_retrieval")
     assert allocated(middle, "L1_recent") > allocated(early, "L1_recent")
     assert allocated(middle, "L1_recent") > allocated(late, "L1_recent")
     assert allocated(late, "L2_important") > allocated(early, "L2_important")

@@ -35,6 +35,7 @@ consistent history. For a time limit, wrap the run:
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
@@ -74,15 +75,14 @@ from loomctx.context.excerpt import (
     handle_for,
 )
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
-from loomctx.context.sources import (
-    InheritedSource,
-    L1RecentSource,
-    L2ImportantSource,
-    PromptSource,
-    SharedPoolSource,
-    ToolSource,
-    UserInputSource,
+from loomctx.context.recipe import (
+    DEFAULT_MAX_DYNAMIC,
+    WindowSettings,
+    memory_sources,
+    window_orchestrator,
+    window_sources,
 )
+from loomctx.context.sources import InheritedSource, SharedPoolSource
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import BudgetExceededError, ConfigError, MessageFormatError
 from loomctx.knowledge import KnowledgeBaseProvider
@@ -101,7 +101,7 @@ from loomctx.tokens import TiktokenCounter, TokenCounter, UsageCalibration
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["Agent", "TurnSource"]
+__all__ = ["DEFAULT_MAX_DYNAMIC", "Agent", "TurnSource"]
 
 E = TypeVar("E", bound=AgentEvent)
 
@@ -111,11 +111,6 @@ DELEGATION = "delegation"
 TURN_INDEX = "turn_index"
 """The metadata key of a reply's or tool call's Task: the model call that made it, counted
 over the agent's conversation (`BuildContext.turn_index`)."""
-
-DEFAULT_MAX_DYNAMIC = 0.25
-"""The agent's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
-knowledge, new on every call) takes at most this share of the input budget, history (which the
-provider's cache reads at a tenth of the price) the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +152,11 @@ class Agent:
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
     a sub-agent (see `as_tool`). `cache_policy` says when history is compacted and how much
-    of the window the dynamic tail may take (default: `CachePolicy(max_dynamic=0.25)`); the
-    agent remembers where its history starts across runs, so each call repeats the previous
-    one's prompt up to the dynamic tail, and a provider's prompt cache reads it.
+    of the window the dynamic tail may take (default: ``CachePolicy(max_dynamic=0.2)``, the
+    window recipe's `DEFAULT_MAX_DYNAMIC`); the agent remembers where its history starts
+    across runs, so each call repeats the previous one's prompt up to the dynamic tail, and a
+    provider's prompt cache reads it. History reaches back beyond the memory's L1, from its
+    store, as far as the window's room (`loomctx.context.recipe`).
 
     One large result cannot crowd out the window: a turn's tool results take at most
     `max_result_tokens` together (default: a quarter of the input budget, `window - output
@@ -360,6 +357,27 @@ class Agent:
                     emit(event)
                 yield event
 
+    async def preview(self, prompt: str) -> ContextWindow:
+        """The window a run of `prompt` would be sent on its first call now, built without
+        recording, calling or remembering anything (the history marks are a copy), and
+        without the documents a `context_retriever` would find: for inspecting, and for
+        measuring what a window holds at a point of a conversation."""
+        _check_text(prompt, f"the `prompt` of agent `{self.name}`")
+        saved, self._layout = self._layout, copy.deepcopy(self._layout)
+        try:
+            run = _Run(uuid.uuid4().hex, None)
+            found = Discoveries(prompt)
+            orchestrator = self._orchestrator(
+                self._static_context(run), RetrievedContextSource(), self._turn_source(), run, found
+            )
+            ctx = BuildContext(
+                agent_id=self.name, session_id=self.memory.node_id, turn_index=self.turns_taken
+            )
+            with same_view():
+                return await orchestrator.build(query=prompt, ctx=ctx)
+        finally:
+            self._layout = saved
+
     def _result_limit(self) -> int:
         """The most tokens one turn's tool results (or one item of history) take in the
         window before the longest are shown as excerpts."""
@@ -452,45 +470,54 @@ class Agent:
         run: _Run,
         found: Discoveries,
     ) -> ContextOrchestrator:
-        sources: list[ContextSource] = [PromptSource(static)]
         tools = self._tools()
-        if tools:
-            # The reader always goes in when there are tools: excerpt markers name it.
-            sources.append(ToolSource([t.schema() for t in tools], always=[READ_RESULT]))
-        if self.context_retriever is not None:
-            sources.append(retrieved)
+        memory: list[ContextSource] = []
         if run.lineage is None:
-            sources += [
-                L1RecentSource(
-                    self.memory,
-                    max_item_tokens=self._result_limit(),
-                    read_tool=READ_RESULT if tools else None,
-                ),
-                L2ImportantSource(self.memory),
-                Requery(UnifiedRetrievalSource(self.memory, self.knowledge_bases), found),
-            ]
+            history, important, retrieval = memory_sources(
+                self.memory,
+                self.knowledge_bases,
+                settings=self._settings(),
+                max_item_tokens=self._result_limit(),
+                read_tool=READ_RESULT if tools else None,
+            )
+            memory = [history, important, Requery(retrieval, found)]
         else:  # a sub-agent's window starts clean, with its parent's context to read
             # The parent's request is the user's text: reference data, never system text.
             delegation = RetrievedContextSource(name=DELEGATION, priority=1.0)
             delegation.text = run.lineage.request
-            sources += [delegation, InheritedSource(run.lineage.memory)]
+            memory = [delegation, InheritedSource(run.lineage.memory)]
             if self.knowledge_bases:
-                sources.append(
+                memory.append(
                     Requery(UnifiedRetrievalSource(knowledge_bases=self.knowledge_bases), found)
                 )
+        extra = list(self.extra_sources)
         if self.shared_pool is not None:
-            sources.append(SharedPoolSource(self.shared_pool))
-        sources += [*self.extra_sources, turn, UserInputSource()]
-        return ExcerptingOrchestrator(
-            token_counter=self.counter,
-            sources=sources,
-            model_context_window=self._window(),
-            output_reserve_ratio=self.output_reserve_ratio,
-            source_timeout=self.source_timeout,
-            cache_policy=self.cache_policy,
-            budget_manager=self.budget_manager,
-            state=self._layout if run.lineage is None else None,
+            extra.insert(0, SharedPoolSource(self.shared_pool))
+        sources = window_sources(
+            static,
+            # The reader always goes in when there are tools: excerpt markers name it.
+            tools=[t.schema() for t in tools],
+            always=[READ_RESULT],
+            retrieved=[retrieved] if self.context_retriever is not None else [],
+            memory=memory,
+            extra=extra,
+            turn=turn,
         )
+        return window_orchestrator(
+            sources,
+            counter=self.counter,
+            window=self._window(),
+            settings=self._settings(),
+            output_reserve_ratio=self.output_reserve_ratio,
+            budget_manager=self.budget_manager,
+            source_timeout=self.source_timeout,
+            state=self._layout if run.lineage is None else None,
+            kind=ExcerptingOrchestrator,
+        )
+
+    def _settings(self) -> WindowSettings:
+        """The window recipe's settings for this agent's windows."""
+        return WindowSettings(cache_policy=self.cache_policy)
 
     async def _events(self, prompt: str, run: _Run) -> AsyncGenerator[AgentEvent, None]:
         """The run itself (`stream` adds the forwarding to a parent)."""

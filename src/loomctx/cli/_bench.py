@@ -257,29 +257,72 @@ def cost(
     l1_size: Annotated[
         int, typer.Option("--l1", min=1, help="The agent memory's L1 size, in tasks.")
     ] = 50,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conversation",
+            help="Only this conversation, by its name (LoCoMo `sample_id`; repeatable).",
+        ),
+    ] = None,
+    max_dynamic: Annotated[
+        float | None,
+        typer.Option(
+            "--max-dynamic",
+            min=0.0,
+            max=1.0,
+            help="Cap Loom's dynamic tail at this share of the input (default: the agent's).",
+        ),
+    ] = None,
 ) -> None:
-    """Billed tokens per call under prompt caching: whole history, sliding window, Loom."""
+    """Billed tokens per call under prompt caching: whole history, sliding window, Loom; on
+    LoCoMo also the evidence in Loom's window after each question's evidence and at the end,
+    and every conversation apart."""
     result = evaluate_cost(
-        path, window=window, reserve=reserve, limit=limit, l1_size=l1_size, progress=_progress
+        path,
+        window=window,
+        reserve=reserve,
+        limit=limit,
+        l1_size=l1_size,
+        only=only or (),
+        max_dynamic=max_dynamic,
+        progress=_progress,
     )
-    rows = [
+    columns = ["calls", "prompt", "over", "cached", "anthropic", "openai"]
+    if "evidence_after" in result["strategies"]["loom"]:
+        columns += ["ev after", "ev end"]
+
+    def row(v: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "calls": v["calls"],
+            "prompt": round(v["mean_prompt_tokens"]),
+            "over": v["over_budget"],
+            "cached": v["cached_share"],
+            "anthropic": round(v["billed_anthropic"]),
+            "openai": round(v["billed_openai"]),
+        }
+        if "evidence_after" in v:
+            out["ev after"] = v["evidence_after"]
+            out["ev end"] = v["evidence_at_end"]
+        return out
+
+    rows = [(name, row(v)) for name, v in result["strategies"].items()]
+    if len(result["conversations"]) > 1:
+        rows += [(f"loom, {name}", row(v["loom"])) for name, v in result["conversations"].items()]
+    title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
+    print_table(out_console(), title, rows, columns)
+    cold = [
         (
             name,
             {
-                "calls": v["calls"],
-                "prompt": round(v["mean_prompt_tokens"]),
-                "over": v["over_budget"],
-                "cached": v["cached_share"],
-                "anthropic": round(v["billed_anthropic"]),
-                "openai": round(v["billed_openai"]),
+                "cached": v["cached_share_cold"],
+                "anthropic": round(v["billed_anthropic_cold"]),
+                "openai": round(v["billed_openai_cold"]),
             },
         )
         for name, v in result["strategies"].items()
     ]
-    title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
-    print_table(
-        out_console(), title, rows, ["calls", "prompt", "over", "cached", "anthropic", "openai"]
-    )
+    title = "The cache cold at each session's start"
+    print_table(out_console(), title, cold, ["cached", "anthropic", "openai"])
     _write(json_out, result)
 
 

@@ -14,6 +14,17 @@ cached (the leading messages identical to the previous call's, in tokens: what a
 exact-prefix cache reads), and billed input tokens per call under Anthropic's prices (0.1 x
 cached + 1.25 x new, the cache write) and OpenAI's (0.5 x cached + 1 x new).
 
+On LoCoMo, also Loom's evidence in the window: for each question, the share of its gold turns
+whose text is inside the window Loom builds for the question (a build that is not sent and
+changes nothing), right after the exchange that holds its last gold turn (`evidence_after`)
+and once the whole conversation is replayed (`evidence_at_end`); pooled over the gold turns.
+Every figure is also given per conversation (``conversations``), so that one can be held out
+of a choice made on the others.
+
+The cache is warm between calls; the ``_cold`` figures (`cached_share_cold`,
+``billed_<provider>_cold``) have it expire before each session's first call instead, as it
+does between LoCoMo's sessions days apart (a provider keeps a prefix minutes to an hour).
+
 LoCoMo conversations are replayed with `speaker_a`'s turns as the user's and `speaker_b`'s as
 the replies (consecutive turns of one speaker joined); a LongMemEval question's haystack
 sessions are replayed in order, one question per conversation.
@@ -25,15 +36,16 @@ import asyncio
 import statistics
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.errors import ConfigError
-from loomctx.evaluation.retrieval import load_locomo, load_longmemeval
+from loomctx.evaluation.retrieval import LocomoConversation, load_locomo, load_longmemeval
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message
 from loomctx.stores.sqlite import SQLiteStore
@@ -51,6 +63,7 @@ SYSTEM = (
 )
 
 Exchange = tuple[str, str]  # (the user's turn, the real reply)
+Probe = tuple[str, tuple[str, ...]]  # (a question, the texts of its gold turns)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +73,7 @@ class CallCost:
     prompt_tokens: int
     cached_tokens: int
     over_budget: bool
+    cold: bool = False  # a session's first call: the provider's cache has expired since
 
 
 def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[Exchange]]:
@@ -77,22 +91,70 @@ def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[E
     return conversations
 
 
+_Replay = tuple[str, list[Exchange], dict[int, list[Probe]], set[int]]
+
+
+def _replays(path: str | Path, limit: int | None) -> list[_Replay]:
+    """Each conversation to replay: its name, its exchanges, (LoCoMo) its questions, and the
+    exchanges that open a session (days apart: a provider's cache, minutes to an hour, has
+    expired by then)."""
+    if "longmemeval" in Path(path).name.lower():
+        return [
+            (f"question-{i}", ex, {}, {0}) for i, ex in enumerate(load_exchanges(path, limit=limit))
+        ]
+    return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
+
+
 def _pair(turns: Sequence[tuple[str, str]], *, user: str) -> list[Exchange]:
     """Consecutive turns of one side joined; each user stretch with the replies after it."""
+    return _pair_ids([(who, text, "") for who, text in turns], user=user)[0]
+
+
+def _pair_ids(
+    turns: Sequence[tuple[str, str, str]], *, user: str
+) -> tuple[list[Exchange], list[list[str]]]:
+    """`_pair`, and the ids of the turns each exchange holds."""
     out: list[Exchange] = []
+    ids: list[list[str]] = []
     asked: list[str] = []
     said: list[str] = []
-    for who, text in turns:
+    held: list[str] = []
+    for who, text, turn_id in turns:
         if who == user:
             if said and asked:
                 out.append(("\n".join(asked), "\n".join(said)))
-                asked, said = [], []
+                ids.append(held)
+                asked, said, held = [], [], []
             asked.append(text)
+            held.append(turn_id)
         elif asked:
             said.append(text)
+            held.append(turn_id)
     if asked and said:
         out.append(("\n".join(asked), "\n".join(said)))
-    return out
+        ids.append(held)
+    return out, ids
+
+
+def _locomo_probes(
+    conv: LocomoConversation,
+) -> tuple[list[Exchange], dict[int, list[Probe]], set[int]]:
+    """A LoCoMo conversation's exchanges, its questions (those whose gold turns are all
+    replayed) by the exchange after which their evidence is all in, and the exchanges that
+    open a session."""
+    turns = [(t.speaker, t.text, t.dia_id) for t in conv.turns]
+    exchanges, ids = _pair_ids(turns, user=conv.speakers[0])
+    session = {t.dia_id: t.session for t in conv.turns}
+    opened = [session[held[0]] for held in ids]
+    starts = {k for k, n in enumerate(opened) if k == 0 or n != opened[k - 1]}
+    where = {d: k for k, held in enumerate(ids) for d in held}
+    texts = {t.dia_id: t.text for t in conv.turns}
+    probes: dict[int, list[Probe]] = {}
+    for q in conv.questions:
+        if q.evidence and all(e in where for e in q.evidence):
+            due = max(where[e] for e in q.evidence)
+            probes.setdefault(due, []).append((q.question, tuple(texts[e] for e in q.evidence)))
+    return exchanges, probes, starts
 
 
 def _baseline(
@@ -144,6 +206,14 @@ class _Replayer:
         yield Completed(message=Message.assistant(self.reply), finish_reason="stop")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Evidence:
+    """Gold turns inside Loom's windows: found of all, right after and at the end."""
+
+    after: tuple[int, int] = (0, 0)
+    end: tuple[int, int] = (0, 0)
+
+
 async def _loom(
     exchanges: Sequence[Exchange],
     window: int,
@@ -151,7 +221,9 @@ async def _loom(
     counter: TokenCounter,
     folder: Path,
     l1_size: int,
-) -> list[CallCost]:
+    probes: Mapping[int, Sequence[Probe]],
+    policy: CachePolicy | None,
+) -> tuple[list[CallCost], _Evidence]:
     store = SQLiteStore(folder / "cost.db")
     # Lexical: a replay must build the same windows however fast a background thread embeds.
     memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=l1_size, embedder=None)
@@ -163,12 +235,27 @@ async def _loom(
         model_context_window=window,
         output_reserve_ratio=reserve / window,
         token_counter=counter,
+        cache_policy=policy,
     )
     available = window - reserve
+
+    async def found(asked: Sequence[Probe]) -> tuple[int, int]:
+        hits = total = 0
+        for question, gold in asked:
+            shown = "\n".join(m.content for m in (await agent.preview(question)).messages)
+            hits += sum(text in shown for text in gold)
+            total += len(gold)
+        return hits, total
+
+    after = (0, 0)
     try:
-        for asked, said in exchanges:
+        for k, (asked, said) in enumerate(exchanges):
             model.reply = said
             await agent.run(asked)
+            if k in probes:
+                hits, total = await found(probes[k])
+                after = (after[0] + hits, after[1] + total)
+        end = await found([p for k in sorted(probes) for p in probes[k]])
     finally:
         memory.close()
         store.close()
@@ -184,10 +271,15 @@ async def _loom(
             )
         )
         previous = (messages, tools)
-    return calls
+    return calls, _Evidence(after=after, end=end)
 
 
-def _summarize(calls: Sequence[CallCost]) -> dict[str, Any]:
+def _cold(calls: list[CallCost], starts: set[int]) -> list[CallCost]:
+    """`calls` (one per exchange) with those that open a session marked cold."""
+    return [replace(c, cold=True) if k in starts else c for k, c in enumerate(calls)]
+
+
+def _summarize(calls: Sequence[CallCost], evidence: Sequence[_Evidence] = ()) -> dict[str, Any]:
     prompt = sum(c.prompt_tokens for c in calls)
     cached = sum(c.cached_tokens for c in calls)
     out: dict[str, Any] = {
@@ -199,6 +291,17 @@ def _summarize(calls: Sequence[CallCost]) -> dict[str, Any]:
     for provider, (read, write) in PRICES.items():
         billed = read * cached + write * (prompt - cached)
         out[f"billed_{provider}"] = round(billed / len(calls), 1)
+    # Cold at each session's start: its first call reads nothing from the cache.
+    warm = sum(c.cached_tokens for c in calls if not c.cold)
+    out["cached_share_cold"] = round(warm / prompt, 4) if prompt else 0.0
+    for provider, (read, write) in PRICES.items():
+        billed = read * warm + write * (prompt - warm)
+        out[f"billed_{provider}_cold"] = round(billed / len(calls), 1)
+    for key in ("after", "end"):
+        hits = sum(getattr(e, key)[0] for e in evidence)
+        total = sum(getattr(e, key)[1] for e in evidence)
+        if total:
+            out["evidence_after" if key == "after" else "evidence_at_end"] = round(hits / total, 4)
     return out
 
 
@@ -209,38 +312,74 @@ def evaluate_cost(
     reserve: int = 1000,
     limit: int | None = None,
     l1_size: int = 50,
+    only: Sequence[str] = (),
+    max_dynamic: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
-    (LoCoMo: the first `limit` conversations, all by default; LongMemEval: the first `limit`
-    questions, one by default) at a `window`-token context window with `reserve` kept for
-    the reply. `l1_size` is the agent memory's L1 (its default, 50 tasks, bounds the history a
-    window holds). Returns ``{"strategies": {name: {...}}, "config": {...}}``; the numbers of
-    every call of every conversation are pooled."""
+    (LoCoMo: the first `limit` conversations, all by default, or those named in `only`;
+    LongMemEval: the first `limit` questions, one by default) at a `window`-token context
+    window with `reserve` kept for the reply. `l1_size` is the agent memory's L1 (the tier
+    held in memory; the window's history reads the conversation beyond it); `max_dynamic`, if
+    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`). Returns
+    ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
+    "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
+    policy = None if max_dynamic is None else CachePolicy(max_dynamic=max_dynamic)
     counter = TiktokenCounter()
-    conversations = load_exchanges(path, limit=limit)
+    conversations = _replays(path, limit)
+    if only:
+        names = [c[0] for c in conversations]
+        missing = [n for n in only if n not in names]
+        if missing:
+            raise ConfigError(
+                f"no conversation {', '.join(map(repr, missing))} in {str(path)!r}; "
+                f"it has {', '.join(map(repr, names))}"
+            )
+        conversations = [c for c in conversations if c[0] in only]
     pooled: dict[str, list[CallCost]] = {name: [] for name in STRATEGIES}
+    evidence: list[_Evidence] = []
+    apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
     with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
-        for i, exchanges in enumerate(conversations):
+        for i, (name, exchanges, probes, starts) in enumerate(conversations):
             if progress is not None:
                 progress(f"conversation {i + 1}/{len(conversations)}: {len(exchanges)} turns")
-            pooled["whole history"] += _baseline(exchanges, available, counter, slide=False)
-            pooled["sliding window"] += _baseline(exchanges, available, counter, slide=True)
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            pooled["loom"] += asyncio.run(
-                _loom(exchanges, window, reserve, counter, folder, l1_size)
+            loom, found = asyncio.run(
+                _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy)
             )
+            own = {
+                name: _cold(calls, starts)
+                for name, calls in (
+                    ("whole history", _baseline(exchanges, available, counter, slide=False)),
+                    ("sliding window", _baseline(exchanges, available, counter, slide=True)),
+                    ("loom", loom),
+                )
+            }
+            apart[name] = {
+                s: _summarize(calls, [found] if s == "loom" else [])
+                for s, calls in own.items()
+                if calls
+            }
+            for s, calls in own.items():
+                pooled[s] += calls
+            evidence.append(found)
     return {
-        "strategies": {name: _summarize(calls) for name, calls in pooled.items() if calls},
+        "strategies": {
+            name: _summarize(calls, evidence if name == "loom" else [])
+            for name, calls in pooled.items()
+            if calls
+        },
+        "conversations": apart,
         "config": {
             "path": str(path),
             "window": window,
             "reserve": reserve,
             "l1_size": l1_size,
+            "max_dynamic": max_dynamic,
             "conversations": len(conversations),
             "counter": counter.name,
         },

@@ -492,19 +492,28 @@ async def _windows(
     texts: Mapping[str, str],
 ) -> list[dict[int, set[str]]]:  # fmt: skip
     from loomctx.context.block import BuildContext
-    from loomctx.context.orchestrator import ContextOrchestrator
-    from loomctx.context.sources.memory import L1RecentSource
-    from loomctx.context.sources.prompt import UserInputSource
+    from loomctx.context.compactor import CachePolicy
+    from loomctx.context.recipe import (
+        WindowSettings,
+        memory_sources,
+        window_orchestrator,
+        window_sources,
+    )
 
     memory = rankers.fused
+    # The window recipe's history (as deep as L1) with the ranker under test as its
+    # retrieval, no important memory and an uncapped tail: a measure of retrieval, each
+    # question a conversation's first window (`loomctx bench cost` measures an `Agent`'s).
+    settings = WindowSettings(cache_policy=rankers.policy or CachePolicy(), history_depth=None)
+    history = memory_sources(memory, settings=settings)[0]
     orchestrators = {
-        b: ContextOrchestrator(
-            token_counter=memory.counter,
-            sources=[L1RecentSource(memory), rankers.source(), UserInputSource()],
-            model_context_window=b + 1000,
+        b: window_orchestrator(
+            window_sources("", memory=[history, rankers.source()]),
+            counter=memory.counter,
+            window=b + 1000,
+            settings=settings,
             max_output_tokens=1000,
             source_timeout=120.0,  # a first query may load the embedding model
-            cache_policy=rankers.policy,
         )
         for b in budgets
     }

@@ -392,6 +392,9 @@ class LoomMemory:
         self._l2: list[str] = []  # most important first
         self._l3: deque[TaskSummary] = deque()
         self._order = 0
+        # `recent_tasks`' tasks before L1: (order, task) oldest first, the order they end
+        # before, and how many were asked for.
+        self._past: tuple[list[tuple[int, Task]], int, int] = ([], 0, 0)
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
         self._checked_in: object | None = None  # the `same_view` block that last checked it
         # Tasks decoded from search hits, by record version (see `_decode`).
@@ -479,6 +482,66 @@ class LoomMemory:
             self._sync()
             ids = list(self._l1)[-limit:] if limit > 0 else []
             return [self._entries[i].task for i in ids]
+
+    def recent_tasks(self, limit: int) -> list[Task]:
+        """The `limit` newest tasks of the conversation, oldest first: L1's, and before them
+        the newest of those that left it, read from the store (the transcript a window's
+        history is cut from; L1 is only what is held in memory). It ends, going back, at a
+        task stored without its place in the conversation (a bulk import's archive)."""
+        with self._lock:
+            self._sync()
+            held = [self._entries[i] for i in self._l1]
+            if limit <= len(held):
+                return [e.task for e in held[len(held) - limit :]] if limit > 0 else []
+            before = held[0].order if held else self._order
+            ids = {e.task.task_id for e in held}
+            past = [t for t in self._left_l1(before, limit - len(held)) if t.task_id not in ids]
+            return [*past, *(e.task for e in held)]
+
+    def _left_l1(self, before: int, count: int) -> list[Task]:
+        """The `count` tasks just before order `before` in the conversation, oldest first,
+        as long as they are contiguous. Kept between calls (`_past`): the tasks that left L1
+        since are among the newest writes (leaving L1 writes a task anew, in order), so a
+        small scan brings the list up to date; a full one is needed only to go further back."""
+        got, at, asked = self._past
+        if at == before and count <= asked:
+            return [t for _, t in got[max(0, len(got) - count) :]]
+        by_order = dict(got)
+        if got and at < before:
+            by_order.update(self._scan_past(before, 4 * (before - at) + 64, by_order))
+        walk = self._walk(by_order, before, count)
+        if len(walk) < count and (not walk or walk[0][0] > 0):
+            by_order.update(self._scan_past(before, 4 * count + 64, by_order))
+            walk = self._walk(by_order, before, count)
+        self._past = (walk, before, count)
+        return [t for _, t in walk]
+
+    def _scan_past(self, before: int, limit: int, known: Mapping[int, Task]) -> dict[int, Task]:
+        """The tasks before order `before` among the `limit` newest task records (those not
+        `known` already)."""
+        scan = Scan(prefix=self.namespace, kind=TASK, newest_first=True, exact=True, limit=limit)
+        found: dict[int, Task] = {}
+        for rec in self.store.batch([scan])[0]:
+            order = int(rec.data.get("order", -1))
+            if 0 <= order < before and order not in known:
+                found[order] = Task.from_dict(rec.data["task"])
+        return found
+
+    @staticmethod
+    def _walk(by_order: Mapping[int, Task], before: int, count: int) -> list[tuple[int, Task]]:
+        """From order ``before - 1`` back while contiguous, at most `count`, oldest first;
+        a task recorded again later (its id seen newer) is left at its newest place."""
+        out: list[tuple[int, Task]] = []
+        seen: set[str] = set()
+        order = before - 1
+        while order in by_order and len(out) < count:
+            task = by_order[order]
+            if task.task_id not in seen:
+                seen.add(task.task_id)
+                out.append((order, task))
+            order -= 1
+        out.reverse()
+        return out
 
     def get_l2_tasks(self) -> list[Task]:
         """The tasks of L2, most important first."""
@@ -1091,6 +1154,7 @@ class LoomMemory:
         for rec in (r for found in scans[:3] for r in found):
             self._entries.setdefault(str(rec.data["task_id"]), _Entry.of(rec))
         self._l3 = deque(TaskSummary.from_dict(r.data["summary"]) for r in scans[3])
+        self._past = ([], 0, 0)  # read again when asked: a delete may have taken some
         self._order = max([e.order + 1 for e in self._entries.values()] + [0])
         for rec in scans[4]:
             self._order = max(self._order, int(rec.data.get("order", -1)) + 1)

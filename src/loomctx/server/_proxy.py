@@ -55,18 +55,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
-from loomctx.agent.executor import DEFAULT_MAX_DYNAMIC, TurnSource
-from loomctx.context.block import BuildContext, ContextSource
+from loomctx.context.block import BuildContext
 from loomctx.context.budget import BudgetManager
-from loomctx.context.compactor import CachePolicy
-from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
 from loomctx.context.sources import (
     L1RecentSource,
     L2ImportantSource,
-    PromptSource,
-    ToolSource,
+    TurnSource,
     UnifiedRetrievalSource,
-    UserInputSource,
 )
 from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
@@ -503,20 +500,22 @@ class ChatProxy:
     ) -> ContextWindow:
         service = self.service
         system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
-        sources: list[ContextSource] = [PromptSource(system)]
-        names = [tool_spec(t)[0] for t in request.tools]
-        if request.tools:
-            sources.append(ToolSource(list(request.tools), always=names))
         in_flight = TurnSource()
         for unit in split_units(list(split.in_flight)):
             in_flight.add(unit.messages)
-        sources += [*self._sources_of(tenant, request.session), in_flight, UserInputSource()]
-        orchestrator = ContextOrchestrator(
-            token_counter=service.counter,
-            sources=sources,
-            model_context_window=self.upstream(request.model).safe_window(request.model.window),
+        # Every tool is kept whatever the budget: the proxy never drops one the client may call.
+        sources = window_sources(
+            system,
+            tools=request.tools,
+            always=[tool_spec(t)[0] for t in request.tools],
+            memory=self._sources_of(tenant, request.session),
+            turn=in_flight,
+        )
+        orchestrator = window_orchestrator(
+            sources,
+            counter=service.counter,
+            window=self.upstream(request.model).safe_window(request.model.window),
             output_reserve_ratio=request.model.output_reserve,
-            cache_policy=CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC),
             state=service.layout,
         )
         ctx = BuildContext(
@@ -552,10 +551,8 @@ class ChatProxy:
         if kept is not None and kept[0].memory is memory:
             self._memory_sources.move_to_end(key)
             return kept
-        kept = self._memory_sources[key] = (
-            L1RecentSource(memory),
-            L2ImportantSource(memory),
-            UnifiedRetrievalSource(memory, self.service.knowledge_bases(tenant)),
+        kept = self._memory_sources[key] = memory_sources(
+            memory, self.service.knowledge_bases(tenant)
         )
         while len(self._memory_sources) > self.service.max_open:
             self._memory_sources.popitem(last=False)

@@ -1,9 +1,10 @@
 """`Session`: one conversation's Task flow, lifecycle, memory and context window (seed 003).
 
 A session owns a `LoomMemory` (L1 recent, L2 important, L3 summaries, L4 archive, in its
-own store namespace) and a `ContextOrchestrator` whose sources are, in order: the system
-prompt, the extra sources of its options (a knowledge base, tools), L1 as history, L2 and
-L4 as dynamic context, and the user's turn.
+own store namespace) and a `ContextOrchestrator` that builds its windows by the one window
+recipe (`loomctx.context.recipe`), as an `Agent` and the proxy do: the system prompt, L1 as
+history, L2 and retrieval over the archive as the dynamic tail, the extra sources of its
+options (a knowledge base, tools), and the user's turn.
 
 Lifecycle::
 
@@ -32,14 +33,8 @@ from typing import Any, Final
 
 from loomctx.context.block import BuildContext, ContextSource
 from loomctx.context.budget import BudgetManager
-from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
-from loomctx.context.sources import (
-    L1RecentSource,
-    L2ImportantSource,
-    L4SemanticSource,
-    PromptSource,
-    UserInputSource,
-)
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import MemoryTier, Task, importance_of
@@ -121,22 +116,20 @@ class Session:
             embedder=None,
         )
         """Its tiered memory, in its own namespace of the store."""
-        self.orchestrator: Final = ContextOrchestrator(
-            token_counter=counter,
-            model_context_window=options.model_context_window,
+        self.orchestrator: Final = window_orchestrator(
+            window_sources(
+                options.system_prompt,
+                memory=memory_sources(self.memory),
+                extra=options.sources,
+            ),
+            counter=counter,
+            window=options.model_context_window,
             output_reserve_ratio=options.output_reserve_ratio,
             max_output_tokens=options.max_output_tokens,
             budget_manager=budget_manager or options.budget_manager,
-            sources=[
-                PromptSource(options.system_prompt),
-                *options.sources,
-                L1RecentSource(self.memory),
-                L2ImportantSource(self.memory),
-                L4SemanticSource(self.memory),
-            ],
         )
-        """What builds its windows; `add_source` adds to it."""
-        self.orchestrator.add_source(UserInputSource())
+        """What builds its windows (the one window recipe, `loomctx.context.recipe`);
+        `add_source` adds to it."""
         self._queue = self._stored_queue()
         self.needs_promotion = False
         """Whether L1 holds a Task above the promotion threshold that is not in L2 yet."""

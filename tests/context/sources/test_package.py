@@ -30,6 +30,7 @@ def test_exports_are_sorted_and_documented() -> None:
         "Skill",
         "SkillSource",
         "ToolSource",
+        "TurnSource",
         "UnifiedRetrievalSource",
         "UserInputSource",
         "load_skills",

@@ -1,7 +1,7 @@
 """The built-in context sources: instructions, the user's turn, tools, skills, earlier agent
-outputs, a plain history, and the memory tiers (L1 recent, L2 important, L4 semantic, a
-parent's inherited memory, a shared pool), and unified retrieval over memory and knowledge
-bases.
+outputs, a plain history, the run's own exchange, and the memory tiers (L1 recent, L2
+important, L4 semantic, a parent's inherited memory, a shared pool), and unified retrieval
+over memory and knowledge bases.
 
 Each implements `loomctx.context.block.ContextSource`: a `name`, a `priority` and
 ``async collect(query, budget, *, ctx)``, returning blocks in its order of preference with
@@ -25,6 +25,7 @@ from loomctx.context.sources.prompt import PromptSource, UserInputSource
 from loomctx.context.sources.retrieval import RetrievalInjector, UnifiedRetrievalSource
 from loomctx.context.sources.skills import Skill, SkillSource, load_skills
 from loomctx.context.sources.tools import ToolSource
+from loomctx.context.sources.turn import TurnSource
 
 __all__ = [
     "AgentOutputSource",
@@ -39,6 +40,7 @@ __all__ = [
     "Skill",
     "SkillSource",
     "ToolSource",
+    "TurnSource",
     "UnifiedRetrievalSource",
     "UserInputSource",
     "load_skills",

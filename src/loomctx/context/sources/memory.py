@@ -175,9 +175,12 @@ def _text_blocks(
 class L1RecentSource(_MemorySource):
     """The recent tasks of `memory` as history messages, newest first within the ceiling.
 
-    Each block's id names its task (``L1_recent:<task id>``), so the compactor's history mark
-    stays on the same task while L1 moves on; ``metadata["capacity"]`` is L1's size, so a
-    compaction leaves room for L1 to grow before the mark's task leaves it.
+    `depth` is how many of the conversation's newest tasks it offers at most: by default L1's
+    size (what the memory holds in memory); more reads the tasks that left L1 from the store
+    (`LoomMemory.recent_tasks`), so that history fills the room its budget gives it rather
+    than L1's. Each block's id names its task (``L1_recent:<task id>``), so the compactor's
+    history mark stays on the same task while the history moves on; ``metadata["capacity"]``
+    is the depth, so a compaction leaves room to grow before the mark's task leaves it.
 
     One large task cannot push the others out: a task whose messages take more than
     `max_item_tokens` (default: `DEFAULT_EXCERPT_SHARE` of the input budget, the ceiling) is
@@ -202,10 +205,18 @@ class L1RecentSource(_MemorySource):
         priority: float = 0.85,
         max_item_tokens: int | None = None,
         read_tool: str | None = None,
+        depth: int | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
         self.max_item_tokens = check_limit(max_item_tokens, f"source `{name}`: `max_item_tokens`")
         self.read_tool = read_tool
+        if depth is not None and (
+            isinstance(depth, bool) or not isinstance(depth, int) or depth < 1
+        ):
+            raise ConfigError(
+                f"source `{name}`: `depth` must be an int >= 1 or None, got {depth!r}"
+            )
+        self.depth = depth
         # Each task's messages and their cost, by task object (tasks are frozen; the memory
         # hands over the same objects build after build, holding one keeps its id unique): a
         # build repeats them, and the same tuple lets the orchestrator's cost cache hit too.
@@ -226,11 +237,8 @@ class L1RecentSource(_MemorySource):
         agent run being built for (`ctx.metadata["run_id"]`) are left out: the user turn and
         the run's own exchange have sources of their own."""
         run_id = ctx.metadata.get("run_id")
-        tasks = [
-            t
-            for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)
-            if run_id is None or t.metadata.get("run_id") != run_id
-        ]
+        depth = self.depth or self.memory.max_l1_size
+        tasks = [t for t in self._recent() if run_id is None or t.metadata.get("run_id") != run_id]
         limit = self.max_item_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
         cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
@@ -240,7 +248,7 @@ class L1RecentSource(_MemorySource):
             meta: dict[str, object] = {
                 "task_id": task.task_id,
                 "age": age,
-                "capacity": self.memory.max_l1_size,
+                "capacity": depth,
             }
             if excerpts:
                 meta["excerpts"] = tuple(e.to_dict() for e in excerpts)
@@ -279,6 +287,21 @@ class L1RecentSource(_MemorySource):
                 break
         return blocks
 
+    def held(self, ctx: BuildContext) -> set[str]:
+        """The ids of the tasks this history holds in the session's window: those from where
+        its kept history starts (``ctx.history_start``) to the newest. The dynamic tail
+        leaves them out: they are in the window already (`L2ImportantSource(held=...)`)."""
+        tasks = self._recent()
+        start = ctx.history_start.get(self.name, 0)
+        return {t.task_id for t in tasks[max(0, min(start, len(tasks))) :]}
+
+    def _recent(self) -> list[Task]:
+        """The newest tasks of the conversation, as deep as `depth`, oldest first."""
+        depth = self.depth or self.memory.max_l1_size
+        if depth > self.memory.max_l1_size:
+            return self.memory.recent_tasks(depth)
+        return self.memory.get_l1_tasks(limit=depth)
+
     def _unit(
         self, task: Task, cap: int, counter: TokenCounter
     ) -> tuple[tuple[Message, ...], tuple[Excerpt, ...], int]:
@@ -313,18 +336,30 @@ class L1RecentSource(_MemorySource):
 
 
 class L2ImportantSource(_MemorySource):
-    """The important tasks of `memory` that have left L1, most important first."""
+    """The important tasks of `memory` that are not in the window's history, most important
+    first. `held` says which tasks the history holds in a build's window (an
+    `L1RecentSource`'s `held`); by default, those of L1."""
 
     def __init__(
-        self, memory: LoomMemory, *, name: str = "L2_important", priority: float = 0.7
+        self,
+        memory: LoomMemory,
+        *,
+        name: str = "L2_important",
+        priority: float = 0.7,
+        held: Callable[[BuildContext], set[str]] | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
+        self.held = held
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:
-        """L2 tasks not in L1 (those are in the history already)."""
-        recent = {t.task_id for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)}
+        """L2 tasks not in the history (those are in the window already): the tail holds
+        only what the window lacks, and claims no room for the rest."""
+        if self.held is not None:
+            recent = self.held(ctx)
+        else:
+            recent = {t.task_id for t in self.memory.get_l1_tasks(limit=self.memory.max_l1_size)}
         entries: list[tuple[Task, float, dict[str, object]]] = [
             (t, self._items.importance(t), {})
             for t in self.memory.get_l2_tasks()

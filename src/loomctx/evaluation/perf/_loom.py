@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loomctx.context.block import ContextSource
+from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextOrchestrator, LayoutState, repeated_prefix_tokens
-from loomctx.context.sources import (
-    HistorySource,
-    L1RecentSource,
-    L2ImportantSource,
-    PromptSource,
-    ToolSource,
-    UnifiedRetrievalSource,
-    UserInputSource,
+from loomctx.context.recipe import (
+    WindowSettings,
+    memory_sources,
+    window_orchestrator,
+    window_sources,
 )
+from loomctx.context.sources import HistorySource, UnifiedRetrievalSource
 from loomctx.embeddings import Embedder, default_embedder
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import PRICES
@@ -129,13 +128,20 @@ class _Judge:
         )
 
 
+PERF_SETTINGS = WindowSettings(cache_policy=CachePolicy(), history_depth=None)
+"""The window recipe's settings here: an uncapped dynamic tail and history bounded by L1,
+as the README's figures of `loomctx bench perf` were measured (an `Agent`'s window caps the
+tail, `DEFAULT_MAX_DYNAMIC`, and lets history fill its room, `DEFAULT_HISTORY_DEPTH`)."""
+
+
 def _orchestrator(
     sources: list[ContextSource], workload: Workload, counter: TokenCounter
 ) -> ContextOrchestrator:
-    return ContextOrchestrator(
-        token_counter=counter,
-        sources=[PromptSource(SYSTEM), ToolSource(list(TOOLS)), *sources, UserInputSource()],
-        model_context_window=workload.window,
+    return window_orchestrator(
+        window_sources(SYSTEM, tools=TOOLS, memory=sources),
+        counter=counter,
+        window=workload.window,
+        settings=PERF_SETTINGS,
         output_reserve_ratio=workload.reserve / workload.window,
         state=LayoutState(),
     )
@@ -153,9 +159,7 @@ def _memory_orchestrator(
 ) -> ContextOrchestrator:
     """The `memory` strategy: the memory's tiers and archive, and the knowledge base."""
     return _orchestrator(
-        [L1RecentSource(memory), L2ImportantSource(memory), UnifiedRetrievalSource(memory, [kb])],
-        workload,
-        counter,
+        list(memory_sources(memory, [kb], settings=PERF_SETTINGS)), workload, counter
     )
 
 
