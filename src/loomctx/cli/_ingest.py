@@ -145,6 +145,8 @@ def _documents(
     kb = open_knowledge(db, kb_name, embedder, background=False)
     try:
         found = _add_documents(kb, path, limits)
+        if kb.background is not None:
+            kb.background.count_pending()  # exactly (chunks kept may have their vectors)
         if wait and kb.unembedded:
             with progress_bar(err_console()) as progress:
                 task = progress.add_task("vectors", total=kb.unembedded)
