@@ -98,6 +98,9 @@ DOCUMENT: Final = "kb_document"
 CHUNK: Final = "kb_chunk"
 _CHUNKER_VERSION: Final = 1  # bump when chunking changes: documents re-chunk on their next add
 _MIN_POOL: Final = 20  # the fewest candidates asked of each of lexical and dense search
+# Chunks per background batch: long texts embed as fast per text in batches of 8 as of 32
+# (the engine packs texts without padding), and `close` waits for one batch at most.
+_BATCH: Final = 8
 
 Progress = Callable[[IngestProgress], object]
 
@@ -169,7 +172,7 @@ class KnowledgeBase:
         """Embeds the chunks that lack the `embedder`'s vectors (with a `fast_embedder`)."""
         if embedder is not None and fast is not None:
             self.background = BackgroundEmbedder(
-                self.store, embedder, prefix=self.namespace, exact=True
+                self.store, embedder, prefix=self.namespace, exact=True, batch_size=_BATCH
             )
             self.background.count_pending()
             if embed_in_background:
