@@ -135,8 +135,26 @@ def test_bench_longmemeval_prints_a_table_and_writes_json(
     assert data["questions"] == 2
     assert data["recall_any@5"] == 1.0
     title = f"LongMemEval: ranking {data['config']['ranking']}, lexical only"
-    for name in (title, "knowledge-update", "all@10"):
+    for name in (title, "knowledge-update", "all@10", "measured on all 2 questions"):
         assert name in result.stdout
+    assert data["subset"] == "all 2 questions"
+    assert set(data["rankings"]) == {"q1", "q2"}
+
+
+def test_bench_longmemeval_dense_on_a_stated_subset(
+    runner: CliRunner, longmemeval: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    out = tmp_path / "lme.json"
+    args = ["bench", "longmemeval", str(longmemeval), "--limit", "1", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "measured on the first 1 of 2 questions (--limit)" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["questions"] == 1
+    assert data["config"]["embedder"] is not None  # dense
+    assert data["subset"] == "the first 1 of 2 questions (--limit)"
+    assert list(data["rankings"]) == ["q1"]
 
 
 def test_bench_cross_validated_figures_beside_the_plain_ones(

@@ -176,6 +176,36 @@ def test_ingest_a_folder_of_documents_then_again(
     store.close()
 
 
+def test_ingested_documents_are_searchable_before_the_models_vectors(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    from loomctx.embeddings import default_embedder
+    from loomctx.stores.base import Unembedded
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Deploys\n\nDeploy staging with `make deploy ENV=staging`.\n")
+    (docs / "b.txt").write_text("Backups run nightly at 02:00.\n")
+    first = runner.invoke(app, ["ingest", "docs", "--kb", "handbook", "--json"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["vectors_pending"] == 2
+    assert "searched by their fast vectors" in first.stderr
+    store = open_store(tmp_path / ".loom" / "loom.db")
+    kb = open_knowledge(store, "handbook", default_embedder(), background=False)
+    assert kb.unembedded == 2
+    assert kb.search_sync("when do backups run")[0].vector_score is not None  # the fast vector
+    kb.close()
+    store.close()
+    waited = runner.invoke(app, ["ingest", "docs", "--kb", "handbook", "--wait", "--json"])
+    assert waited.exit_code == 0, waited.output
+    assert json.loads(waited.stdout)["vectors_pending"] == 0
+    assert "vectors" in waited.stderr
+    store = open_store(tmp_path / ".loom" / "loom.db")
+    op = Unembedded(model=default_embedder().name, prefix=("knowledge", "handbook"))
+    assert store.batch([op])[0] == []
+    store.close()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX links")
 def test_ingest_does_not_follow_links_out_of_the_folder_and_says_so(
     runner: CliRunner, tmp_path: Path, lexical: None

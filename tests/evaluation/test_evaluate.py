@@ -347,3 +347,54 @@ def test_cached_embedder_persists(tmp_path: Path) -> None:
     assert second.dim == 32
     with pytest.raises(ConfigError):
         second.embed("one string")
+
+
+# --- no leak of the gold session ids ---------------------------------------------------------
+
+
+def lme_with_answer_ids() -> list[dict[str, Any]]:
+    """Questions shaped like LongMemEval_S's, whose gold session ids start with `answer_` (as
+    the dataset's do) and whose questions say "answer" and "session": were the ids ever
+    indexed or ranked on, these questions would find the gold sessions by them."""
+    topics = ["cooking a risotto", "my answer to the riddle", "the gym session schedule",
+              "a trip to Lisbon", "answering emails faster", "repotting the fern"]  # fmt: skip
+    haystack = [
+        [{"role": "user", "content": f"Let's talk about {topic}, part {i}."},
+         {"role": "assistant", "content": f"Happy to help with {topic}."}]
+        for i, topic in enumerate(topics)
+    ]  # fmt: skip
+    ids = ["sharegpt_yywfJrx_0", "answer_4be1b6b4_1", "5e1b8a0c_2", "answer_4be1b6b4_2",
+           "ultrachat_11200", "e3c1e5b7_1"]  # fmt: skip
+
+    def q(qid: str, qtype: str, text: str, answers: list[str]) -> dict[str, Any]:
+        return {"question_id": qid, "question_type": qtype, "question": text, "answer": "x",
+                "haystack_session_ids": ids, "haystack_sessions": haystack,
+                "answer_session_ids": answers}  # fmt: skip
+
+    return [
+        q("a1", "multi-session", "What was my answer, and which session?", [ids[1], ids[3]]),
+        q("a2", "single-session-user", "Which city did I plan a trip to?", [ids[3]]),
+        q("a3", "single-session-user", "answer_4be1b6b4 session answer", [ids[5]]),
+    ]
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["lexical", "hashing-dense"])
+def test_the_harness_does_not_see_the_answer_prefix_of_gold_session_ids(
+    tmp_path: Path, dense: bool
+) -> None:
+    data = lme_with_answer_ids()
+    handles = {sid: f"h{i}" for i, sid in enumerate(data[0]["haystack_session_ids"])}
+    neutral = json.loads(json.dumps(data))
+    for question in neutral:
+        question["haystack_session_ids"] = [handles[s] for s in question["haystack_session_ids"]]
+        question["answer_session_ids"] = [handles[s] for s in question["answer_session_ids"]]
+    embedder = HashingEmbedder(dim=256) if dense else None
+    options: dict[str, Any] = {"dense": dense, "embedder": embedder, "stages": dense}
+    real = evaluate_longmemeval(write(tmp_path / "real.json", data), **options)
+    blind = evaluate_longmemeval(write(tmp_path / "blind.json", neutral), **options)
+    assert set(real["rankings"]) == {"a1", "a2", "a3"}
+    for qid, ranked in real["rankings"].items():
+        assert len(ranked) == len(handles)
+        assert [handles[s] for s in ranked] == blind["rankings"][qid]
+    for key in ("by_question_type", "stages", *LME_KEYS):
+        assert real.get(key) == blind.get(key)

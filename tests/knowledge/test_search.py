@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -10,7 +11,7 @@ from loomctx.embeddings import MultilingualE5Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase, KnowledgeHit
 from loomctx.knowledge._fusion import fuse
-from loomctx.stores.base import Hit, Record
+from loomctx.stores.base import Hit, Record, VectorSearch
 from loomctx.testing.embedders import HashingEmbedder
 
 from .corpus import DOCS, QUESTIONS
@@ -111,7 +112,7 @@ HELP_CENTER = {
 
 
 def test_an_english_question_finds_the_chinese_document(e5: MultilingualE5Embedder) -> None:
-    kb = KnowledgeBase("help", embedder=e5)
+    kb = KnowledgeBase("help", embedder=e5, fast_embedder=None)  # the model alone
     for doc_id, text in HELP_CENTER.items():
         kb.add_text(text, document_id=doc_id)
     for question, answer in [
@@ -160,6 +161,19 @@ def test_fusion_without_an_embedder_or_with_incomplete_lexical_results() -> None
     assert fuse(["x"], [], [], lexical_complete=True) == []
 
 
+def test_a_chunk_the_dense_search_missed_takes_its_dense_part_from_the_fast_one() -> None:
+    dense = [hit("a", 0.9), hit("b", 0.7)]
+    fast = [hit("a", 0.2), hit("c", 0.6), hit("d", 0.4)]
+    fused = {f.record.key: f for f in fuse([], [], dense, lexical_complete=True, fast=fast)}
+    assert fused["a"].score == pytest.approx(0.5 * 1.0 * 0.9)  # its dense part, not its fast
+    assert fused["b"].score == 0.0  # the worst dense candidate
+    assert fused["c"].score == pytest.approx(0.5 * 1.0 * 0.6)  # rescaled among the fast hits
+    assert fused["d"].score == pytest.approx(0.5 * 0.5 * 0.4)
+    assert [fused[k].vector_score for k in "abcd"] == [0.9, 0.7, 0.6, 0.4]
+    # Without an embedder there is no dense part to stand in for.
+    assert fuse([], [], None, lexical_complete=True, fast=fast) == []
+
+
 def test_coverage_counts_stems_the_stemmer_changed() -> None:
     text = "We were happy making pancakes in 2024."
     full = fuse(
@@ -170,3 +184,76 @@ def test_coverage_counts_stems_the_stemmer_changed() -> None:
         ["pancak", "2025", "syrup", "make"], [hit("a", 1.0, text)], None, lexical_complete=True
     )
     assert half[0].score == 0.5  # "2025" and "syrup" are not there; a number is not shortened
+
+
+def help_center(kb: KnowledgeBase) -> KnowledgeBase:
+    for doc_id, text in HELP_CENTER.items():
+        kb.add_text(text, document_id=doc_id)
+    return kb
+
+
+HELP_QUESTIONS = (
+    "How do I reset my password?",
+    "How long are database backups kept?",
+    "When will my order ship?",
+    "Can I get my money back?",
+)
+
+
+def ranking(kb: KnowledgeBase, query: str) -> list[tuple[str, float, float | None]]:
+    return [(h.chunk_id, h.score, h.vector_score) for h in kb.search_sync(query, limit=5)]
+
+
+def test_chunks_are_searched_by_their_fast_vectors_until_the_models_follow(
+    e5: MultilingualE5Embedder,
+) -> None:
+    kb = help_center(KnowledgeBase("help", embedder=e5, embed_in_background=False))
+    static = kb.fast_embedder
+    assert static is not None
+    assert static.name != e5.name
+    assert kb.background is not None
+    assert kb.unembedded == len(HELP_CENTER)
+    # Searchable densely as soon as `add_text` returns, by the chunks' static vectors.
+    query = "When will my order ship?"
+    vector = static.embed([query], kind="query")[0]
+    by_static = kb.store.batch(
+        [VectorSearch(prefix=kb.namespace, vector=vector, model=static.name, exact=True)]
+    )[0]
+    assert len(by_static) == len(HELP_CENTER)
+    hits = kb.search_sync(query, limit=3)
+    assert hits[0].document_id == "shipping.md"
+    assert hits[0].vector_score == pytest.approx(
+        next(h.score for h in by_static if h.record.key == "chunk:shipping.md#0")
+    )
+    # The model's vectors replace them; search is then what embedding while writing gives.
+    assert kb.background.drain() == len(HELP_CENTER)
+    assert kb.unembedded == 0
+    written = help_center(KnowledgeBase("help", embedder=e5, fast_embedder=None))
+    for question in HELP_QUESTIONS:
+        assert ranking(kb, question) == ranking(written, question)
+
+
+def test_the_models_vectors_follow_in_the_background(e5: MultilingualE5Embedder) -> None:
+    with KnowledgeBase("help", embedder=e5) as kb:
+        help_center(kb)
+        assert kb.background is not None
+        assert kb.background.running
+        assert kb.search_sync("When will my order ship?")[0].document_id == "shipping.md"
+        deadline = time.monotonic() + 120
+        while kb.unembedded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert kb.unembedded == 0
+        written = help_center(KnowledgeBase("help", embedder=e5, fast_embedder=None))
+        for question in HELP_QUESTIONS:
+            assert ranking(kb, question) == ranking(written, question)
+    assert not kb.background.running  # `close` stops the thread
+
+
+def test_a_fast_embedder_needs_an_embedder_of_another_model() -> None:
+    fast = HashingEmbedder(16)
+    with pytest.raises(ConfigError, match="give an `embedder` too"):
+        KnowledgeBase("kb", fast_embedder=fast)
+    with pytest.raises(ConfigError, match="another model than the `embedder`"):
+        KnowledgeBase("kb", embedder=HashingEmbedder(16), fast_embedder=fast)
+    with pytest.raises(ConfigError, match="`fast_embedder` must be an `Embedder`"):
+        KnowledgeBase("kb", embedder=fast, fast_embedder="static")  # type: ignore[arg-type]

@@ -41,9 +41,11 @@ def knowledge(
     *,
     embedder: Embedder | None = None,
 ) -> KnowledgeBase:
-    kb = KnowledgeBase(name, store, embedder=embedder)
+    kb = KnowledgeBase(name, store, embedder=embedder, embed_in_background=False)
     for doc_id, text in docs.items():
         kb.add_text(text, document_id=doc_id)
+    if kb.background is not None:  # the model's vectors, after the fast ones, in
+        kb.background.drain()
     return kb
 
 

@@ -234,6 +234,7 @@ def longmemeval(
         rows += [(f"cv: {t}", v) for t, v in held["by_question_type"].items()]
     columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"]
     print_table(out_console(), _title("LongMemEval", result), rows, columns)
+    out_console().print(f"measured on {result['subset']}", markup=False, soft_wrap=True)
     if cv:
         _print_choices(held)
     _write(json_out, result)

@@ -113,10 +113,17 @@ class _Printer:
 
 
 def _knowledge(
-    console: Console, db: BaseStore, name: str, folder: str | None, embedder: Embedder | None
+    console: Console,
+    db: BaseStore,
+    name: str,
+    folder: str | None,
+    embedder: Embedder | None,
+    stack: ExitStack,
 ) -> tuple[list[ContextSource], str]:
-    """The knowledge source (if the knowledge base has documents) and a line about it."""
+    """The knowledge source (if the knowledge base has documents) and a line about it; the
+    knowledge base's background embedding stops when `stack` closes."""
     kb = open_knowledge(db, name, embedder)
+    stack.callback(kb.close)
     if folder is not None:
         if not Path(folder).is_dir():
             raise ConfigError(f"the knowledge folder {folder!r} is not a folder; check the path")
@@ -272,7 +279,9 @@ def chat(
         embedder = embedder_for(settings.embedder)
         memory = open_memory(db, session_id, embedder)
         stack.callback(memory.close)
-        sources, about_kb = _knowledge(console, db, settings.kb, settings.knowledge, embedder)
+        sources, about_kb = _knowledge(
+            console, db, settings.kb, settings.knowledge, embedder, stack
+        )
         if memory.background is not None:
             memory.background.start()
         agent = Agent(

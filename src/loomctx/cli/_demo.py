@@ -32,6 +32,7 @@ from loomctx.cli._common import out_console, progress_bar
 from loomctx.cli._render import report_view
 from loomctx.cli._reports import next_turn, save_window
 from loomctx.cli._workspace import (
+    embed_knowledge,
     embed_pending,
     embedder_for,
     ingest_messages,
@@ -96,6 +97,9 @@ def _ingest(
 
         with resources.as_file(_data().joinpath("knowledge")) as folder:
             summary = kb.add_folder(folder, progress=advance)
+        if kb.unembedded:  # now, so that every window of the demo is searched alike
+            chunks = progress.add_task("knowledge vectors", total=kb.unembedded)
+            embed_knowledge(kb, lambda n: progress.advance(chunks, n))
     if not fresh:
         console.print("  the conversation was ingested into this store before: reusing it")
     files = len(summary.added) + len(summary.updated) + len(summary.unchanged)
@@ -213,7 +217,8 @@ def demo(
         embedder = None if lexical else embedder_for("default")
         memory = open_memory(db, SESSION, embedder, l1_size=L1_SIZE)
         stack.callback(memory.close)
-        kb = open_knowledge(db, SESSION, embedder)
+        kb = open_knowledge(db, SESSION, embedder, background=False)
+        stack.callback(kb.close)
         search = "lexical only" if embedder is None else f"lexical + dense ({embedder.name})"
         console.print(Text("Loom demo: the context window built before every model call", "bold"))
         for label, value in (

@@ -9,6 +9,12 @@ summary to stdout (``--json``: as one JSON object). Documents show one bar in ch
 and embedded with an embedder), with the rate, an estimate of the time left and the files
 done; files left out are listed as a short table, those without a loader one row per suffix.
 
+Documents are searchable when the command returns: with the default embedder each chunk is
+written with its fast (static) vector, thousands a second, and the transformer's vectors,
+a few chunks a second, follow in the background of whatever opens the knowledge base next
+(``loomctx chat``, ``loomctx serve``); the summary says how many wait (``vectors_pending``).
+``--wait`` computes them before returning, with a bar of their own.
+
 A folder may be a repository nobody has checked: symbolic links out of it are not followed
 (each is listed under ``skipped`` with its target), files over ``--max-file-size`` are skipped,
 and more than ``--max-files`` files or ``--max-total-size`` in all stop the ingest before
@@ -43,6 +49,7 @@ from loomctx.cli._common import (
 )
 from loomctx.cli._conversations import CONVERSATION_SUFFIXES, read_conversation
 from loomctx.cli._workspace import (
+    embed_knowledge,
     embed_pending,
     embedder_for,
     ingest_messages,
@@ -57,6 +64,7 @@ from loomctx.knowledge import (
     DEFAULT_MAX_FILES,
     DEFAULT_MAX_TOTAL_BYTES,
     IngestProgress,
+    KnowledgeBase,
 )
 from loomctx.stores.base import BaseStore
 
@@ -132,9 +140,24 @@ def _track(progress: Progress, what: str) -> Callable[[IngestProgress], None]:
 
 
 def _documents(
-    db: BaseStore, path: Path, kb_name: str, embedder: Any, limits: _Limits
+    db: BaseStore, path: Path, kb_name: str, embedder: Any, limits: _Limits, *, wait: bool
 ) -> dict[str, Any]:
-    kb = open_knowledge(db, kb_name, embedder)
+    kb = open_knowledge(db, kb_name, embedder, background=False)
+    try:
+        found = _add_documents(kb, path, limits)
+        if kb.background is not None:
+            kb.background.count_pending()  # exactly (chunks kept may have their vectors)
+        if wait and kb.unembedded:
+            with progress_bar(err_console()) as progress:
+                task = progress.add_task("vectors", total=kb.unembedded)
+                embed_knowledge(kb, lambda n: progress.advance(task, n))
+        return {**found, "vectors_pending": kb.unembedded}
+    finally:
+        kb.close()
+
+
+def _add_documents(kb: KnowledgeBase, path: Path, limits: _Limits) -> dict[str, Any]:
+    kb_name = kb.name
     if path.is_file():
         with _chunk_bar(err_console()) as progress:
             doc_id = kb.add_file(path, progress=_track(progress, "document"))
@@ -236,6 +259,14 @@ def ingest(
             "--max-total-size", help="Stop (before writing) if a folder holds more than this."
         ),
     ] = f"{DEFAULT_MAX_TOTAL_BYTES // 2**20}M",
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Documents: compute the embedding model's vectors before returning (they "
+            "follow in the background of `chat` and `serve` otherwise).",
+        ),
+    ] = False,
     store: StoreOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -260,8 +291,16 @@ def ingest(
         if kind is Kind.conversation:
             result = _conversation(db, path, settings.session or path.stem, embedder)
         else:
-            result = _documents(db, path, settings.kb, embedder, limits)
+            result = _documents(db, path, settings.kb, embedder, limits, wait=wait)
     result = {"store": settings.store, "kind": kind.value, **result}
+    if result.get("vectors_pending"):
+        err_console().print(
+            f"{result['vectors_pending']} chunks are searched by their fast vectors until the "
+            f"embedding model's follow: in the background of `loomctx chat` or `loomctx serve`, "
+            f"or now with `loomctx ingest --wait`",
+            style="dim",
+            markup=False,
+        )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

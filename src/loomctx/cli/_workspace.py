@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
 __all__ = [
+    "embed_knowledge",
     "embed_pending",
     "embedder_for",
     "ingest_messages",
@@ -104,9 +105,22 @@ def embed_pending(memory: LoomMemory, advance: Advance) -> int:
     return total
 
 
-def open_knowledge(store: MemoryStore, name: str, embedder: Embedder | None) -> KnowledgeBase:
-    """The knowledge base `name` in `store` (its documents are embedded as they are added)."""
-    return KnowledgeBase(name, store, embedder=embedder)
+def open_knowledge(
+    store: MemoryStore, name: str, embedder: Embedder | None, *, background: bool = True
+) -> KnowledgeBase:
+    """The knowledge base `name` in `store`: its chunks are written with their fast vectors,
+    and the `embedder`'s follow in the background, or (``background=False``) when
+    `embed_knowledge` is called."""
+    return KnowledgeBase(name, store, embedder=embedder, embed_in_background=background)
+
+
+def embed_knowledge(kb: KnowledgeBase, advance: Advance) -> int:
+    """Give every chunk of `kb` its `embedder`'s vector now, batch by batch."""
+    total = 0
+    while kb.background is not None and (n := kb.background.run_once()):
+        total += n
+        advance(n)
+    return total
 
 
 def knowledge_source(kb: KnowledgeBase) -> ContextSource:

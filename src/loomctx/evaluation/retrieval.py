@@ -788,6 +788,13 @@ def _sessions(ranked_turns: Sequence[str], q: LongMemEvalQuestion) -> list[str]:
     return out
 
 
+def _subset(used: int, available: int) -> str:
+    """Which questions a run measured, for its report: all, or the first `used`."""
+    if used == available:
+        return f"all {available} questions"
+    return f"the first {used} of {available} questions (--limit)"
+
+
 def _lme_row(ranked: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
     g = set(gold)
     return {
@@ -828,7 +835,8 @@ def evaluate_longmemeval(
 ) -> dict[str, Any]:
     """Session-level recall_any@5, recall_all@5/10 and nDCG@10 on a LongMemEval file, over
     non-abstention questions. Sessions are ranked by their best turn among the top
-    `turn_limit` turns. `limit`: only the first `limit` non-abstention questions.
+    `turn_limit` turns. `limit`: only the first `limit` non-abstention questions (``subset``
+    says which were measured). ``rankings``: each question's sessions, best first.
     `settings`: the retrieval constants of the plain figures (default `RetrievalSettings()`).
 
     `cv`: also ``cross_validated``: the questions are dealt round-robin into `folds` folds
@@ -845,9 +853,11 @@ def evaluate_longmemeval(
     questions = load_longmemeval(path)
     usable = [q for q in questions if not q.abstention and q.answer_session_ids]
     skipped = len(questions) - len(usable)
+    available = len(usable)
     if limit is not None:
         usable = usable[:limit]
     fold_of = folds_of(len(usable), folds) if cv else []
+    rankings: dict[str, list[str]] = {}
     table: dict[str, dict[str, list[dict[str, Any]]]] = {}
     emb = _embedder(dense, embedder, cache_dir)
     run_stages = _stages(dense, stages)
@@ -879,6 +889,8 @@ def evaluate_longmemeval(
             rankers.configure(plain)
             for stage in run_stages:
                 ranked = _sessions(rankers.rank(q.question, stage, turn_limit), q)
+                if stage == main:
+                    rankings[q.question_id] = ranked
                 row: dict[str, Any] = dict(_lme_row(ranked, q.answer_session_ids))
                 row["question_type"] = q.question_type
                 stage_rows[stage].append(row)
@@ -899,6 +911,8 @@ def evaluate_longmemeval(
         "path": str(path),
         **_lme_report(stage_rows[main]),
         "skipped": skipped,
+        "subset": _subset(len(usable), available),
+        "rankings": rankings,
         "config": {
             "dense": dense,
             "embedder": emb.name if emb is not None else None,

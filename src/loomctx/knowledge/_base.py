@@ -19,6 +19,19 @@ they are done, with a rate and an estimate. Nothing lives only in memory:
 a `KnowledgeBase` opened on the same store and namespace, in any process, sees the same
 documents.
 
+**A fast embedder first.** The default transformer embeds a few 400-token chunks a second on
+two cores: an ingest of a hundred chunks would take a minute. So, as `LoomMemory` does, a
+knowledge base with a `fast_embedder` (by default the shipped `StaticEmbedder` beside the
+shipped multilingual-e5-small) writes each chunk with the fast embedder's vector, thousands a
+second, and leaves the `embedder`'s vectors to a `BackgroundEmbedder` (`background`), which
+embeds the chunks that lack them off the write path, batch by batch. Search fuses what
+exists: a chunk is searched by the `embedder`'s vector once it has one, by its fast vector
+until then (`loomctx.knowledge._fusion`); once every chunk has the `embedder`'s vector, search
+is the same as if they had been embedded while writing. `unembedded` counts the chunks still
+waiting, `background.drain()` embeds them now. The thread runs in the process that opened the
+knowledge base: chunks a process left without vectors are embedded by the next one that opens
+it with the same `embedder`.
+
 Re-adding a document whose fingerprint is unchanged (and that has vectors of the current
 embedder) does no work; a changed one replaces its chunks, and chunks whose text is the same
 keep their vectors instead of being embedded again. Writes are serialised by a lock within a
@@ -28,15 +41,24 @@ process; run one writer per knowledge base at a time across processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from loomctx.embeddings import Embedder
 from loomctx.errors import ConfigError, MissingExtraError, StoreError
+from loomctx.knowledge._checks import (
+    check_fast,
+    check_id,
+    check_metadata,
+    check_path,
+    check_relevance,
+)
 from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, iter_chunks
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
@@ -56,6 +78,8 @@ from loomctx.knowledge._types import (
     SkippedFile,
 )
 from loomctx.knowledge._writer import Plan, Tally, Writer
+from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault
+from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.stores.base import (
     Delete,
     Get,
@@ -79,6 +103,9 @@ DOCUMENT: Final = "kb_document"
 CHUNK: Final = "kb_chunk"
 _CHUNKER_VERSION: Final = 1  # bump when chunking changes: documents re-chunk on their next add
 _MIN_POOL: Final = 20  # the fewest candidates asked of each of lexical and dense search
+# Chunks per background batch: long texts embed as fast per text in batches of 8 as of 32
+# (the engine packs texts without padding), and `close` waits for one batch at most.
+_BATCH: Final = 8
 
 Progress = Callable[[IngestProgress], object]
 
@@ -94,7 +121,11 @@ class KnowledgeBase:
     `counter` (default `TiktokenCounter()`), `chunk_tokens` and `overlap_tokens`: how
     documents are chunked (see `chunk_text`). `loaders`: readers for more file suffixes,
     ``{".rst": fn}`` with ``fn(path) -> str``. `min_relevance`: a floor under every search's
-    own `min_relevance`.
+    own `min_relevance`. `fast_embedder`: writes each chunk's first vector, and the
+    `embedder`'s follow in the background (the module docstring; default: the shipped
+    `StaticEmbedder` when `embedder` is the shipped multilingual-e5-small, else None: the
+    `embedder` embeds every chunk before `add_*` returns). `embed_in_background`: start the
+    thread that embeds them (False: call `background.drain()` yourself).
     """
 
     def __init__(
@@ -109,13 +140,15 @@ class KnowledgeBase:
         overlap_tokens: int = 60,
         loaders: Mapping[str, Loader] | None = None,
         min_relevance: float = 0.0,
+        fast_embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
+        embed_in_background: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name.strip() or "/" in name:
             raise ConfigError(
                 f"a knowledge base `name` is a non-empty string without '/', got {name!r}"
             )
         check_chunk_sizes(chunk_tokens, overlap_tokens)
-        _check_relevance(min_relevance)
+        check_relevance(min_relevance)
         if store is not None and not isinstance(store, MemoryStore):
             raise ConfigError(
                 f"`store` must be a `MemoryStore` (such as `SQLiteStore`), got {store!r}"
@@ -127,6 +160,7 @@ class KnowledgeBase:
             )
         if counter is not None and not isinstance(counter, TokenCounter):
             raise ConfigError(f"`counter` must be a `TokenCounter`, got {counter!r}")
+        fast = check_fast(embedder, fast_embedder)
         self.name = name
         if namespace is None:
             namespace = ("knowledge", name)
@@ -144,6 +178,26 @@ class KnowledgeBase:
         self.store: MemoryStore = SQLiteStore(":memory:") if store is None else store
         self._settings = [_CHUNKER_VERSION, self.counter.name, chunk_tokens, overlap_tokens]
         self._lock = threading.RLock()
+        self.fast_embedder: Embedder | None = fast
+        # The vectors written with the chunks: the fast embedder's, else the embedder's.
+        self._writes: Embedder | None = fast or embedder
+        self.background: BackgroundEmbedder | None = None
+        """Embeds the chunks that lack the `embedder`'s vectors (with a `fast_embedder`)."""
+        if embedder is not None and fast is not None:
+            self.background = BackgroundEmbedder(
+                self.store, embedder, prefix=self.namespace, exact=True, batch_size=_BATCH
+            )
+            self.background.count_pending()
+            if embed_in_background:
+                self.background.start()
+                # A knowledge base dropped without `close()` does not leave its thread running.
+                weakref.finalize(self, self.background.stop, timeout=0)
+
+    @property
+    def unembedded(self) -> int:
+        """Chunks without the `embedder`'s vector yet, as this process knows (searched by their
+        fast vectors meanwhile); 0 when every chunk is embedded as it is written."""
+        return self.background.pending if self.background is not None else 0
 
     # --- adding ---------------------------------------------------------------------------
 
@@ -159,9 +213,9 @@ class KnowledgeBase:
             raise ConfigError(f"`text` must be a non-blank string, got {text!r:.60}")
         check_unicode(text, "`text`")
         text = _normalise(text)
-        doc_id = _hash(text)[:16] if document_id is None else _check_id(document_id)
-        meta = _check_metadata(metadata)
-        with self._lock:
+        doc_id = _hash(text)[:16] if document_id is None else check_id(document_id)
+        meta = check_metadata(metadata)
+        with self._writing():
             self._store_one(self._plan(doc_id, text, meta, old=self._document(doc_id)), None)
         return doc_id
 
@@ -176,15 +230,15 @@ class KnowledgeBase:
         """Store a file, read by the loader of its suffix, as a document; its id is
         `document_id` or the path as given. Returns the id. `progress` receives an
         `IngestProgress` as its chunks are cut and embedded (a large file takes a while)."""
-        file = _check_path(path)
+        file = check_path(path)
         if not file.is_file():
             raise ConfigError(
                 f"`{file}` is not a file (missing, or a folder: use `add_folder`); check the path"
             )
         text = _normalise(load_file(file, self.loaders))
-        doc_id = file.as_posix() if document_id is None else _check_id(document_id)
-        meta = {"source": str(file), **_check_metadata(metadata)}
-        with self._lock:
+        doc_id = file.as_posix() if document_id is None else check_id(document_id)
+        meta = {"source": str(file), **check_metadata(metadata)}
+        with self._writing():
             tally = Tally(progress, sizes=[len(text)], embedding=self.embedder is not None)
             tally.begin(doc_id, len(text))
             old = self._document(doc_id)
@@ -215,7 +269,7 @@ class KnowledgeBase:
         an embedder) and once per file when it is stored or left out. With
         `delete_missing`, documents ingested from this folder before whose file no longer
         exists are deleted (a file that still exists but no longer matches is kept)."""
-        folder = _check_path(path)
+        folder = check_path(path)
         if not folder.is_dir():
             raise ConfigError(f"`{folder}` is not a folder; check the path, or use `add_file`")
         found_files = find_files(
@@ -230,12 +284,12 @@ class KnowledgeBase:
         origin = str(folder.resolve())
         skipped: list[SkippedFile] = list(found_files.skipped)
         tally = Tally(progress, sizes=found_files.sizes, embedding=self.embedder is not None)
-        with self._lock:
+        with self._writing():
             existing = {
                 str(r.data["document_id"]): r
                 for r in self.store.batch([Scan(prefix=self.namespace, kind=DOCUMENT)])[0]
             }
-            writer = Writer(self.store, self.namespace, self.embedder, tally)
+            writer = Writer(self.store, self.namespace, self._writes, tally)
             for (rel, file), size in zip(files, found_files.sizes, strict=True):
                 tally.begin(rel, size)
                 try:
@@ -263,6 +317,7 @@ class KnowledgeBase:
                 tally.cut_whole(plan.chunks, plan.status)
                 writer.add(plan)
             written = writer.finish()
+            self._notify(written)
             deleted = []
             if delete_missing:
                 deleted = sorted(
@@ -306,7 +361,7 @@ class KnowledgeBase:
     def delete(self, document_id: str) -> bool:
         """Remove a document and its chunks; whether it existed."""
         with self._lock:
-            record = self._document(_check_id(document_id))
+            record = self._document(check_id(document_id))
             if record is None:
                 return False
             self.store.batch(self._deletes(record))
@@ -332,7 +387,7 @@ class KnowledgeBase:
             raise ConfigError(f"`query` must be a string, got {type(query).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"`limit` must be an int >= 0, got {limit!r}")
-        _check_relevance(min_relevance)
+        check_relevance(min_relevance)
         if limit == 0 or not query.strip():
             return []
         floor = max(float(min_relevance), self.min_relevance)
@@ -353,12 +408,25 @@ class KnowledgeBase:
                     exact=True,
                 )
             )
+        fast = self.fast_embedder if self.unembedded else None
+        if fast is not None:
+            ops.append(
+                VectorSearch(
+                    prefix=self.namespace,
+                    vector=fast.embed([query], kind="query")[0],
+                    model=fast.name,
+                    kind=CHUNK,
+                    limit=pool,
+                    exact=True,
+                )
+            )
         results: list[list[Hit]] = self.store.batch(ops)
         fused = fuse(
             terms(query),
             results[0],
             results[1] if self.embedder is not None else None,
             lexical_complete=len(results[0]) < pool,
+            fast=results[2] if fast is not None else (),
         )
         hits: list[KnowledgeHit] = []
         for f in fused:
@@ -408,7 +476,7 @@ class KnowledgeBase:
                 ensure_ascii=False,
             )
         )
-        model = self.embedder.name if self.embedder is not None else None
+        model = self._writes.name if self._writes is not None else None
         if (
             old is not None
             and old.data["fingerprint"] == fingerprint
@@ -494,12 +562,27 @@ class KnowledgeBase:
             tally = Tally(None, sizes=[], embedding=self.embedder is not None)
         else:
             tally.cut_whole(plan.chunks, plan.status)
-        writer = Writer(self.store, self.namespace, self.embedder, tally)
+        writer = Writer(self.store, self.namespace, self._writes, tally)
         writer.add(plan)
-        writer.finish()
+        self._notify(writer.finish())
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The write lock, with the background embedder out of the way (it waits meanwhile)."""
+        background = self.background
+        with self._lock, contextlib.nullcontext() if background is None else background.writing():
+            yield
+
+    def _notify(self, written: list[Plan]) -> None:
+        """Tell the background embedder how many chunks now wait for its vectors."""
+        if self.background is not None:
+            self.background.notify(sum(len(p.embed) for p in written))
 
     def close(self) -> None:
-        """Close the store if this knowledge base created it."""
+        """Stop the background embedding, and close the store if this knowledge base created
+        it."""
+        if self.background is not None:
+            self.background.stop()
         if self._owns_store:
             self.store.close()
 
@@ -526,39 +609,3 @@ def _normalise(text: str) -> str:
 
 def _hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _check_id(document_id: object) -> str:
-    if not isinstance(document_id, str) or not document_id.strip():
-        raise ConfigError(f"`document_id` must be a non-blank string, got {document_id!r}")
-    check_unicode(document_id, "`document_id`")
-    return document_id
-
-
-def _check_path(path: object) -> Path:
-    if not isinstance(path, str | Path) or not str(path):
-        raise ConfigError(f"`path` must be a non-empty str or Path, got {path!r}")
-    return Path(path)
-
-
-def _check_relevance(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ConfigError(f"`min_relevance` must be a number in 0..1, got {value!r}")
-
-
-def _check_metadata(metadata: object) -> dict[str, Any]:
-    """`metadata` as a dict with string keys that JSON can store, else `ConfigError`."""
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
-        raise ConfigError(f"`metadata` must be a mapping with string keys, got {metadata!r}")
-    try:
-        check_unicode(json.dumps(dict(metadata), allow_nan=False, ensure_ascii=False), "`metadata`")
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as error:
-        raise ConfigError(
-            f"`metadata` must hold JSON values only (str, numbers, bools, None, lists, dicts): "
-            f"{error}"
-        ) from error
-    return dict(metadata)

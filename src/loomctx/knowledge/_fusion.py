@@ -10,7 +10,12 @@ For a chunk found among the candidates of either search:
 
 - ``coverage``: the share of the query's distinct terms (`loomctx.text.terms`) in the chunk;
 - a part is 0 when its search did not find the chunk; ``cos`` is clamped to 0..1, and the
-  rescaling counts as 1 when every dense candidate has the same cosine.
+  rescaling counts as 1 when every dense candidate has the same cosine;
+- while the embedder's vectors are still being computed (in the background, after a fast
+  embedder's), a chunk that dense search did not find takes its dense part from the fast
+  embedder's search instead, rescaled the same way within that search's candidates: a chunk
+  without the embedder's vector yet is searched by its fast vector rather than by its words
+  alone. Once every chunk has the embedder's vector, the fast search is not asked.
 
 Why. Each side is a relative score, damped by absolute evidence. Raw scores alone say little:
 BM25 grows with the corpus and the query, and cosine similarity depends on the model
@@ -59,22 +64,23 @@ def fuse(
     dense: Sequence[Hit] | None,
     *,
     lexical_complete: bool,
+    fast: Sequence[Hit] = (),
 ) -> list[Fused]:
-    """Every chunk of `lexical` and `dense` (None: no embedder) with its fused score, best
-    first (ties by key). `lexical_complete`: lexical search returned every chunk that has a
-    query term, so a chunk it missed has a BM25 of 0 (else: unknown, None)."""
+    """Every chunk of `lexical`, `dense` (None: no embedder) and `fast` with its fused score,
+    best first (ties by key). `lexical_complete`: lexical search returned every chunk that has
+    a query term, so a chunk it missed has a BM25 of 0 (else: unknown, None). `fast`: the fast
+    embedder's hits, the dense part of the chunks `dense` lacks (see the module docstring)."""
     records: dict[str, Record] = {}
     best = max((h.score for h in lexical), default=0.0)
     lex: dict[str, float] = {}
     for hit in lexical:
         records[hit.record.key] = hit.record
         lex[hit.record.key] = hit.score / best if best > 0 else 0.0
-    cosine: dict[str, float] = {}
-    for hit in dense or ():
-        records.setdefault(hit.record.key, hit.record)
-        cosine[hit.record.key] = hit.score
-    low = min(cosine.values(), default=0.0)
-    spread = max(cosine.values(), default=0.0) - low
+    cosine = _cosines(dense or (), records)
+    fast_cosine = _cosines(fast, records) if dense is not None else {}
+    dense_part = _dense_parts(cosine)
+    for key, part in _dense_parts(fast_cosine).items():
+        dense_part.setdefault(key, part)
     probes = [_probe(t) for t in set(query_terms)]
     out = []
     for key, record in records.items():
@@ -85,22 +91,37 @@ def fuse(
         if dense is None:
             score = lexical_part
         else:
-            dense_part = 0.0
-            if key in cosine:
-                similarity = min(1.0, max(0.0, cosine[key]))
-                rescaled = (cosine[key] - low) / spread if spread > 0 else 1.0
-                dense_part = rescaled * similarity
-            score = DENSE_WEIGHT * dense_part + (1 - DENSE_WEIGHT) * lexical_part
+            part = dense_part.get(key, 0.0)
+            score = DENSE_WEIGHT * part + (1 - DENSE_WEIGHT) * lexical_part
         out.append(
             Fused(
                 record=record,
                 score=min(1.0, max(0.0, score)),
-                vector_score=cosine.get(key),
+                vector_score=cosine.get(key, fast_cosine.get(key)),
                 lexical_score=lex.get(key, 0.0 if lexical_complete else None),
             )
         )
     out.sort(key=lambda f: (-f.score, f.record.key))
     return out
+
+
+def _cosines(hits: Sequence[Hit], records: dict[str, Record]) -> dict[str, float]:
+    """The cosine of each hit by key; adds the hits' records to `records`."""
+    cosine: dict[str, float] = {}
+    for hit in hits:
+        records.setdefault(hit.record.key, hit.record)
+        cosine[hit.record.key] = hit.score
+    return cosine
+
+
+def _dense_parts(cosine: dict[str, float]) -> dict[str, float]:
+    """Each candidate's dense part: its cosine rescaled within the candidates, times itself."""
+    low = min(cosine.values(), default=0.0)
+    spread = max(cosine.values(), default=0.0) - low
+    return {
+        key: ((cos - low) / spread if spread > 0 else 1.0) * min(1.0, max(0.0, cos))
+        for key, cos in cosine.items()
+    }
 
 
 def _probe(term: str) -> str:

@@ -166,7 +166,8 @@ def _memory_orchestrator(
 def _knowledge_base(
     store: SQLiteStore, workload: Workload, embedder: Embedder | None, counter: TokenCounter
 ) -> KnowledgeBase:
-    kb = KnowledgeBase("notes", store, embedder=embedder, counter=counter)
+    # Embedded while writing, as before fast vectors: no background thread beside the timing.
+    kb = KnowledgeBase("notes", store, embedder=embedder, counter=counter, fast_embedder=None)
     for i, doc in enumerate(workload.documents):
         kb.add_text(doc, document_id=f"note-{i:04}")
     return kb
@@ -461,7 +462,7 @@ def serving(
         reserve=reserve,
     )
     kb_store, memory_store = SQLiteStore(Path(knowledge)), SQLiteStore(Path(memory))
-    kb = KnowledgeBase("notes", kb_store, embedder=model, counter=counter)
+    kb = KnowledgeBase("notes", kb_store, embedder=model, counter=counter, fast_embedder=None)
     loom = LoomMemory(
         "perf", store=memory_store, embedder=model, counter=counter, embed_in_background=False
     )
