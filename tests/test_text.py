@@ -12,6 +12,7 @@ from loomctx.text import (
     coverage,
     overlap,
     terms,
+    words,
 )
 from tests.strategies import texts
 
@@ -92,9 +93,16 @@ def test_overlap_is_a_share(query: str, text: str) -> None:
 @given(st.text(max_size=60))
 def test_terms_hold_no_stop_words_and_no_single_latin_letters(text: str) -> None:
     for term in terms(text):
-        assert term not in STOP_WORDS
         assert term == term.lower()
         assert len(term) >= 2 or term.isdigit() or "\u3040" <= term <= "\U0002ffff"
+    for word in words(text):  # a stop word gives no term (a stem may spell one: UPS -> up)
+        if word.lower() in STOP_WORDS:
+            assert terms(word) == []
+
+
+def test_a_word_whose_stem_spells_a_stop_word_stays_searchable() -> None:
+    assert terms("UPS") == ["up"]
+    assert terms("up") == []
 
 
 def _reference_terms(text: str) -> list[str]:
