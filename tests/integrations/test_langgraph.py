@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -26,7 +26,7 @@ _ids = itertools.count()
 class ToolCallingFake(GenericFakeChatModel):
     """Calls `note` when the last message is not its result, then answers; keeps what it saw."""
 
-    seen: list[list[BaseMessage]] = []
+    seen: ClassVar[list[list[BaseMessage]]] = []
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ToolCallingFake:
         return self

@@ -102,7 +102,7 @@ class LoomWindow:
         """The window for the next call over `messages` (the whole conversation so far;
         its system messages, after `system`, are the window's system prompt), recording its
         finished turns in memory first (module docstring)."""
-        marks, query, in_flight, instructions = self._split_and_record(messages)
+        _, query, in_flight, instructions = self._split_and_record(messages)
         turn = TurnSource()
         for unit in split_units(list(in_flight)):
             turn.add(unit.messages)

@@ -8,7 +8,8 @@ The SDK reads a session's items before each run and adds the run's items after i
 them) and records the finished turns in the `LoomMemory` (`loomctx.integrations.LoomWindow`);
 `get_items` returns Loom's window for the next call as the SDK's input items: history as far
 back as the window's room allows, then what memory recalls of older turns, the latest turn
-with its tool calls and their outputs together.
+with its tool calls and their outputs together. The SDK reads the session before it adds the
+run's new input, so what memory recalls is what the latest turn in the session asks for.
 
 Items are Responses API input items: messages (text content), `function_call` and
 `function_call_output`; `reasoning` items are kept in the session but left out of the
