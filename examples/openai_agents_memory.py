@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents import Agent, ModelResponse, Runner
+from agents import Agent, ModelResponse, Runner, set_tracing_disabled
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from loomctx import LoomMemory
 from loomctx.integrations.openai_agents import LoomSession
+
+set_tracing_disabled(True)  # offline: no trace export
 
 
 class EchoModel(Model):

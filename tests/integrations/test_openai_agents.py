@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, ModelResponse, Runner, function_tool
+from agents import Agent, ModelResponse, Runner, function_tool, set_tracing_disabled
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import (
@@ -24,6 +24,7 @@ from loomctx.integrations.openai_agents import LoomSession, items_to_messages
 from tests.integrations._conversation import FACT, FILLER, QUESTION, WINDOW, check_window, memory
 
 _ids = itertools.count()
+set_tracing_disabled(True)  # offline: no trace export
 
 
 class ToolCallingModel(Model):
@@ -100,3 +101,27 @@ async def test_an_image_item_is_refused_before_anything_is_stored() -> None:
     with pytest.raises(MessageFormatError, match="text only"):
         await session.add_items([{"role": "user", "content": [image]}])
     assert await session.get_items() == []
+
+
+async def test_a_session_reopened_in_a_new_process_records_nothing_twice(tmp_path: Any) -> None:
+    from loomctx import LoomMemory, SQLiteStore
+
+    path = str(tmp_path / "loom.db")
+
+    def reopen() -> LoomSession:
+        store = SQLiteStore(path)
+        mem = LoomMemory("conversation", store=store, embedder=None, fast_embedder=None)
+        return LoomSession("user-4", mem, window=WINDOW)
+
+    session = reopen()
+    turns = [("u1", "a1"), ("u2", "a2")]
+    for user, reply in turns:
+        await session.add_items([{"role": "user", "content": user}])
+        await session.add_items([{"role": "assistant", "content": reply}])
+        await session.get_items()
+    session = reopen()
+    await session.add_items([{"role": "user", "content": "u3"}])
+    items = await session.get_items()
+    assert [i["content"] for i in items] == ["u1", "a1", "u2", "a2", "u3"]
+    recorded = [t.parameters["content"] for t in session.memory.recent_tasks(100)]
+    assert recorded == ["u1", "a1", "u2", "a2"]
