@@ -48,3 +48,23 @@ async def test_a_tool_call_without_its_result_is_refused_before_anything_is_reco
 def test_a_missing_framework_names_the_extra_to_install() -> None:
     with pytest.raises(MissingExtraError, match=r"pip install 'loomctx\[agents\]'"):
         framework("loomctx_no_such_framework", feature="LoomSession", extra="agents")
+
+
+def test_the_adapters_import_without_the_serve_extra() -> None:
+    """The adapters run inside a framework, not `loomctx serve`: they must not import the
+    server's web stack (the `serve` extra)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.partition('.')[0] in {'starlette', 'uvicorn', 'mcp', 'anthropic'}:\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import loomctx.integrations.openai_agents, loomctx.integrations.pydantic_ai\n"
+        "import loomctx.integrations.langgraph\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -34,12 +34,12 @@ from loomctx.context.recipe import (
     window_sources,
 )
 from loomctx.context.sources import TurnSource
+from loomctx.context.turns import fingerprint, split_request
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message, from_openai, split_units, to_openai
-from loomctx.server._turns import fingerprint, split_request
 
 __all__ = ["DEFAULT_WINDOW", "LoomWindow", "Marks"]
 
