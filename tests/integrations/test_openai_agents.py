@@ -125,3 +125,27 @@ async def test_a_session_reopened_in_a_new_process_records_nothing_twice(tmp_pat
     assert [i["content"] for i in items] == ["u1", "a1", "u2", "a2", "u3"]
     recorded = [t.parameters["content"] for t in session.memory.recent_tasks(100)]
     assert recorded == ["u1", "a1", "u2", "a2"]
+
+
+async def test_parallel_calls_come_back_before_their_outputs() -> None:
+    session = LoomSession("user-5", memory(), window=WINDOW)
+    calls = [
+        {"type": "function_call", "call_id": f"c{i}", "name": "note", "arguments": "{}"}
+        for i in (1, 2)
+    ]
+    outputs = [
+        {"type": "function_call_output", "call_id": f"c{i}", "output": f"r{i}"} for i in (1, 2)
+    ]
+    await session.add_items([{"role": "user", "content": "note twice"}, *calls, *outputs])
+    await session.add_items([{"role": "assistant", "content": "done"}])
+    items = await session.get_items()
+    kinds = [(i.get("type", "message"), i.get("call_id")) for i in items]
+    assert kinds == [
+        ("message", None),
+        ("function_call", "c1"),
+        ("function_call", "c2"),
+        ("function_call_output", "c1"),
+        ("function_call_output", "c2"),
+        ("message", None),
+    ]
+    assert await session.get_items(limit=3) == items[-1:]  # never an output without its call
