@@ -324,6 +324,15 @@ def test_markers_are_read(tmp_path: Path) -> None:
     assert found.code == "print(1)\n"
 
 
+def test_a_needs_marker_is_read(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- snippet: needs: agents, langgraph -->\n```python\nprint(1)\n```\n", encoding="utf-8"
+    )
+    (found,) = snippets(page)
+    assert (found.needs, found.compile_only) == (("agents", "langgraph"), None)
+
+
 @pytest.mark.parametrize("snippet", PYTHON, ids=[s.id for s in PYTHON])
 def test_python_snippet_runs(snippet: Snippet, setting: Setting) -> None:
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
