@@ -179,17 +179,17 @@ class LoomSession:
         )
         """What builds its windows."""
 
-    def _records(self) -> list[Record]:
-        return list(self.memory.store.batch([Scan(prefix=self._ns, kind=_ITEM, exact=True)])[0])
-
-    def _items(self) -> list[dict[str, Any]]:
-        return [dict(r.data["item"]) for r in sorted(self._records(), key=_order)]
+    async def _records(self) -> list[Record]:
+        """The stored items' records, oldest first."""
+        found = await self.memory.store.abatch([Scan(prefix=self._ns, kind=_ITEM, exact=True)])
+        return sorted(found[0], key=_order)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """Loom's window for the next call, as input items (the last `limit` of them, a
         tool call's output never without its call)."""
         before = self.loom.marks
-        window = await self.loom.build(items_to_messages(self._items()))
+        items = [dict(r.data["item"]) for r in await self._records()]
+        window = await self.loom.build(items_to_messages(items))
         if self.loom.marks != before:
             await self.memory.store.abatch([self._marks_put()])
         items = messages_to_items(window.messages)
@@ -204,8 +204,8 @@ class LoomSession:
         raises `MessageFormatError` and nothing is stored)."""
         plain = [dict(_plain(item)) for item in items]
         items_to_messages(plain)
-        records = self._records()
-        start = max((_order(r) for r in records), default=-1) + 1
+        records = await self._records()
+        start = _order(records[-1]) + 1 if records else 0
         await self.memory.store.abatch(
             [
                 Put(
@@ -222,7 +222,7 @@ class LoomSession:
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item and return it (None when there is none)."""
-        records = sorted(self._records(), key=_order)
+        records = await self._records()
         if not records:
             return None
         last = records[-1]
@@ -232,7 +232,7 @@ class LoomSession:
     async def clear_session(self) -> None:
         """Delete the session's items and what its memory recorded."""
         store = self.memory.store
-        mine, recorded = store.batch(
+        mine, recorded = await store.abatch(
             [
                 Scan(prefix=self._ns, exact=True),
                 Scan(prefix=self.memory.namespace, exact=True),
