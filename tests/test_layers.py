@@ -27,6 +27,7 @@ LAYERS = [  # bottom first
     "evaluation",
     "testing",
     "server",
+    "integrations",
     "cli",
     "__main__",  # `python -m loomctx`: the command
 ]
