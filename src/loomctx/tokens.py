@@ -18,6 +18,9 @@ chat models (the same rule is applied by every counter; for Claude it is part of
 - each message costs 3 tokens of framing, plus its role, plus its content;
 - a `name` costs 1 token plus the name;
 - each tool call costs 4 tokens of framing plus its function name and its JSON arguments;
+- each image or file of a message costs what its provider's published rule says
+  (`loomctx.parts`): OpenAI's tiles for most counters, Anthropic's ``width * height / 750``
+  for `HeuristicCounter` (the Claude estimate), as its `image_rule` says;
 - the reply is primed with 3 tokens;
 - tool definitions are billed as the text the provider renders them into: a TypeScript-like
   `namespace functions { ... }` block (see `render_tool_definitions`), plus 12 tokens.
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from loomctx.errors import ConfigError, MissingExtraError, TokenizerError
 from loomctx.messages import tool_spec
+from loomctx.parts import ImageRule, TextPart, part_tokens
 
 if TYPE_CHECKING:
     import tiktoken
@@ -147,6 +151,7 @@ class BaseTokenCounter(ABC):
     billing rule and a generic `truncate` (binary search over characters)."""
 
     is_estimate: bool = False
+    image_rule: ImageRule = "openai"  # whose published rule counts images (`loomctx.parts`)
 
     # 65,536 texts (and 8M characters at most): a 128k window counts ~3,000 items (each one's
     # text and its labelled form), a server counts many sessions' windows; with 4,096, a
@@ -183,6 +188,9 @@ class BaseTokenCounter(ABC):
         total = TOKENS_REPLY_PRIMING if messages else 0
         for m in messages:
             total += TOKENS_PER_MESSAGE + self.count(m.role) + self.count(m.content)
+            for part in m.parts:
+                if not isinstance(part, TextPart):  # its text is in `content`
+                    total += part_tokens(part, self.image_rule, self.count)
             if m.name:
                 total += TOKENS_PER_NAME + self.count(m.name)
             for call in m.tool_calls:
@@ -484,6 +492,7 @@ class HeuristicCounter(BaseTokenCounter):
     """
 
     is_estimate = True
+    image_rule: ImageRule = "anthropic"
 
     def __init__(
         self,

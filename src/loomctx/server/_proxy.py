@@ -273,8 +273,8 @@ class ChatProxy:
         and its tool exchange (refused, not passed through)."""
         system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
         current = [Message.system(system)] if system else []
-        if split.turn_start < split.total:
-            current.append(Message.user(split.query))
+        if split.turn_message is not None:  # with its images and files
+            current.append(split.turn_message)
         self._check_fits(tenant, request, [*current, *split.in_flight], "current turn")
 
     def _check_fits(
@@ -485,7 +485,8 @@ class ChatProxy:
         in_flight = TurnSource()
         for unit in split_units(list(split.in_flight)):
             in_flight.add(unit.messages)
-        sources += [*self._sources_of(tenant, request.session), in_flight, UserInputSource()]
+        user = UserInputSource(message=split.turn_message)  # with its images and files
+        sources += [*self._sources_of(tenant, request.session), in_flight, user]
         orchestrator = ContextOrchestrator(
             token_counter=service.counter,
             sources=sources,

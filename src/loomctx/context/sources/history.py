@@ -148,6 +148,10 @@ class HistorySource:
                     metadata={"age": age, "tool_unit": unit.is_tool_unit},
                 )
             if block.token_count > room:
+                if any(m.parts for m in block.messages):
+                    # Offered all the same, so that the report says the image was dropped,
+                    # why, and its size, instead of the history silently ending before it.
+                    blocks.append(block)
                 break
             room -= block.token_count
             blocks.append(block)
