@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from loomctx.errors import MessageFormatError
+from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import (
     FilePart,
@@ -349,3 +349,15 @@ def test_the_fingerprint_tells_images_apart_and_keeps_text_ones() -> None:
     two = Message.user("see", parts=[ImagePart(url="https://example.com/2.png")])
     assert fingerprint(one) != fingerprint(two)
     assert fingerprint(one) != fingerprint(Message.user("see"))
+
+
+def test_a_counter_for_the_other_provider_shares_its_tokenizer_and_cache() -> None:
+    counter = TiktokenCounter()
+    claude = counter.with_image_rule("anthropic")
+    image = Message.user("x", parts=[ImagePart(data=png(1092, 1092), media_type="image/png")])
+    assert counter.count_messages([image]) - counter.count_messages([Message.user("x")]) == 765
+    assert claude.count_messages([image]) - claude.count_messages([Message.user("x")]) == 1590
+    assert claude.count("shared text") == counter.count("shared text")
+    assert claude._cache is counter._cache
+    with pytest.raises(ConfigError, match="`rule` must be `openai` or `anthropic`"):
+        counter.with_image_rule("gemini")  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ how Claude's count compares to Loom's, so the margin shrinks as calls are made.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import math
 import re
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
 
 from loomctx.errors import ConfigError, MissingExtraError, TokenizerError
 from loomctx.messages import tool_spec
@@ -200,6 +201,15 @@ class BaseTokenCounter(ABC):
         if tools:
             total += TOKENS_TOOL_DEFINITIONS + self.count(render_tool_definitions(tools))
         return total
+
+    def with_image_rule(self, rule: ImageRule) -> Self:
+        """This counter with images counted by `rule` (``openai`` or ``anthropic``): the same
+        tokenizer and the same cache of text counts, for windows sent to the other provider."""
+        if rule not in ("openai", "anthropic"):
+            raise ConfigError(f"`rule` must be `openai` or `anthropic`, got {rule!r}")
+        twin = copy.copy(self)  # shallow: the tokenizer and the cache are shared
+        twin.image_rule = rule
+        return twin
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` with at most `max_tokens` tokens, on a character

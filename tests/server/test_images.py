@@ -132,3 +132,27 @@ def test_a_malformed_image_part_is_a_clear_400(loom) -> None:
         )
     assert "must be an http(s) URL or a base64 data URL" in str(err.value)
     assert loom.wire.requests == []
+
+
+def test_a_claude_window_counts_images_by_anthropic_s_rule(loom_factory) -> None:
+    """A 1092 x 1092 screenshot: 765 tokens by OpenAI's tiles, 1590 by Anthropic's rule. A
+    window of 2000 (1280 for input as Loom counts Claude) holds it for an OpenAI model, not
+    for Claude: the Claude request is refused, naming the size, nothing sent upstream."""
+    loom = loom_factory(window=2000)
+    loom.wire.script(openai_text("A chart."))
+    client = loom.openai(ACME_KEY)
+    turn = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What does it show?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png(1092, 1092)}"}},
+        ],
+    }
+    client.chat.completions.create(model="gpt-test", messages=[turn], user="gpt")
+    assert loom.wire.requests[0].body["messages"][-1] == turn
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="claude-test", messages=[turn], user="claude")
+    assert err.value.code == "context_length_exceeded"
+    needed = int(str(err.value).split("the current turn needs ")[1].split()[0])
+    assert needed > 1590
+    assert len(loom.wire.requests) == 1

@@ -287,7 +287,7 @@ class ChatProxy:
         available, reserve = BudgetManager.available(
             window, output_reserve_ratio=model.output_reserve
         )
-        needed = self.service.counter.count_messages(messages, tools=request.tools)
+        needed = self.service.counter_for(model).count_messages(messages, tools=request.tools)
         if needed > available:
             whose = "the tenant's and the client's" if tenant.instructions else "the client's"
             counted = f" ({window} as Loom counts them)" if window != model.window else ""
@@ -488,7 +488,7 @@ class ChatProxy:
         user = UserInputSource(message=split.turn_message)  # with its images and files
         sources += [*self._sources_of(tenant, request.session), in_flight, user]
         orchestrator = ContextOrchestrator(
-            token_counter=service.counter,
+            token_counter=service.counter_for(request.model),
             sources=sources,
             model_context_window=self.upstream(request.model).safe_window(request.model.window),
             output_reserve_ratio=request.model.output_reserve,
