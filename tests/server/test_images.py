@@ -156,3 +156,17 @@ def test_a_claude_window_counts_images_by_anthropic_s_rule(loom_factory) -> None
     needed = int(str(err.value).split("the current turn needs ")[1].split()[0])
     assert needed > 1590
     assert len(loom.wire.requests) == 1
+
+
+def test_a_turn_of_only_an_image_is_sent(loom) -> None:
+    """No text at all: the turn is still the window's last message, with its image."""
+    loom.wire.script(openai_text("A cat."))
+    turn = {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}],
+    }
+    reply = loom.openai(ACME_KEY).chat.completions.create(
+        model="gpt-test", messages=[turn], user="only-an-image"
+    )
+    assert reply.choices[0].message.content == "A cat."
+    assert loom.wire.requests[0].body["messages"][-1] == turn
