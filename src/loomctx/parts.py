@@ -35,7 +35,7 @@ import binascii
 import math
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -51,6 +51,7 @@ __all__ = [
     "Part",
     "TextPart",
     "anthropic_image_tokens",
+    "fewer_parts",
     "image_size",
     "openai_image_tokens",
     "part_from_anthropic",
@@ -320,6 +321,18 @@ def stand_in(part: Part) -> str:
         return "[image: " + " ".join(f for f in facts if f).strip() + "]"
     facts = [part.filename or "", part.media_type or ""]
     return "[file: " + (" ".join(f for f in facts if f) or "attached") + "]"
+
+
+def fewer_parts(messages: Sequence[Any]) -> str:
+    """A hint to add to "shorten the messages" when `messages` (`Message` values) hold images
+    or files, which count by the providers' rules: "" when they hold none."""
+    held = sum(not isinstance(p, TextPart) for m in messages for p in m.parts)
+    if not held:
+        return ""
+    return (
+        f", or send fewer or smaller images and files (it holds {held}; an image with "
+        '`detail: "low"` costs an OpenAI model 85 tokens)'
+    )
 
 
 # --- wire forms -----------------------------------------------------------------------------

@@ -114,6 +114,7 @@ def test_an_image_the_window_cannot_hold_is_refused_with_its_size(loom_factory) 
         client.chat.completions.create(model="gpt-test", messages=[image_turn()], user="big")
     assert err.value.code == "context_length_exceeded"
     assert "the current turn needs" in str(err.value)
+    assert "send fewer or smaller images and files (it holds 3;" in str(err.value)
     assert loom.wire.requests == []
 
 

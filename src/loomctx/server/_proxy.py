@@ -71,6 +71,7 @@ from loomctx.context.sources import (
 from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
+from loomctx.parts import fewer_parts
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
@@ -295,7 +296,7 @@ class ChatProxy:
                 f"the {what} needs {needed} tokens (with the system instructions, {whose}, "
                 f"and the tools), more than the {available} that model `{model.name}`'s "
                 f"window of {model.window} tokens{counted} leaves for input after its output "
-                f"reserve of {reserve}; shorten the messages",
+                f"reserve of {reserve}; shorten the messages{fewer_parts(messages)}",
                 code="context_length_exceeded",
                 param="messages",
             )
