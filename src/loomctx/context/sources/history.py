@@ -30,7 +30,8 @@ class HistorySource:
     (`token_count`), priority ``max(0.01, 0.98 ** age)`` (the newest unit has age 0) and
     metadata ``{"age": age, "tool_unit": bool}``; blocks are never truncatable. Blocks are
     offered until the next older unit would exceed `budget.ceiling`, so what is offered is
-    always a contiguous, newest part of the history; a unit's token count is measured once
+    always a contiguous, newest part of the history (that next unit is offered too when it
+    holds an image or a file, so that the report says it was dropped, why, and its size); a unit's token count is measured once
     per token counter, so a build costs the units it offers, not the length of the history.
 
     Once the session's window holds history from some unit on (`BuildContext.history_start`,
