@@ -361,3 +361,10 @@ def test_a_counter_for_the_other_provider_shares_its_tokenizer_and_cache() -> No
     assert claude._cache is counter._cache
     with pytest.raises(ConfigError, match="`rule` must be `openai` or `anthropic`"):
         counter.with_image_rule("gemini")  # type: ignore[arg-type]
+
+
+def test_a_pdf_s_page_tree_count_is_read_when_its_pages_are_compressed() -> None:
+    tree = b64(b"%PDF-1.7\n1 0 obj << /Type /Pages /Kids [3 0 R] /Count 12 >> endobj\n%%EOF")
+    assert FilePart(data=tree, media_type="application/pdf").pages == 12
+    assert FilePart(data=b64(b"not a pdf at all"), media_type="text/csv").pages == 1
+    assert FilePart(url="https://example.com/r.pdf").pages == 1  # unknown: one page

@@ -36,7 +36,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from loomctx.errors import MessageFormatError
@@ -103,12 +103,15 @@ class ImagePart:
     """An image: a `url`, or base64 `data` with its `media_type` (``image/png``, ...).
 
     `detail` is OpenAI's (``auto``, ``low``, ``high``; None when the client sent none).
+    `size` is (width, height) in pixels, read once from the data's header (None when not
+    known): a window build counts an image many times.
     """
 
     url: str | None = None
     data: str | None = None
     media_type: str | None = None
     detail: Detail | None = None
+    size: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_source("image", {"url": self.url, "data": self.data})
@@ -120,11 +123,8 @@ class ImagePart:
             raise MessageFormatError(
                 f"an image's `detail` must be `auto`, `low` or `high`, got {self.detail!r:.40}"
             )
-
-    @property
-    def size(self) -> tuple[int, int] | None:
-        """(width, height) in pixels, read from the data's header; None when not known."""
-        return None if self.data is None else image_size(self.data)
+        if self.data is not None:
+            object.__setattr__(self, "size", image_size(self.data))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,11 +138,20 @@ class FilePart:
     file_id: str | None = None
     media_type: str | None = None
     filename: str | None = None
+    _pages: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_source(
             "file", {"data": self.data, "text": self.text, "url": self.url, "file_id": self.file_id}
         )
+
+    @property
+    def pages(self) -> int:
+        """How many pages a PDF's data holds (1 when not known), read on first use and kept:
+        a window build counts a file many times, and reading a large one takes a while."""
+        if not self._pages:
+            object.__setattr__(self, "_pages", 1 if self.data is None else _pdf_pages(self.data))
+        return self._pages
 
 
 Part = TextPart | ImagePart | FilePart
@@ -227,23 +236,30 @@ def _header_size(raw: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _decoded(data: str, chars: int | None) -> bytes:
-    text = re.sub(r"\s+", "", data if chars is None else data[: chars + 64])
+_SPACES: Final = (" ", "\n", "\r", "\t")
+
+
+def _decoded(data: str, chars: int | None = None) -> bytes:
+    """The bytes of base64 `data` (its first `chars` characters only, if given); b"" when it
+    is not base64. Characters outside the alphabet (line breaks) are skipped."""
     if chars is not None:
-        text = text[: len(text) - len(text) % 4]
+        data = data[: chars + 256]
+        if any(space in data for space in _SPACES):  # rare: line-wrapped base64
+            data = re.sub(r"\s+", "", data)
+        data = data[: min(chars, len(data) - len(data) % 4)]
     try:
-        return base64.b64decode(text, validate=False)
+        return base64.b64decode(data, validate=False)
     except (binascii.Error, ValueError):
         return b""
 
 
 def image_size(data: str) -> tuple[int, int] | None:
     """(width, height) of a base64 PNG, JPEG, GIF or WebP image, from its header; None for
-    another format or data that cannot be read. Only the first bytes are decoded, unless a
-    JPEG's frame header comes after large metadata."""
+    another format or data that cannot be read. Only the first bytes are decoded; a JPEG's
+    frame header may follow its metadata, so up to its first 1 MB."""
     size = _header_size(_decoded(data, 4096))
     if size is None and data.lstrip()[:4] == "/9j/":  # JPEG: the frame may follow EXIF
-        size = _jpeg_size(_decoded(data, None))
+        size = _jpeg_size(_decoded(data, _JPEG_SCAN))
     if size is None or size[0] <= 0 or size[1] <= 0:
         return None
     return size
@@ -286,13 +302,22 @@ def anthropic_image_tokens(size: tuple[int, int] | None) -> int:
     return min(_ANTHROPIC_MAX, math.ceil(w * h / 750))
 
 
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+_JPEG_SCAN: Final = 1_400_000  # base64 characters: about 1 MB
+_PAGE_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]{0,200}?/Count\s+(\d{1,6})")
 
 
-def _pdf_pages(part: FilePart) -> int:
-    if part.data is None:
+def _pdf_pages(data: str) -> int:
+    """Pages of a base64 PDF: its page objects, or its page tree's `/Count` when larger
+    (page objects may sit in compressed streams); 1 when neither is readable."""
+    raw = _decoded(data)
+    if not raw.startswith(b"%PDF"):
         return 1
-    return max(1, len(_PDF_PAGE.findall(_decoded(part.data, None))))
+    objects = sum(raw.count(b"/Type" + sep + b"/Page") for sep in (b"", b" ", b"\n", b"\r"))
+    objects -= sum(raw.count(b"/Type" + sep + b"/Pages") for sep in (b"", b" ", b"\n", b"\r"))
+    counts = [
+        int(n) for n in _PAGE_COUNT.findall(raw[:65_536]) + _PAGE_COUNT.findall(raw[-65_536:])
+    ]
+    return max(1, objects, *counts)
 
 
 def part_tokens(part: Part, rule: ImageRule, count: Callable[[str], int]) -> int:
@@ -305,7 +330,7 @@ def part_tokens(part: Part, rule: ImageRule, count: Callable[[str], int]) -> int
         return openai_image_tokens(part.size, part.detail)
     if part.text is not None:
         return count(part.text)
-    return PDF_PAGE_TOKENS * _pdf_pages(part)
+    return PDF_PAGE_TOKENS * part.pages
 
 
 def stand_in(part: Part) -> str:

@@ -31,8 +31,9 @@ class HistorySource:
     metadata ``{"age": age, "tool_unit": bool}``; blocks are never truncatable. Blocks are
     offered until the next older unit would exceed `budget.ceiling`, so what is offered is
     always a contiguous, newest part of the history (that next unit is offered too when it
-    holds an image or a file, so that the report says it was dropped, why, and its size); a unit's token count is measured once
-    per token counter, so a build costs the units it offers, not the length of the history.
+    holds an image or a file, so that the report says it was dropped, why, and its size); a
+    unit's token count is measured once per token counter, so a build costs the units it
+    offers, not the length of the history.
 
     Once the session's window holds history from some unit on (`BuildContext.history_start`,
     which the orchestrator sets), units more than `SUMMARY_UNITS` older than that one are not
