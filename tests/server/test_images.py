@@ -59,6 +59,7 @@ def test_an_image_reaches_an_openai_upstream_intact(loom_factory) -> None:
     assert reply.choices[0].message.content == "A dialog box."
     sent = loom.wire.requests[0].body["messages"]
     assert sent[-1] == turn  # every part, in order, as the client sent it
+    assert not any("[image:" in str(m["content"]) for m in sent)  # and no stand-in beside it
     # The next turn: memory kept the screenshot's stand-in, not the image itself.
     client.chat.completions.create(
         model="gpt-test",
