@@ -13,6 +13,7 @@ import loomctx
 
 LAYERS = [  # bottom first
     "errors",
+    "parts",
     "messages",
     "tokens",
     "text",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomctx.messages import Message, from_openai
+from loomctx.parts import part_to_openai
 
 __all__ = ["Split", "fingerprint", "request_digest", "split_request"]
 
@@ -41,7 +42,9 @@ __all__ = ["Split", "fingerprint", "request_digest", "split_request"]
 def fingerprint(message: Message) -> str:
     """A digest of what `message` says (see the module docstring)."""
     calls = [[c.id, c.name, c.arguments] for c in message.tool_calls]
-    payload = [message.role, message.content, calls, message.tool_call_id or ""]
+    payload: list[Any] = [message.role, message.content, calls, message.tool_call_id or ""]
+    if message.parts:  # images and files (a text-only message keeps its digest)
+        payload.append([part_to_openai(p) for p in message.parts])
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -85,6 +88,13 @@ class Split:
         if self.turn_start < self.total:
             return self.tail[self._at(self.turn_start)].content
         return ""
+
+    @property
+    def turn_message(self) -> Message | None:
+        """The current user turn's message, with its images and files (None without one)."""
+        if self.turn_start < self.total:
+            return self.tail[self._at(self.turn_start)]
+        return None
 
     @property
     def in_flight(self) -> tuple[Message, ...]:

@@ -3,7 +3,7 @@
 An agent framework hands its adapter the whole conversation before each model call (a
 pydantic-ai history processor, a LangGraph pre-model hook, an Agents SDK session's items).
 `LoomWindow.build` takes it in Loom's message model and does what the proxy does with a
-client's request (`loomctx.server._turns` tells what is new):
+client's request (`loomctx.context.turns` tells what is new):
 
 1. split: the messages before the last user message are the finished turns; that message is
    the turn's query; what follows it is the turn's exchange so far (tool calls with their
@@ -51,7 +51,7 @@ DEFAULT_WINDOW = 16_000
 class Marks:
     """How much of a conversation the memory holds: its first `count` messages (system
     messages left out), the first and the last of them with fingerprints `first` and `last`.
-    A new history that keeps them extends the recorded one; see `loomctx.server._turns`."""
+    A new history that keeps them extends the recorded one; see `loomctx.context.turns`."""
 
     count: int = 0
     first: str = ""
