@@ -115,9 +115,14 @@ class LoomWindow:
             max_output_tokens=self.max_output_tokens,
             state=self._layout,
         )
+        # A conversation that ends on a reply gets a window that ends on it too (the
+        # framework adds the next input after it), as the conversation was handed over.
+        ends_on_reply = bool(messages) and messages[-1].role == "assistant"
         with same_view():
             return await orchestrator.build(
-                query, ctx=BuildContext(session_id=self.memory.node_id, agent_id="integration")
+                query,
+                ctx=BuildContext(session_id=self.memory.node_id, agent_id="integration"),
+                prefill=ends_on_reply,
             )
 
     def _split_and_record(
