@@ -26,6 +26,9 @@ right before its opening fence (invisible on GitHub, visible in the source):
   real API key, a server, or data and minutes a test does not have). It is still checked:
   Python must compile, and each ``loomctx`` command must be accepted by the CLI with
   ``--help`` appended (every subcommand and option exists). Keep these rare.
+- ``<!-- snippet: needs: MODULE -->``: it needs an optional extra's package (an agent
+  framework): it runs where MODULE is installed (the ``dev`` extra installs them all) and is
+  skipped, compiled only, where it is not.
 
 A block in another language (``toml``, ``text``, none) is not code to run.
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -55,7 +59,7 @@ from tests.agent._servers import JSONReply, WireServer, openai_text
 ROOT = Path(__file__).parents[1]
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/**/*.md")])
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)\s*$")
-_MARKER = re.compile(r"^<!--\s*snippet:\s*(uses|compile-only)\s*:?\s*(.*?)\s*-->$")
+_MARKER = re.compile(r"^<!--\s*snippet:\s*(uses|compile-only|needs)\s*:?\s*(.*?)\s*-->$")
 _LANGUAGES = {"python": "python", "py": "python", "sh": "shell", "bash": "shell",
               "console": "shell", "shell": "shell"}  # fmt: skip
 
@@ -70,6 +74,7 @@ class Snippet:
     code: str
     uses: tuple[str, ...]
     compile_only: str | None
+    needs: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -93,11 +98,14 @@ def snippets(page: Path) -> list[Snippet]:
             len(lines),
         )
         uses: list[str] = []
+        needs: list[str] = []
         compile_only = None
         k = i - 1
         while k >= 0 and (marker := _MARKER.match(lines[k].strip())):
             if marker[1] == "uses":
                 uses += [u.strip() for u in marker[2].split(",") if u.strip()]
+            elif marker[1] == "needs":
+                needs += [u.strip() for u in marker[2].split(",") if u.strip()]
             else:
                 compile_only = marker[2] or "(no reason given)"
             k -= 1
@@ -110,6 +118,7 @@ def snippets(page: Path) -> list[Snippet]:
                     code="\n".join(lines[i + 1 : end]) + "\n",
                     uses=tuple(uses),
                     compile_only=compile_only,
+                    needs=tuple(needs),
                 )
             )
         i = end + 1
@@ -315,12 +324,24 @@ def test_markers_are_read(tmp_path: Path) -> None:
     assert found.code == "print(1)\n"
 
 
+def test_a_needs_marker_is_read(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- snippet: needs: agents, langgraph -->\n```python\nprint(1)\n```\n", encoding="utf-8"
+    )
+    (found,) = snippets(page)
+    assert (found.needs, found.compile_only) == (("agents", "langgraph"), None)
+
+
 @pytest.mark.parametrize("snippet", PYTHON, ids=[s.id for s in PYTHON])
 def test_python_snippet_runs(snippet: Snippet, setting: Setting) -> None:
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     code = compile(snippet.code, snippet.id, "exec", flags=flags, dont_inherit=True)
     if snippet.compile_only is not None:
         return
+    missing = [m for m in snippet.needs if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (an optional extra)")
     namespace = _namespace(snippet, setting)
     setting.wire.script(*[openai_text("A damaged book is refunded in full.")] * 8)
     result = eval(code, namespace)  # a coroutine when the snippet awaits at top level

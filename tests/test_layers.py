@@ -13,6 +13,7 @@ import loomctx
 
 LAYERS = [  # bottom first
     "errors",
+    "parts",
     "messages",
     "tokens",
     "text",
@@ -27,6 +28,7 @@ LAYERS = [  # bottom first
     "evaluation",
     "testing",
     "server",
+    "integrations",
     "cli",
     "__main__",  # `python -m loomctx`: the command
 ]

@@ -370,9 +370,13 @@ def _call(function: Any, **extra: Any) -> dict[str, Any]:
     ("message", "match"),
     [
         (
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
-            "OpenAI message 1: content part 0 has type `image_url`, but Loom's message model "
+            {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            "OpenAI message 1: content part 0 has type `image_url`, but this message "
             "carries text only",
+        ),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            "OpenAI message 1: an image's `url` must be an http(s) URL or a base64 data URL",
         ),
         (
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_audio"}]},
@@ -616,8 +620,8 @@ def test_from_anthropic_copies_tool_input() -> None:
     [
         (
             {"role": "user", "content": [{"type": "image", "source": {}}]},
-            "Anthropic message 1: content part 0 has type `image`, but Loom's message model "
-            "carries text only (here: `text` and `tool_result` parts)",
+            "Anthropic message 1: image block 0 has a `None` source; Loom carries `base64` and "
+            "`url` images",
         ),
         (
             {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "document"}]},

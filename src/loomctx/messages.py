@@ -1,9 +1,12 @@
 """The one provider-neutral message model, its wire-format converters, and tool units.
 
-Loom reasons about a conversation as a sequence of `Message` values that carry text only:
+Loom reasons about a conversation as a sequence of `Message` values that carry text (and, in
+a user message, images and files: `loomctx.parts`):
 
 - `system`, `user` and `assistant` messages hold `content` text; a `user` or `assistant`
-  message may name its participant.
+  message may name its participant. A `user` message may also hold `parts`, its whole content
+  in order (`TextPart`, `ImagePart`, `FilePart`); its `content` is then the text of its text
+  parts.
 - An `assistant` message may also request tools: `tool_calls` holds one `ToolCall` (id, tool
   name, parsed JSON arguments) per requested call.
 - A `tool` message is the result of one call: `tool_call_id` says which, `is_error` says the
@@ -44,13 +47,28 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, get_args
 
 from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.parts import (
+    FilePart,
+    ImagePart,
+    Part,
+    TextPart,
+    part_from_anthropic,
+    part_from_openai,
+    part_to_anthropic,
+    part_to_openai,
+    settle_parts,
+)
 
 __all__ = [
     "CACHE_CONTROL",
     "MAX_ARGUMENT_DEPTH",
+    "FilePart",
+    "ImagePart",
     "Message",
     "MessageUnit",
+    "Part",
     "Role",
+    "TextPart",
     "ToolCall",
     "flatten_units",
     "from_anthropic",
@@ -231,11 +249,14 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
-    """One message of a conversation, in Loom's provider-neutral, text-only model.
+    """One message of a conversation, in Loom's provider-neutral model.
 
     `tool_calls` is allowed on `assistant` messages only; `tool_call_id` is required on `tool`
     messages and forbidden elsewhere; `is_error` is only meaningful on `tool` messages. A list
-    passed as `tool_calls` is stored as a tuple. Violations raise `MessageFormatError`.
+    passed as `tool_calls` is stored as a tuple. `parts` (user messages only) holds the whole
+    content in order when it has an image or a file: `content` is then the text of its text
+    parts (given alone beside other parts, it becomes the first part); parts that are all text
+    are folded into `content`. Violations raise `MessageFormatError`.
     """
 
     role: Role
@@ -244,11 +265,16 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    parts: tuple[Part, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
             allowed = ", ".join(f"`{r}`" for r in _ROLES)
             raise MessageFormatError(f"unknown role {self.role!r}; use one of {allowed}")
+        if self.parts:
+            content, parts = settle_parts(self.role, self.content, self.parts)
+            object.__setattr__(self, "content", content)
+            object.__setattr__(self, "parts", parts)
         if not isinstance(self.content, str):
             raise MessageFormatError(
                 f"`content` of a `{self.role}` message must be a string, got "
@@ -292,9 +318,12 @@ class Message:
         return cls(role="system", content=text)
 
     @classmethod
-    def user(cls, text: str, *, name: str | None = None) -> Message:
-        """A user message, optionally naming the participant."""
-        return cls(role="user", content=text, name=name)
+    def user(
+        cls, text: str = "", *, name: str | None = None, parts: Iterable[Part] = ()
+    ) -> Message:
+        """A user message, optionally naming the participant; `parts` (images, files) follow
+        `text`."""
+        return cls(role="user", content=text, name=name, parts=tuple(parts))
 
     @classmethod
     def assistant(
@@ -332,7 +361,7 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
 
 def _not_text(j: int, kind: object, allowed: str = "`text`") -> MessageFormatError:
     return MessageFormatError(
-        f"content part {j} has type `{kind}`, but Loom's message model carries text only "
+        f"content part {j} has type `{kind}`, but this message carries text only "
         f"(here: {allowed} parts); replace it with a text description, or drop it, before "
         "converting"
     )
@@ -372,6 +401,8 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
             continue
         wire: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.parts:
+            wire["content"] = [part_to_openai(p) for p in m.parts]
         if m.tool_calls:
             wire["content"] = m.content or None
             wire["tool_calls"] = [
@@ -431,9 +462,15 @@ def _from_openai_message(raw: Any) -> Message:
             "or `tool`"
         )
     role = wire["role"]
+    content = wire.get("content")
+    if role == "user" and isinstance(content, list):
+        parts = [
+            part_from_openai(j, _mapping(p, f"content part {j}")) for j, p in enumerate(content)
+        ]
+        return Message(role="user", parts=tuple(parts), name=wire.get("name"))
     return Message(
         role="system" if role == "developer" else role,
-        content=_joined_text(wire.get("content"), "`content`"),
+        content=_joined_text(content, "`content`"),
         tool_calls=tuple(_openai_tool_call(c) for c in wire.get("tool_calls") or ()),
         tool_call_id=wire.get("tool_call_id"),
         name=wire.get("name"),
@@ -443,8 +480,9 @@ def _from_openai_message(raw: Any) -> Message:
 def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert OpenAI chat-completions messages to Loom messages.
 
-    `content` may be a string, None, or a list of `text` parts (joined with ""); other parts
-    (images, audio, files) raise, as Loom carries text only. The `developer` role becomes
+    `content` may be a string, None, or a list of `text` parts (joined with ""); a user
+    message's images and files (`image_url`, `file`, and the Responses API's `input_*` parts)
+    become its `parts`, and other parts (audio) raise. The `developer` role becomes
     `system`. Tool-call arguments are parsed from their JSON string ("" means `{}`). Fields with
     no counterpart in the model (`refusal`, `annotations`, ...) are ignored.
     """
@@ -465,6 +503,8 @@ def _anthropic_blocks(m: Message) -> list[dict[str, Any]]:
         if m.is_error:
             block["is_error"] = True
         return [block]
+    if m.parts:
+        return [part_to_anthropic(p) for p in m.parts if not isinstance(p, TextPart) or p.text]
     blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
     blocks.extend(
         {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
@@ -543,7 +583,10 @@ def mark_anthropic_cache(
 # are dropped rather than rejected. (The one cost: with thinking on, Anthropic wants the latest
 # assistant turn's thinking sent back during a tool-use loop, which a converted history lacks.)
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")
-_KEPT_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
+_KEPT_BLOCKS = {
+    "user": ("text", "tool_result", "image", "document"),
+    "assistant": ("text", "tool_use"),
+}
 
 
 def _iter_blocks(role: str, content: Any) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
@@ -587,10 +630,22 @@ def _from_anthropic_message(raw: Any) -> list[Message]:
                 calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         return [Message(role="assistant", content="".join(texts), tool_calls=tuple(calls))]
     out: list[Message] = []
+    run: list[Part] = []  # text, images and documents since the last tool result
+
+    def close_run() -> None:
+        if any(not isinstance(p, TextPart) for p in run):
+            out.append(Message(role="user", parts=tuple(run)))
+        else:  # text only: one user message per block, as before images
+            out.extend(Message(role="user", content=p.text) for p in run if isinstance(p, TextPart))
+        run.clear()
+
     for j, kind, block in blocks:
         if kind == "text":
-            out.append(Message(role="user", content=_text_part(j, block)))
+            run.append(TextPart(text=_text_part(j, block)))
+        elif kind in ("image", "document"):
+            run.append(part_from_anthropic(j, block))
         else:
+            close_run()
             out.append(
                 Message(
                     role="tool",
@@ -599,6 +654,7 @@ def _from_anthropic_message(raw: Any) -> list[Message]:
                     is_error=bool(block.get("is_error", False)),
                 )
             )
+    close_run()
     return out
 
 
@@ -613,9 +669,10 @@ def from_anthropic(
     becomes one leading system message when non-empty. In a user message each `tool_result`
     block becomes a tool message (its content a string or `text` blocks joined with "") and
     each text block a user message, in block order; an assistant message becomes one assistant
-    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`. `thinking`
-    and `redacted_thinking` blocks are dropped, as the model has no place for them; any other
-    block (image, document, ...) raises.
+    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`. Text,
+    `image` and `document` blocks of a user message that hold an image or a document become
+    one user message with `parts`. `thinking` and `redacted_thinking` blocks are dropped, as
+    the model has no place for them; any other block raises.
     """
     with _at("Anthropic `system`"):
         text = _joined_text(system, "`system`", sep="\n\n")

@@ -18,6 +18,9 @@ chat models (the same rule is applied by every counter; for Claude it is part of
 - each message costs 3 tokens of framing, plus its role, plus its content;
 - a `name` costs 1 token plus the name;
 - each tool call costs 4 tokens of framing plus its function name and its JSON arguments;
+- each image or file of a message costs what its provider's published rule says
+  (`loomctx.parts`): OpenAI's tiles for most counters, Anthropic's ``width * height / 750``
+  for `HeuristicCounter` (the Claude estimate), as its `image_rule` says;
 - the reply is primed with 3 tokens;
 - tool definitions are billed as the text the provider renders them into: a TypeScript-like
   `namespace functions { ... }` block (see `render_tool_definitions`), plus 12 tokens.
@@ -37,6 +40,7 @@ how Claude's count compares to Loom's, so the margin shrinks as calls are made.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import math
 import re
@@ -47,10 +51,11 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
 
 from loomctx.errors import ConfigError, MissingExtraError, TokenizerError
 from loomctx.messages import tool_spec
+from loomctx.parts import ImageRule, TextPart, part_tokens
 
 if TYPE_CHECKING:
     import tiktoken
@@ -147,6 +152,7 @@ class BaseTokenCounter(ABC):
     billing rule and a generic `truncate` (binary search over characters)."""
 
     is_estimate: bool = False
+    image_rule: ImageRule = "openai"  # whose published rule counts images (`loomctx.parts`)
 
     # 65,536 texts (and 8M characters at most): a 128k window counts ~3,000 items (each one's
     # text and its labelled form), a server counts many sessions' windows; with 4,096, a
@@ -183,6 +189,9 @@ class BaseTokenCounter(ABC):
         total = TOKENS_REPLY_PRIMING if messages else 0
         for m in messages:
             total += TOKENS_PER_MESSAGE + self.count(m.role) + self.count(m.content)
+            for part in m.parts:
+                if not isinstance(part, TextPart):  # its text is in `content`
+                    total += part_tokens(part, self.image_rule, self.count)
             if m.name:
                 total += TOKENS_PER_NAME + self.count(m.name)
             for call in m.tool_calls:
@@ -192,6 +201,15 @@ class BaseTokenCounter(ABC):
         if tools:
             total += TOKENS_TOOL_DEFINITIONS + self.count(render_tool_definitions(tools))
         return total
+
+    def with_image_rule(self, rule: ImageRule) -> Self:
+        """This counter with images counted by `rule` (``openai`` or ``anthropic``): the same
+        tokenizer and the same cache of text counts, for windows sent to the other provider."""
+        if rule not in ("openai", "anthropic"):
+            raise ConfigError(f"`rule` must be `openai` or `anthropic`, got {rule!r}")
+        twin = copy.copy(self)  # shallow: the tokenizer and the cache are shared
+        twin.image_rule = rule
+        return twin
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` with at most `max_tokens` tokens, on a character
@@ -484,6 +502,7 @@ class HeuristicCounter(BaseTokenCounter):
     """
 
     is_estimate = True
+    image_rule: ImageRule = "anthropic"
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ from typing import Final
 
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
-from loomctx.context.packing import truncate_text
+from loomctx.context.packing import history_drop_reason, truncate_text
 from loomctx.context.render import summary_text
 from loomctx.context.report import BlockStatus, CompactionNote
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize, check_unit
@@ -385,11 +385,7 @@ class ContextCompactor:
                         )
                     reasons[c.order] = ("summarized", why)
                 else:
-                    reasons[c.order] = (
-                        "dropped",
-                        "older than the history kept (history is compacted in steps, "
-                        "the newest units whole)",
-                    )
+                    reasons[c.order] = ("dropped", history_drop_reason(c.block, c.cost, room))
             spent[source] = spent.get(source, 0) + used
             left -= used
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from loomctx.context.block import ContextBlock
 from loomctx.errors import BudgetExceededError, Oversize
 from loomctx.tokens import TokenCounter
 
@@ -30,6 +31,7 @@ __all__ = [
     "TRUNCATION_MARKER",
     "PackItem",
     "Placement",
+    "history_drop_reason",
     "plan_packing",
     "truncate_text",
 ]
@@ -154,3 +156,15 @@ def truncate_text(
         else:
             return ""
     return ""
+
+
+def history_drop_reason(block: ContextBlock, cost: int, room: int) -> str:
+    """Why a unit of history older than the history kept is dropped: a unit holding an image
+    or a file that is larger than the history's room says so, with its size, as it is never
+    cut."""
+    if cost > room and any(m.parts for m in block.messages):
+        return (
+            f"needs {cost} tokens whole (it holds an image or a file, never cut), more than "
+            f"the {room} the history has"
+        )
+    return "older than the history kept (history is compacted in steps, the newest units whole)"

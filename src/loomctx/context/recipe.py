@@ -32,6 +32,7 @@ from loomctx.context.sources.tools import ToolSource
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory
+from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
 
 __all__ = [
@@ -128,18 +129,20 @@ def window_sources(
     memory: Sequence[ContextSource] = (),
     extra: Sequence[ContextSource] = (),
     turn: ContextSource | None = None,
+    user: Message | None = None,
 ) -> list[ContextSource]:
     """The recipe's sources in their order (module docstring): the `system` prompt, the
     `tools` (those named in `always` kept whatever the budget), documents `retrieved` for
     the turn, the `memory` sources (`memory_sources`), `extra` sources, the run's `turn`
-    exchange and the user's turn."""
+    exchange and the user's turn (`user`: its message, with its images and files; else the
+    build's query)."""
     sources: list[ContextSource] = [PromptSource(system)]
     if tools:
         sources.append(ToolSource(list(tools), always=list(always)))
     sources += [*retrieved, *memory, *extra]
     if turn is not None:
         sources.append(turn)
-    sources.append(UserInputSource())
+    sources.append(UserInputSource(message=user))
     return sources
 
 

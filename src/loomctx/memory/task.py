@@ -39,6 +39,7 @@ from typing import Any, Final
 from loomctx.errors import ConfigError
 from loomctx.memory.importance import message_importance
 from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
+from loomctx.parts import stand_in
 
 __all__ = [
     "ASSISTANT_MESSAGE",
@@ -413,7 +414,9 @@ def tasks_from_messages(
     messages: Sequence[Message], *, agent: str = "agent", session_id: str | None = None
 ) -> list[Task]:
     """Tasks for a message history: user and assistant messages, and each tool call with
-    its result (assistant text beside tool calls becomes its own assistant task).
+    its result (assistant text beside tool calls becomes its own assistant task). A user
+    message's images and files are kept as text that stands for them, such as
+    ``[image: image/png 800x600]`` (`loomctx.parts.stand_in`): memory is searched as text.
 
     Timestamps increase by a microsecond per task so the order survives a store round trip.
     """
@@ -432,8 +435,9 @@ def tasks_from_messages(
         if first.role == "system":
             continue
         if first.role == "user":
+            text = "\n".join(stand_in(p) for p in first.parts) if first.parts else first.content
             add(source_agent="user", target_agent=agent, action=USER_MESSAGE,
-                parameters={"content": first.content}, status=TaskStatus.COMPLETED)  # fmt: skip
+                parameters={"content": text}, status=TaskStatus.COMPLETED)  # fmt: skip
             continue
         if first.content:
             add(source_agent=agent, target_agent="user", action=ASSISTANT_MESSAGE,

@@ -7,7 +7,7 @@ is recorded once, and a session's turns in the order they came, whichever instan
 each request:
 
 - A request's key is its ``Idempotency-Key`` header (hashed), or else the digest of the
-  request itself (`loomctx.server._turns.request_digest`): the copies of one request share
+  request itself (`loomctx.context.turns.request_digest`): the copies of one request share
   it, the next turn does not.
 - The session's ledger, ``(tenant, "turns", session)``, has one record per key: the turn it
   recorded, the request's digest, whether its reply is recorded.
@@ -38,12 +38,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from loomctx.context.turns import Split, fingerprint, request_digest, split_request
 from loomctx.errors import ConfigError, ConflictError, MessageFormatError
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
 from loomctx.messages import Message, split_units
 from loomctx.server._errors import RequestError
 from loomctx.server._service import LoomService
-from loomctx.server._turns import Split, fingerprint, request_digest, split_request
 from loomctx.stores.base import Expect, Get, Put, Record, Version
 
 __all__ = [

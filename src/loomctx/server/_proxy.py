@@ -5,7 +5,7 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
 1. check: the body is a JSON object with `model` (one configured) and `messages`, the
    messages convert to Loom's model (`from_openai`), the tools are valid schemas, the session
    is the tenant's. A refused request stores nothing;
-2. record: the messages the session's memory does not have yet (`loomctx.server._turns`
+2. record: the messages the session's memory does not have yet (`loomctx.context.turns`
    tells them from what the client re-sent) become Tasks; those of the current turn (the last
    user message and the tool exchange after it) are tagged with the turn's id. They are
    written with the session's state and a record in its ledger of turns, in one batch
@@ -65,15 +65,16 @@ from loomctx.context.sources import (
     TurnSource,
     UnifiedRetrievalSource,
 )
+from loomctx.context.turns import Split, split_request
 from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
+from loomctx.parts import fewer_parts
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
 from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
-from loomctx.server._turns import Split, split_request
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
 from loomctx.server._windows import window_log, window_ops
 from loomctx.session.topics import CONTEXT_ASSEMBLED
@@ -295,8 +296,8 @@ class ChatProxy:
         and its tool exchange (refused, not passed through)."""
         system = "\n\n".join(t for t in (tenant.instructions, request.system) if t)
         current = [Message.system(system)] if system else []
-        if split.turn_start < split.total:
-            current.append(Message.user(split.query))
+        if split.turn_message is not None:  # with its images and files
+            current.append(split.turn_message)
         self._check_fits(tenant, request, [*current, *split.in_flight], "current turn")
 
     def _check_fits(
@@ -309,7 +310,7 @@ class ChatProxy:
         available, reserve = BudgetManager.available(
             window, output_reserve_ratio=model.output_reserve
         )
-        needed = self.service.counter.count_messages(messages, tools=request.tools)
+        needed = self.service.counter_for(model).count_messages(messages, tools=request.tools)
         if needed > available:
             whose = "the tenant's and the client's" if tenant.instructions else "the client's"
             counted = f" ({window} as Loom counts them)" if window != model.window else ""
@@ -317,7 +318,7 @@ class ChatProxy:
                 f"the {what} needs {needed} tokens (with the system instructions, {whose}, "
                 f"and the tools), more than the {available} that model `{model.name}`'s "
                 f"window of {model.window} tokens{counted} leaves for input after its output "
-                f"reserve of {reserve}; shorten the messages",
+                f"reserve of {reserve}; shorten the messages{fewer_parts(messages)}",
                 code="context_length_exceeded",
                 param="messages",
             )
@@ -510,10 +511,11 @@ class ChatProxy:
             always=[tool_spec(t)[0] for t in request.tools],
             memory=self._sources_of(tenant, request.session),
             turn=in_flight,
+            user=split.turn_message,  # with its images and files
         )
         orchestrator = window_orchestrator(
             sources,
-            counter=service.counter,
+            counter=service.counter_for(request.model),
             window=self.upstream(request.model).safe_window(request.model.window),
             output_reserve_ratio=request.model.output_reserve,
             state=service.layout,

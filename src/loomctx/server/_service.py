@@ -6,7 +6,7 @@ confined to one tenant: DESIGN.md invariant 6):
 
 - ``(tenant, "memory", session)``: the session's `LoomMemory` (its Tasks, tiers, archive);
 - ``(tenant, "proxy")``: one ``proxy_session`` record per session: how much of the client's
-  history is recorded (a count and a hash chain, see `loomctx.server._turns`), the current
+  history is recorded (a count and a hash chain, see `loomctx.context.turns`), the current
   turn, when it was last used;
 - ``(tenant, "turns", session)``: the session's ledger, one ``proxy_turn`` record per request
   recorded; its version guards every write of what the proxy records of the session
@@ -43,7 +43,7 @@ from loomctx.embeddings import Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
-from loomctx.server._config import ServeConfig, TenantConfig
+from loomctx.server._config import ModelConfig, ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._tenants import CLAIM_KIND, claims_namespace, knowledge_namespace, prepare_store
 from loomctx.session.bus import EventBus
@@ -111,11 +111,17 @@ class LoomService:
                 getattr(self.store, "close", lambda: None)()
             raise
         self.counter = TiktokenCounter()  # every tenant's windows
+        # The same tokenizer and cache, counting images by Anthropic's rule, for Claude.
+        self._claude_counter = self.counter.with_image_rule("anthropic")
         self.layout = LayoutState(max_sessions=4096)
         self.max_open = max_open
         self._memories: OrderedDict[tuple[str, str], LoomMemory] = OrderedDict()
         self._kbs: dict[tuple[str, str], KnowledgeBase] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    def counter_for(self, model: ModelConfig) -> TiktokenCounter:
+        """The counter for `model`'s windows: images count by its provider's rule."""
+        return self._claude_counter if model.provider == "anthropic" else self.counter
 
     # --- tenants and sessions ---------------------------------------------------------------
 

@@ -11,7 +11,8 @@ when served, so a tenant's windows are read only under its own name; DESIGN.md i
   "tools": tools key}``;
 - the same namespace, key ``message:<sha256 of the message, 32 hex>``, kind
   ``window_message``: one message ``{"role", "content", "tool_calls": [{"id", "name",
-  "arguments"}], "tool_call_id", "name", "is_error"}``; key ``tools:<sha256>``: the tool
+  "arguments"}], "tool_call_id", "name", "is_error"}`` (and ``"parts"``, OpenAI content
+  parts, when it holds images or files); key ``tools:<sha256>``: the tool
   schemas as sent. A message is stored once however many windows repeat it (a conversation's
   history is in every window), so a session's windows take about the size of its distinct
   messages plus each call's dynamic tail;
@@ -41,6 +42,7 @@ from typing import Any, Final
 from loomctx.context.report import BlockReport, ContextReport, SourceReport, source_fields
 from loomctx.errors import ConfigError
 from loomctx.messages import Message, ToolCall
+from loomctx.parts import part_from_openai, part_to_openai
 from loomctx.stores.base import Get, MemoryStore, Put, Record, Scan
 
 __all__ = [
@@ -121,7 +123,7 @@ class SavedWindow:
 
 def message_dict(m: Message) -> dict[str, Any]:
     """A message as the record stores it (plain JSON)."""
-    return {
+    data: dict[str, Any] = {
         "role": m.role,
         "content": m.content,
         "tool_calls": [
@@ -131,6 +133,9 @@ def message_dict(m: Message) -> dict[str, Any]:
         "name": m.name,
         "is_error": m.is_error,
     }
+    if m.parts:
+        data["parts"] = [part_to_openai(p) for p in m.parts]
+    return data
 
 
 def _message_of(data: Mapping[str, Any]) -> Message:
@@ -144,6 +149,7 @@ def _message_of(data: Mapping[str, Any]) -> Message:
         tool_call_id=data.get("tool_call_id"),
         name=data.get("name"),
         is_error=bool(data.get("is_error", False)),
+        parts=tuple(part_from_openai(j, p) for j, p in enumerate(data.get("parts", ()))),
     )
 
 

@@ -30,8 +30,10 @@ class HistorySource:
     (`token_count`), priority ``max(0.01, 0.98 ** age)`` (the newest unit has age 0) and
     metadata ``{"age": age, "tool_unit": bool}``; blocks are never truncatable. Blocks are
     offered until the next older unit would exceed `budget.ceiling`, so what is offered is
-    always a contiguous, newest part of the history; a unit's token count is measured once
-    per token counter, so a build costs the units it offers, not the length of the history.
+    always a contiguous, newest part of the history (that next unit is offered too when it
+    holds an image or a file, so that the report says it was dropped, why, and its size); a
+    unit's token count is measured once per token counter, so a build costs the units it
+    offers, not the length of the history.
 
     Once the session's window holds history from some unit on (`BuildContext.history_start`,
     which the orchestrator sets), units more than `SUMMARY_UNITS` older than that one are not
@@ -148,6 +150,10 @@ class HistorySource:
                     metadata={"age": age, "tool_unit": unit.is_tool_unit},
                 )
             if block.token_count > room:
+                if any(m.parts for m in block.messages):
+                    # Offered all the same, so that the report says the image was dropped,
+                    # why, and its size, instead of the history silently ending before it.
+                    blocks.append(block)
                 break
             room -= block.token_count
             blocks.append(block)

@@ -57,6 +57,9 @@ class PromptSource:
 class UserInputSource:
     """The current user turn, taken from the build's `query`: one pinned `user` block.
 
+    `message`, when given, is that turn's user message as the client sent it (with its images
+    and files: `Message.parts`): it is sent whole instead of a message made of `query`.
+
     Its `token_count` is what the user message is billed inside a conversation (framing, role
     and text, without the reply priming, which the window pays once).
 
@@ -68,18 +71,28 @@ class UserInputSource:
     be inspected may pass), and `Agent.run` and `Agent.stream` refuse a blank prompt.
     """
 
-    __slots__ = ("name", "priority")
+    __slots__ = ("message", "name", "priority")
 
-    def __init__(self, *, name: str = "user_input", priority: float = 1.0) -> None:
+    def __init__(
+        self, *, name: str = "user_input", priority: float = 1.0, message: Message | None = None
+    ) -> None:
         self.name, self.priority = check_source("UserInputSource", name, priority)
+        if message is not None and message.role != "user":
+            raise ConfigError(
+                f"`UserInputSource(message=...)` takes a `user` message, got a `{message.role}` one"
+            )
+        self.message = message
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
     ) -> list[ContextBlock]:
-        """The query as one pinned user message (none when it is blank)."""
-        if not query.strip():
-            return []
-        message = Message.user(query)
+        """The query as one pinned user message (none when it is blank); the source's
+        `message`, if given, is sent instead (its images and files with it, never cut)."""
+        message = self.message
+        if message is None:
+            if not query.strip():
+                return []
+            message = Message.user(query)
         return [
             ContextBlock(
                 source=self.name,

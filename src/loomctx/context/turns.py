@@ -1,4 +1,4 @@
-"""What is new in a client's request: the client sends its whole history every time.
+"""What is new in a conversation a client (or an agent framework) sends whole every time.
 
 The proxy keeps, per session, how many of the client's messages it has recorded (`count`) and
 the fingerprints of the first and the last of them. A request whose message at ``count - 1``
@@ -22,7 +22,7 @@ System messages are not conversation: they are the client's instructions, sent a
 window's system prompt on every call, never recorded.
 
 A request whose turn is recorded already (a retry) is told apart by its key: see
-`loomctx.server._ledger`.
+`loomctx.server._ledger` (the proxy's).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomctx.messages import Message, from_openai
+from loomctx.parts import part_to_openai
 
 __all__ = ["Split", "fingerprint", "request_digest", "split_request"]
 
@@ -41,7 +42,9 @@ __all__ = ["Split", "fingerprint", "request_digest", "split_request"]
 def fingerprint(message: Message) -> str:
     """A digest of what `message` says (see the module docstring)."""
     calls = [[c.id, c.name, c.arguments] for c in message.tool_calls]
-    payload = [message.role, message.content, calls, message.tool_call_id or ""]
+    payload: list[Any] = [message.role, message.content, calls, message.tool_call_id or ""]
+    if message.parts:  # images and files (a text-only message keeps its digest)
+        payload.append([part_to_openai(p) for p in message.parts])
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -85,6 +88,13 @@ class Split:
         if self.turn_start < self.total:
             return self.tail[self._at(self.turn_start)].content
         return ""
+
+    @property
+    def turn_message(self) -> Message | None:
+        """The current user turn's message, with its images and files (None without one)."""
+        if self.turn_start < self.total:
+            return self.tail[self._at(self.turn_start)]
+        return None
 
     @property
     def in_flight(self) -> tuple[Message, ...]:

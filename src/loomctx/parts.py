@@ -1,0 +1,529 @@
+"""Content parts beyond text: images and files inside a message, their wire forms and costs.
+
+A `Message` (`loomctx.messages`) holds its text in `content`. A user message may also hold
+`parts`: its whole content in order, `TextPart`, `ImagePart` and `FilePart` values, so that a
+screenshot or a document travels with the words around it. `content` is then the text of its
+text parts, which is what search, memory and most code read.
+
+Wire forms (`part_from_openai`, `part_to_openai`, `part_from_anthropic`, `part_to_anthropic`):
+
+- OpenAI chat completions: ``image_url`` (``{"url", "detail"}``; a ``data:`` URL carries
+  base64 data and its media type) and ``file`` (``{"file_data", "file_id", "filename"}``);
+  the Responses API's ``input_text``, ``input_image`` and ``input_file`` are read too.
+- Anthropic: ``image`` and ``document`` blocks with a ``base64``, ``url``, ``text`` or
+  ``file`` source (a document's ``title`` is kept as its file name).
+
+**What a part costs** (`part_tokens`), by the providers' published rules:
+
+- OpenAI, ``detail: "low"``: 85 tokens. ``"high"`` or ``"auto"``: the image is scaled to fit
+  2048 x 2048, then so that its shortest side is at most 768 px; it costs 170 tokens per
+  512-px tile it covers, plus 85.
+- Anthropic: about ``width * height / 750`` tokens, after the image is scaled to a long edge
+  of at most 1568 px and at most about 1.15 megapixels (so at most 1600 tokens).
+
+The size is read from the header of base64 data (PNG, JPEG, GIF, WebP). An image whose size
+is not known (a URL, or a format not read) costs the most its rule allows: 1445 tokens for
+OpenAI's high detail (a 768 x 2048 image, 8 tiles), 85 for low, 1600 for Anthropic. A PDF
+costs `PDF_PAGE_TOKENS` per page (counted in its data; one page when it is not known), a text
+document what its text costs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from loomctx.errors import MessageFormatError
+
+__all__ = [
+    "ANTHROPIC",
+    "OPENAI",
+    "PDF_PAGE_TOKENS",
+    "FilePart",
+    "ImagePart",
+    "ImageRule",
+    "Part",
+    "TextPart",
+    "anthropic_image_tokens",
+    "fewer_parts",
+    "image_size",
+    "openai_image_tokens",
+    "part_from_anthropic",
+    "part_from_openai",
+    "part_to_anthropic",
+    "part_to_openai",
+    "part_tokens",
+    "settle_parts",
+    "stand_in",
+]
+
+Detail = Literal["auto", "low", "high"]
+_DETAILS: Final = ("auto", "low", "high")
+
+ImageRule = Literal["openai", "anthropic"]
+OPENAI: Final = "openai"
+ANTHROPIC: Final = "anthropic"
+
+PDF_PAGE_TOKENS: Final = 3000
+"""What one PDF page is counted as: Anthropic bills 1,500 to 3,000 tokens a page (its text,
+plus the page as an image); the upper end keeps a budget on the safe side."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """Text, in its place among the other parts."""
+
+    text: str
+
+
+def _check_source(kind: str, sources: dict[str, str | None]) -> None:
+    given = [k for k, v in sources.items() if v is not None]
+    if len(given) != 1:
+        names = ", ".join(f"`{k}`" for k in sources)
+        raise MessageFormatError(
+            f"an {kind} part needs exactly one of {names}, got "
+            f"{', '.join(f'`{k}`' for k in given) or 'none'}"
+        )
+    for name in given:
+        value = sources[name]
+        if not isinstance(value, str) or not value:
+            raise MessageFormatError(
+                f"the `{name}` of an {kind} part must be a non-empty string, got {value!r:.60}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image: a `url`, or base64 `data` with its `media_type` (``image/png``, ...).
+
+    `detail` is OpenAI's (``auto``, ``low``, ``high``; None when the client sent none).
+    `size` is (width, height) in pixels, read once from the data's header (None when not
+    known): a window build counts an image many times.
+    """
+
+    url: str | None = None
+    data: str | None = None
+    media_type: str | None = None
+    detail: Detail | None = None
+    size: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_source("image", {"url": self.url, "data": self.data})
+        if self.data is not None and not self.media_type:
+            raise MessageFormatError(
+                "an image part with base64 `data` needs its `media_type` (such as `image/png`)"
+            )
+        if self.detail is not None and self.detail not in _DETAILS:
+            raise MessageFormatError(
+                f"an image's `detail` must be `auto`, `low` or `high`, got {self.detail!r:.40}"
+            )
+        if self.data is not None:
+            object.__setattr__(self, "size", image_size(self.data))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilePart:
+    """A file (a PDF, a text document): base64 `data`, plain `text`, a `url` or a provider's
+    `file_id`, with its `media_type` and `filename` when known."""
+
+    data: str | None = None
+    text: str | None = None
+    url: str | None = None
+    file_id: str | None = None
+    media_type: str | None = None
+    filename: str | None = None
+    _pages: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_source(
+            "file", {"data": self.data, "text": self.text, "url": self.url, "file_id": self.file_id}
+        )
+
+    @property
+    def pages(self) -> int:
+        """How many pages a PDF's data holds (1 when not known), read on first use and kept:
+        a window build counts a file many times, and reading a large one takes a while."""
+        if not self._pages:
+            object.__setattr__(self, "_pages", 1 if self.data is None else _pdf_pages(self.data))
+        return self._pages
+
+
+Part = TextPart | ImagePart | FilePart
+
+
+def settle_parts(role: str, content: Any, parts: Any) -> tuple[Any, tuple[Part, ...]]:
+    """A message's checked `(content, parts)` from what it was given: `content` becomes the
+    text of the text parts (or, given beside parts without text, their first part); parts
+    that are all text fold into `content`; only a user message may hold other parts."""
+    parts = tuple(parts)
+    for part in parts:
+        if not isinstance(part, TextPart | ImagePart | FilePart):
+            raise MessageFormatError(
+                f"`parts` must hold `TextPart`, `ImagePart` or `FilePart` values, got "
+                f"{type(part).__name__}"
+            )
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    if len(texts) == len(parts):
+        parts = ()  # text only: `content` says it all
+    elif role != "user":
+        raise MessageFormatError(
+            f"a `{role}` message cannot carry images or files; only `user` messages do"
+        )
+    if not texts:
+        if isinstance(content, str) and content and parts:
+            parts = (TextPart(text=content), *parts)
+        return content, parts
+    if content and content != "".join(texts):
+        raise MessageFormatError(
+            "`content` and the text of `parts` differ; give the text in one of them"
+        )
+    return "".join(texts), parts
+
+
+# --- image sizes ----------------------------------------------------------------------------
+
+
+def _jpeg_size(raw: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(raw):
+        if raw[i] != 0xFF:
+            return None
+        marker = raw[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            height, width = struct.unpack(">HH", raw[i + 5 : i + 9])
+            return width, height
+        i += 2 + struct.unpack(">H", raw[i + 2 : i + 4])[0]
+    return None
+
+
+def _webp_size(raw: bytes) -> tuple[int, int] | None:
+    chunk = raw[12:16]
+    if chunk == b"VP8 " and len(raw) >= 30:
+        w, h = struct.unpack("<HH", raw[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and len(raw) >= 25:
+        b = raw[21:25]
+        w = 1 + (((b[1] & 0x3F) << 8) | b[0])
+        h = 1 + (((b[3] & 0x0F) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
+        return w, h
+    if chunk == b"VP8X" and len(raw) >= 30:
+        w = 1 + int.from_bytes(raw[24:27], "little")
+        h = 1 + int.from_bytes(raw[27:30], "little")
+        return w, h
+    return None
+
+
+def _header_size(raw: bytes) -> tuple[int, int] | None:
+    if raw.startswith(b"\x89PNG\r\n\x1a\n") and len(raw) >= 24:
+        w, h = struct.unpack(">II", raw[16:24])
+        return w, h
+    if raw[:6] in (b"GIF87a", b"GIF89a") and len(raw) >= 10:
+        w, h = struct.unpack("<HH", raw[6:10])
+        return w, h
+    if raw.startswith(b"RIFF") and raw[8:12] == b"WEBP":
+        return _webp_size(raw)
+    if raw.startswith(b"\xff\xd8"):
+        return _jpeg_size(raw)
+    return None
+
+
+_SPACES: Final = (" ", "\n", "\r", "\t")
+
+
+def _decoded(data: str, chars: int | None = None) -> bytes:
+    """The bytes of base64 `data` (its first `chars` characters only, if given); b"" when it
+    is not base64. Characters outside the alphabet (line breaks) are skipped."""
+    if chars is not None:
+        data = data[: chars + 256]
+        if any(space in data for space in _SPACES):  # rare: line-wrapped base64
+            data = re.sub(r"\s+", "", data)
+        data = data[: min(chars, len(data) - len(data) % 4)]
+    try:
+        return base64.b64decode(data, validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def image_size(data: str) -> tuple[int, int] | None:
+    """(width, height) of a base64 PNG, JPEG, GIF or WebP image, from its header; None for
+    another format or data that cannot be read. Only the first bytes are decoded; a JPEG's
+    frame header may follow its metadata, so up to its first 1 MB."""
+    size = _header_size(_decoded(data, 4096))
+    if size is None and data.lstrip()[:4] == "/9j/":  # JPEG: the frame may follow EXIF
+        size = _jpeg_size(_decoded(data, _JPEG_SCAN))
+    if size is None or size[0] <= 0 or size[1] <= 0:
+        return None
+    return size
+
+
+# --- token rules ----------------------------------------------------------------------------
+
+_OPENAI_LOW: Final = 85
+_OPENAI_TILE: Final = 170
+_ANTHROPIC_MAX: Final = 1600
+
+
+def openai_image_tokens(size: tuple[int, int] | None, detail: str | None = None) -> int:
+    """OpenAI's published cost of an image of `size` (None: unknown, the most the rule
+    allows) at `detail` (None means ``auto``)."""
+    if detail == "low":
+        return _OPENAI_LOW
+    if size is None:
+        return _OPENAI_TILE * 8 + _OPENAI_LOW  # 768 x 2048: 2 x 4 tiles
+    w, h = float(size[0]), float(size[1])
+    if max(w, h) > 2048:
+        scale = 2048 / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > 768:
+        scale = 768 / min(w, h)
+        w, h = w * scale, h * scale
+    tiles = math.ceil(round(w, 6) / 512) * math.ceil(round(h, 6) / 512)
+    return _OPENAI_TILE * tiles + _OPENAI_LOW
+
+
+def anthropic_image_tokens(size: tuple[int, int] | None) -> int:
+    """Anthropic's published cost of an image of `size` (None: unknown, the most the rule
+    allows): ``width * height / 750`` after its resize (long edge <= 1568 px, ~1.15 MP)."""
+    if size is None:
+        return _ANTHROPIC_MAX
+    w, h = float(size[0]), float(size[1])
+    if max(w, h) > 1568:
+        scale = 1568 / max(w, h)
+        w, h = w * scale, h * scale
+    return min(_ANTHROPIC_MAX, math.ceil(w * h / 750))
+
+
+_JPEG_SCAN: Final = 1_400_000  # base64 characters: about 1 MB
+_PAGE_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]{0,200}?/Count\s+(\d{1,6})")
+
+
+def _pdf_pages(data: str) -> int:
+    """Pages of a base64 PDF: its page objects, or its page tree's `/Count` when larger
+    (page objects may sit in compressed streams); 1 when neither is readable."""
+    raw = _decoded(data)
+    if not raw.startswith(b"%PDF"):
+        return 1
+    objects = sum(raw.count(b"/Type" + sep + b"/Page") for sep in (b"", b" ", b"\n", b"\r"))
+    objects -= sum(raw.count(b"/Type" + sep + b"/Pages") for sep in (b"", b" ", b"\n", b"\r"))
+    counts = [
+        int(n) for n in _PAGE_COUNT.findall(raw[:65_536]) + _PAGE_COUNT.findall(raw[-65_536:])
+    ]
+    return max(1, objects, *counts)
+
+
+def part_tokens(part: Part, rule: ImageRule, count: Callable[[str], int]) -> int:
+    """What `part` costs under `rule` (``openai`` or ``anthropic``); `count` counts text."""
+    if isinstance(part, TextPart):
+        return count(part.text)
+    if isinstance(part, ImagePart):
+        if rule == ANTHROPIC:
+            return anthropic_image_tokens(part.size)
+        return openai_image_tokens(part.size, part.detail)
+    if part.text is not None:
+        return count(part.text)
+    return PDF_PAGE_TOKENS * part.pages
+
+
+def stand_in(part: Part) -> str:
+    """The text that stands for `part` where only text is kept (memory, search): the text
+    itself, or a label such as ``[image: image/png 800x600]``."""
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, ImagePart):
+        size = part.size
+        facts = [part.media_type or "", f"{size[0]}x{size[1]}" if size else ""]
+        if part.url is not None and not part.url.startswith("data:"):
+            facts.append(part.url[:200])
+        return "[image: " + " ".join(f for f in facts if f).strip() + "]"
+    facts = [part.filename or "", part.media_type or ""]
+    return "[file: " + (" ".join(f for f in facts if f) or "attached") + "]"
+
+
+def fewer_parts(messages: Sequence[Any]) -> str:
+    """A hint to add to "shorten the messages" when `messages` (`Message` values) hold images
+    or files, which count by the providers' rules: "" when they hold none."""
+    held = sum(not isinstance(p, TextPart) for m in messages for p in m.parts)
+    if not held:
+        return ""
+    return (
+        f", or send fewer or smaller images and files (it holds {held}; an image with "
+        '`detail: "low"` costs an OpenAI model 85 tokens)'
+    )
+
+
+# --- wire forms -----------------------------------------------------------------------------
+
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,", re.ASCII)
+
+
+def _split_data_url(url: str) -> tuple[str | None, str | None]:
+    """(media type, base64 data) of a base64 ``data:`` URL, else (None, None)."""
+    found = _DATA_URL.match(url)
+    if found is None:
+        return None, None
+    return found.group(1) or "application/octet-stream", url[found.end() :]
+
+
+def _field(raw: Mapping[str, Any], key: str, what: str) -> Any:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise MessageFormatError(f"{what} `{key}` must be a string, got {type(value).__name__}")
+    return value
+
+
+def _image_from_url(url: Any, detail: Any) -> ImagePart:
+    if not isinstance(url, str) or not url:
+        raise MessageFormatError(
+            f"an image part needs its `url` (an https URL or a base64 data URL), got {url!r:.60}"
+        )
+    media_type, data = _split_data_url(url)
+    if data is not None:
+        return ImagePart(data=data, media_type=media_type, detail=detail)
+    if not url.startswith(("https://", "http://")):
+        raise MessageFormatError(
+            f"an image's `url` must be an http(s) URL or a base64 data URL "
+            f"(`data:image/png;base64,...`), got {url!r:.60}"
+        )
+    return ImagePart(url=url, detail=detail)
+
+
+def part_from_openai(j: int, raw: Mapping[str, Any]) -> Part:
+    """An OpenAI content part (chat completions or Responses input) as a `Part`."""
+    kind = raw.get("type")
+    if kind in ("text", "input_text"):
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise MessageFormatError(f"text part {j} needs a string `text`, got {text!r:.60}")
+        return TextPart(text=text)
+    if kind == "image_url":
+        image = raw.get("image_url")
+        if isinstance(image, str):
+            return _image_from_url(image, None)
+        if not isinstance(image, Mapping):
+            raise MessageFormatError(
+                f'image part {j} needs `image_url`: {{"url": ..., "detail": ...}}, got '
+                f"{image!r:.60}"
+            )
+        return _image_from_url(image.get("url"), image.get("detail"))
+    if kind == "input_image":
+        if raw.get("file_id") is not None:
+            raise MessageFormatError(
+                f"image part {j} names an uploaded file (`file_id`); send the image itself as "
+                "`image_url` (an https URL or a base64 data URL)"
+            )
+        return _image_from_url(raw.get("image_url"), raw.get("detail"))
+    if kind in ("file", "input_file"):
+        spec = raw.get("file") if kind == "file" else raw
+        if not isinstance(spec, Mapping):
+            raise MessageFormatError(
+                f'file part {j} needs `file`: {{"file_data" or "file_id", "filename"}}'
+            )
+        what = f"file part {j}'s"
+        file_data = _field(spec, "file_data", what)
+        media_type, data = _split_data_url(file_data) if file_data else (None, None)
+        if file_data and data is None:  # bare base64, as some clients send it
+            data = file_data
+        return FilePart(
+            data=data,
+            url=_field(spec, "file_url", what),
+            file_id=_field(spec, "file_id", what),
+            media_type=media_type,
+            filename=_field(spec, "filename", what),
+        )
+    raise MessageFormatError(
+        f"content part {j} has type `{kind}`; Loom carries `text`, `image_url` and `file` parts "
+        "(audio is not carried): describe it in text, or drop it"
+    )
+
+
+def part_to_openai(part: Part) -> dict[str, Any]:
+    """`part` as an OpenAI chat-completions content part."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        url = part.url or f"data:{part.media_type};base64,{part.data}"
+        image: dict[str, Any] = {"url": url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    spec: dict[str, Any] = {}
+    if part.data is not None:
+        spec["file_data"] = f"data:{part.media_type or 'application/pdf'};base64,{part.data}"
+    elif part.text is not None:
+        raw = base64.b64encode(part.text.encode("utf-8")).decode("ascii")
+        spec["file_data"] = f"data:{part.media_type or 'text/plain'};base64,{raw}"
+    elif part.file_id is not None:
+        spec["file_id"] = part.file_id
+    else:
+        spec["file_url"] = part.url
+    if part.filename is not None:
+        spec["filename"] = part.filename
+    return {"type": "file", "file": spec}
+
+
+def part_from_anthropic(j: int, block: Mapping[str, Any]) -> Part:
+    """An Anthropic ``text``, ``image`` or ``document`` block as a `Part`."""
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise MessageFormatError(f"text part {j} needs a string `text`, got {text!r:.60}")
+        return TextPart(text=text)
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise MessageFormatError(f"{kind} block {j} needs a `source` object, got {source!r:.60}")
+    what = f"the source of {kind} block {j}:"
+    via = source.get("type")
+    media_type = _field(source, "media_type", what)
+    if kind == "image":
+        if via == "base64":
+            return ImagePart(data=_field(source, "data", what), media_type=media_type)
+        if via == "url":
+            return ImagePart(url=_field(source, "url", what))
+        raise MessageFormatError(
+            f"image block {j} has a `{via}` source; Loom carries `base64` and `url` images"
+        )
+    title = _field(block, "title", what)
+    sources = {"base64": "data", "text": "text", "url": "url", "file": "file_id"}
+    if via not in sources:
+        raise MessageFormatError(
+            f"document block {j} has a `{via}` source; Loom carries `base64`, `text`, `url` "
+            "and `file` documents"
+        )
+    key = sources[via]
+    value = _field(source, "data" if via in ("base64", "text") else key, what)
+    return FilePart(media_type=media_type, filename=title, **{key: value})
+
+
+def part_to_anthropic(part: Part) -> dict[str, Any]:
+    """`part` as an Anthropic content block."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        if part.data is not None:
+            source = {"type": "base64", "media_type": part.media_type, "data": part.data}
+        else:
+            source = {"type": "url", "url": part.url}
+        return {"type": "image", "source": source}
+    if part.data is not None:
+        media_type = part.media_type or "application/pdf"
+        source = {"type": "base64", "media_type": media_type, "data": part.data}
+    elif part.text is not None:
+        source = {"type": "text", "media_type": part.media_type or "text/plain", "data": part.text}
+    elif part.file_id is not None:
+        source = {"type": "file", "file_id": part.file_id}
+    else:
+        source = {"type": "url", "url": part.url}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if part.filename is not None:
+        block["title"] = part.filename
+    return block
