@@ -5,6 +5,7 @@ Anthropic's Messages API (`POST /v1/messages`), driven by the official `openai` 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 
 import anthropic
 import openai
@@ -55,8 +56,18 @@ def weather_call(call_id: str = "call_w1") -> object:
     )
 
 
-def anthropic_client(loom, key: str = ACME_KEY) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=loom.url, api_key=key, max_retries=0)
+@pytest.fixture
+def anthropic_client() -> Iterator[Callable[..., anthropic.Anthropic]]:
+    """The official `anthropic` client for a running Loom (closed after the test)."""
+    made: list[anthropic.Anthropic] = []
+
+    def make(loom, key: str = ACME_KEY) -> anthropic.Anthropic:  # type: ignore[no-untyped-def]
+        made.append(anthropic.Anthropic(base_url=loom.url, api_key=key, max_retries=0))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 # --- the Responses API --------------------------------------------------------------------
@@ -220,7 +231,7 @@ def test_responses_unsupported_is_refused_before_anything(loom, fields, named) -
 # --- the Messages API ---------------------------------------------------------------------
 
 
-def test_messages_plain_on_an_openai_model(loom) -> None:
+def test_messages_plain_on_an_openai_model(loom, anthropic_client) -> None:
     loom.wire.script(openai_text("Hello", " there", usage=(11, 3), cached=4))
     raw = anthropic_client(loom).messages.with_raw_response.create(
         model="gpt-test",
@@ -242,7 +253,7 @@ def test_messages_plain_on_an_openai_model(loom) -> None:
     assert sent["messages"][0] == {"role": "system", "content": "You work for ACME.\n\nBe brief."}
 
 
-def test_messages_stream_with_tools_round_trip_on_anthropic(loom) -> None:
+def test_messages_stream_with_tools_round_trip_on_anthropic(loom, anthropic_client) -> None:
     client = anthropic_client(loom)
     loom.wire.script(
         anthropic_sse(
@@ -292,7 +303,7 @@ def test_messages_stream_with_tools_round_trip_on_anthropic(loom) -> None:
     assert sent["messages"][-2]["content"][-1]["type"] == "tool_use"
 
 
-def test_messages_create_with_tools_on_an_openai_model(loom) -> None:
+def test_messages_create_with_tools_on_an_openai_model(loom, anthropic_client) -> None:
     loom.wire.script(weather_call("call_9"))
     message = anthropic_client(loom).messages.create(
         model="gpt-test",
@@ -310,7 +321,7 @@ def test_messages_create_with_tools_on_an_openai_model(loom) -> None:
     assert sent["tools"][0]["function"]["name"] == "get_weather"
 
 
-def test_messages_errors_in_anthropics_shape(loom) -> None:
+def test_messages_errors_in_anthropics_shape(loom, anthropic_client) -> None:
     with pytest.raises(anthropic.AuthenticationError):
         anthropic_client(loom, key="sk-wrong").messages.create(
             model="gpt-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
