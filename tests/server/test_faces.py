@@ -352,3 +352,39 @@ def test_messages_errors_in_anthropics_shape(loom, anthropic_client) -> None:
     assert status == 400
     assert "web_search_20250305" in answer["error"]["message"]
     assert loom.wire.requests == []
+
+
+def _cut_stream() -> object:
+    """A text chunk, then one Loom cannot read: the stream ends on an error."""
+    return openai_sse([openai_chunk({"role": "assistant", "content": "Hel"}), {"choices": 7}])
+
+
+def test_responses_stream_cut_by_the_upstream_ends_on_an_error_event(loom) -> None:
+    loom.wire.script(_cut_stream())
+    stream = loom.openai(ACME_KEY).responses.create(model="gpt-test", input="Hi", stream=True)
+    events = list(stream)
+    assert events[-1].type == "error"
+    assert "`choices` is a number, not list" in events[-1].message
+    assert "response.completed" not in [e.type for e in events]
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == ["Hel"]
+
+
+def test_messages_stream_cut_by_the_upstream_raises_in_the_client(loom, anthropic_client) -> None:
+    loom.wire.script(_cut_stream())
+    got: list[str] = []
+    with (
+        pytest.raises(anthropic.APIStatusError) as raised,
+        anthropic_client(loom).messages.stream(
+            model="gpt-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
+        ) as stream,
+    ):
+        got.extend(stream.text_stream)
+    assert got == ["Hel"]
+    assert "`choices` is a number, not list" in str(raised.value)
+
+
+def test_bad_store_is_refused(loom) -> None:
+    body = {"model": "gpt-test", "input": "Hi", "store": "yes"}
+    status, answer, _ = call("POST", f"{loom.v1}/responses", key=ACME_KEY, body=body)
+    assert status == 400
+    assert answer["error"]["param"] == "store"

@@ -213,6 +213,8 @@ def chat_body_of_responses(
             "/v1/responses; remove it (docs/serving.md lists the fields served)",
             unknown[0],
         )
+    if not isinstance(body.get("store", True), bool):
+        raise _refuse(f"`store` must be true or false, got {body['store']!r:.40}", "store")
     if "input" not in body:
         raise _refuse("`input` is required: a string or a list of input items", "input")
     conversation = [*history, *_messages(body["input"])]
