@@ -11,6 +11,7 @@ import anthropic
 import openai
 import pytest
 
+from loomctx.stores.base import Delete, Get
 from tests.agent._servers import (
     anthropic_end,
     anthropic_message_start,
@@ -188,6 +189,20 @@ def test_responses_previous_response_id(loom) -> None:
     # All three turns are one session: the first response's.
     sessions = {s["id"] for s in loom.service.sessions("acme")}
     assert len(sessions) == 1
+    # Each response keeps what it added and the ids before it, not the whole conversation.
+    namespace = ("acme", "responses")
+    kept = loom.service.store.batch([Get(namespace=namespace, key=third.id)])[0].data
+    assert kept["chain"] == [first.id, second.id]
+    assert kept["messages"] == [
+        {"role": "user", "content": "And again?"},
+        {"role": "assistant", "content": "You asked twice."},
+    ]
+    # A chain with a link gone is refused, not answered from half a conversation.
+    loom.service.store.batch([Delete(namespace=namespace, key=first.id)])
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="gpt-test", previous_response_id=third.id, input="Hm?")
+    assert "no longer kept" in caught.value.message
+    assert len(loom.wire.requests) == 3
 
 
 def test_responses_unknown_previous_response_is_refused(loom) -> None:

@@ -163,7 +163,7 @@ class _Server:
     async def responses(self, request: Request) -> Response:
         tenant = self.tenant_config(request)
         body = await read_json(request, self.service.config.max_body_bytes, deep=("input",))
-        session, history = request.headers.get(SESSION_HEADER), []
+        session, history, chain = request.headers.get(SESSION_HEADER), [], []
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         if previous is not None:
             store = self.service.store
@@ -174,12 +174,13 @@ class _Server:
                     f"the session {session!r} that `{SESSION_HEADER}` names; send one of them",
                     param="previous_response_id",
                 )
-            session, history = kept["session"], list(kept["messages"])
-        converted, conversation = chat_body_of_responses(body, history)
+            session, history, chain = kept["session"], kept["messages"], kept["chain"]
+        converted, added = chat_body_of_responses(body, history)
         chat = self._chat_request(request, converted, session)
         face = ResponsesFace(
             body,
-            conversation=conversation,
+            added=added,
+            chain=chain,
             store=self.service.store,
             tenant=tenant.name,
             session=chat.session,

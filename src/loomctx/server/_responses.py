@@ -11,10 +11,11 @@ The request becomes a chat-completions body that goes through the proxy's one pi
 - `tools`: function tools (``{"type": "function", "name", "parameters", ...}``) only;
   built-in tools (``web_search``, ``file_search``, ``computer_use``...) are refused: a proxy
   cannot run them;
-- `previous_response_id`: the conversation of a response Loom answered for this tenant (its
-  input and its output, which Loom keeps unless the request said ``store: false``) comes
-  before `input`, and the response's session is the request's. An id Loom did not issue to
-  this tenant is refused with a 400 saying so;
+- `previous_response_id`: the conversation of a response Loom answered for this tenant (the
+  input and output of it and of the responses before it, which Loom keeps unless a request
+  said ``store: false``, see `previous_response`) comes before `input`, and the response's
+  session is the request's. An id Loom did not issue to this tenant is refused with a 400
+  saying so;
 - `max_output_tokens`, `temperature`, `top_p`, `tool_choice`, `parallel_tool_calls`,
   `text.format`, `reasoning.effort`, `user`, `service_tier`, `prompt_cache_key` and
   `safety_identifier` are sent on in their chat-completions form; `store`, `metadata`,
@@ -57,11 +58,19 @@ def _refuse(message: str, param: str, code: str | None = None) -> RequestError:
 
 
 def previous_response(store: MemoryStore, tenant: str, response_id: Any) -> dict[str, Any]:
-    """The kept conversation of response `response_id` (``{"session", "messages"}``), or a
-    400 naming why there is none."""
+    """The kept conversation of response `response_id`, or a 400 naming why there is none:
+    ``{"session", "messages", "chain"}``, `chain` the ids of the responses it is made of,
+    oldest first, this one last.
+
+    Each response keeps only what it added (its input and its output) and the ids of the
+    responses before it: the conversation is read back in one more batch, and a long chain
+    stores each turn once, not the whole conversation again with every response."""
     if not isinstance(response_id, str) or not response_id:
-        raise _refuse("`previous_response_id` must be the id of an earlier response", "input")
-    found = store.batch([Get(namespace=(tenant, "responses"), key=response_id)])[0]
+        raise _refuse(
+            "`previous_response_id` must be the id of an earlier response", "previous_response_id"
+        )
+    namespace = (tenant, "responses")
+    found = store.batch([Get(namespace=namespace, key=response_id)])[0]
     if found is None:
         raise _refuse(
             f"previous response {response_id!r:.80} is not one this server answered for this "
@@ -70,7 +79,21 @@ def previous_response(store: MemoryStore, tenant: str, response_id: Any) -> dict
             "previous_response_id",
             "previous_response_not_found",
         )
-    return dict(found.data)
+    chain = [str(k) for k in found.data.get("chain") or ()]
+    earlier = store.batch([Get(namespace=namespace, key=k) for k in chain]) if chain else []
+    if any(r is None for r in earlier):
+        raise _refuse(
+            f"an earlier response of the conversation of {response_id!r:.80} is no longer "
+            "kept; send the whole conversation in `input` instead",
+            "previous_response_id",
+            "previous_response_not_found",
+        )
+    messages = [m for r in earlier if r is not None for m in r.data["messages"]]
+    return {
+        "session": found.data["session"],
+        "messages": [*messages, *found.data["messages"]],
+        "chain": [*chain, response_id],
+    }
 
 
 def _text(content: Any, where: str) -> str | list[dict[str, Any]]:
@@ -201,8 +224,8 @@ def chat_body_of_responses(
     body: Any, history: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A Responses API request as a chat-completions body, after `history` (the previous
-    response's conversation), and the conversation to keep for this response (a 400
-    `RequestError` naming what is wrong or not supported)."""
+    response's conversation), and the messages its `input` adds (a 400 `RequestError`
+    naming what is wrong or not supported)."""
     if not isinstance(body, Mapping):
         raise RequestError("the request body must be a JSON object", code="invalid_body")
     unknown = sorted(set(body) - _HANDLED - _PASSED - _IGNORED)
@@ -217,14 +240,14 @@ def chat_body_of_responses(
         raise _refuse(f"`store` must be true or false, got {body['store']!r:.40}", "store")
     if "input" not in body:
         raise _refuse("`input` is required: a string or a list of input items", "input")
-    conversation = [*history, *_messages(body["input"])]
+    added = _messages(body["input"])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _refuse("`instructions` must be a string", "instructions")
     messages = [{"role": "system", "content": instructions}] if instructions else []
     out: dict[str, Any] = {
         "model": body.get("model"),
-        "messages": [*messages, *conversation],
+        "messages": [*messages, *history, *added],
         "stream": body.get("stream", False),
         "stream_options": {"include_usage": True},
     }
@@ -251,7 +274,7 @@ def chat_body_of_responses(
     if isinstance(reasoning, Mapping) and reasoning.get("effort"):
         out["reasoning_effort"] = reasoning["effort"]
     out.update({k: body[k] for k in _PASSED if k in body})
-    return out, conversation
+    return out, added
 
 
 def _usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -271,14 +294,17 @@ def _usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 class ResponsesFace:
-    """The Responses API's ``response`` object and events. The response's conversation is
-    kept (for a later `previous_response_id`) before the client has the response's end."""
+    """The Responses API's ``response`` object and events. What the response adds to the
+    conversation (`added`, the input's messages, and its output) is kept, with `chain` (the
+    ids of the responses before it), for a later `previous_response_id`, before the client
+    has the response's end."""
 
     def __init__(
         self,
         body: Mapping[str, Any],
         *,
-        conversation: list[dict[str, Any]],
+        added: list[dict[str, Any]],
+        chain: list[str],
         store: MemoryStore,
         tenant: str,
         session: str,
@@ -286,7 +312,8 @@ class ResponsesFace:
         self.id = "resp_" + uuid.uuid4().hex
         self.created = int(time.time())
         self.request = body
-        self.conversation = conversation
+        self.added = added
+        self.chain = chain
         self.store = store
         self.tenant = tenant
         self.session = session
@@ -328,7 +355,11 @@ class ResponsesFace:
         thread."""
         if not self.keep:
             return
-        data = {"session": self.session, "messages": [*self.conversation, reply.message()]}
+        data = {
+            "session": self.session,
+            "chain": self.chain,
+            "messages": [*self.added, reply.message()],
+        }
         record = Record(
             namespace=(self.tenant, "responses"), key=self.id, kind=RESPONSE_KIND, data=data
         )
