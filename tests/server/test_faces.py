@@ -17,6 +17,7 @@ from tests.agent._servers import (
     anthropic_message_start,
     anthropic_sse,
     anthropic_text,
+    anthropic_text_block,
     anthropic_tool_block,
     openai_chunk,
     openai_sse,
@@ -403,3 +404,43 @@ def test_bad_store_is_refused(loom) -> None:
     status, answer, _ = call("POST", f"{loom.v1}/responses", key=ACME_KEY, body=body)
     assert status == 400
     assert answer["error"]["param"] == "store"
+
+
+def test_messages_text_then_a_tool_call_are_two_blocks(loom, anthropic_client) -> None:
+    loom.wire.script(
+        anthropic_sse(
+            anthropic_message_start(input_tokens=40),
+            anthropic_text_block(0, "Let me ", "look."),
+            anthropic_tool_block(1, "toolu_2", "get_weather", '{"city": "Oslo"}'),
+            anthropic_end("tool_use", output_tokens=12),
+        )
+    )
+    with anthropic_client(loom).messages.stream(
+        model="claude-test",
+        max_tokens=200,
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=[WEATHER_ANTHROPIC],
+    ) as stream:
+        starts = [e.index for e in stream if e.type == "content_block_start"]
+        final = stream.get_final_message()
+    assert starts == [0, 1]
+    assert [block.type for block in final.content] == ["text", "tool_use"]
+    assert final.content[0].text == "Let me look."  # type: ignore[union-attr]
+    assert final.content[1].input == {"city": "Oslo"}  # type: ignore[union-attr]
+
+
+def test_previous_response_of_another_session_than_named_is_refused(loom) -> None:
+    client = loom.openai(ACME_KEY)
+    loom.wire.script(openai_text("Hi"))
+    first = client.responses.create(
+        model="gpt-test", input="Hi", extra_headers={"X-Loom-Session": "one"}
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="gpt-test",
+            previous_response_id=first.id,
+            input="Again",
+            extra_headers={"X-Loom-Session": "two"},
+        )
+    assert "belongs to session 'one'" in caught.value.message
+    assert len(loom.wire.requests) == 1
