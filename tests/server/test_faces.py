@@ -233,6 +233,8 @@ def test_responses_unknown_previous_response_is_refused(loom) -> None:
         ({"tools": [{"type": "web_search"}]}, "web_search"),
         ({"background": True}, "`background`"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "item_reference"),
+        # A result without its call: refused by the pipeline, named as `input`'s.
+        ({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]}, "c9"),
     ],
 )
 def test_responses_unsupported_is_refused_before_anything(loom, fields, named) -> None:
@@ -240,6 +242,7 @@ def test_responses_unsupported_is_refused_before_anything(loom, fields, named) -
     status, answer, _ = call("POST", f"{loom.v1}/responses", key=ACME_KEY, body=body)
     assert status == 400
     assert named in answer["error"]["message"]
+    assert answer["error"]["param"] in {"tools", "background", "input"}
     assert loom.wire.requests == []
     assert loom.service.sessions("acme") == []
 

@@ -185,7 +185,12 @@ class _Server:
             tenant=tenant.name,
             session=chat.session,
         )
-        return await self._proxied(request, tenant, chat, face)
+        try:
+            return await self._proxied(request, tenant, chat, face)
+        except RequestError as exc:
+            if exc.param == "messages":  # the chat messages `input` became
+                exc.param = "input"
+            raise
 
     async def messages(self, request: Request) -> Response:
         tenant = self.tenant_config(request)

@@ -8,7 +8,8 @@ turned back into the face's own response and events by its `Face`:
 
 - `Face.body`: the non-streamed response, from the assembled `Reply`;
 - `Face.events`: the streamed response's server-sent events, from the chunks;
-- `Face.error_event` and `Face.error_body`: an error in the face's own shape.
+- `Face.error_event`: the event that ends a stream cut by an error, in the face's shape
+  (a refusal before the response starts is answered by the route's error shape).
 
 `Blocks` reads chunks as content blocks (the text, then each tool call, each opened and
 closed in order), which is how both the Responses API and the Messages API stream.
@@ -42,10 +43,6 @@ class Face(Protocol):
         """The event that ends a stream cut by an error (`body`: OpenAI's error shape)."""
         ...
 
-    def error_body(self, status: int, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A refusal's body (`body`: OpenAI's error shape) in this face's shape."""
-        ...
-
 
 def sse(data: Mapping[str, Any], event: str | None = None) -> bytes:
     """One server-sent event: `data` as JSON, named `event` if given."""
@@ -66,9 +63,6 @@ class ChatFace:
 
     def error_event(self, body: Mapping[str, Any]) -> bytes:
         return sse(body)
-
-    def error_body(self, status: int, body: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(body)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

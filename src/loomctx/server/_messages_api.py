@@ -239,9 +239,6 @@ class MessagesFace:
     def error_event(self, body: Mapping[str, Any]) -> bytes:
         return sse(anthropic_error(502, body), "error")
 
-    def error_body(self, status: int, body: Mapping[str, Any]) -> dict[str, Any]:
-        return anthropic_error(status, body)
-
 
 def _stop(reply: Reply | None) -> str | None:
     if reply is None:

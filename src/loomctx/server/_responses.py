@@ -475,9 +475,6 @@ class ResponsesFace:
             param=error.get("param"),
         )
 
-    def error_body(self, status: int, body: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(body)
-
 
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     return {
