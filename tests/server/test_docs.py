@@ -57,6 +57,9 @@ def test_every_snippet_runs(tmp_path: Path) -> None:
         wire.script(
             openai_text("A window is what the model sees."),
             openai_text("Ada."),
+            openai_text("Noted."),
+            openai_text("Your name is Ada."),
+            openai_text("Hello from Anthropic's client."),
             openai_text("Hello from Node."),
         )
         (tmp_path / "loom.toml").write_text(
@@ -81,19 +84,24 @@ def test_every_snippet_runs(tmp_path: Path) -> None:
                 assert server.poll() is None, "loomctx serve exited"
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-            (python,) = blocks("python")
-            out = subprocess.run(
-                [sys.executable, "-c", python.replace("8700", port)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert out.returncode == 0, out.stderr
-            assert "A window is what the model sees." in out.stdout
-            assert "Ada." in out.stdout
-            assert "report: rep_" in out.stdout
+            chat, responses, messages = blocks("python")
+            expected = [
+                ("A window is what the model sees.", "Ada.", "report: rep_"),
+                ("Your name is Ada.",),  # the Responses API, with previous_response_id
+                ("Hello from Anthropic's client.",),  # the Messages API
+            ]
+            for python, lines in zip((chat, responses, messages), expected, strict=True):
+                out = subprocess.run(
+                    [sys.executable, "-c", python.replace("8700", port)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert out.returncode == 0, out.stderr
+                for line in lines:
+                    assert line in out.stdout
             (js,) = blocks("js")
             node = node_with_openai()
             script = NODE / "doc_snippet.mjs"

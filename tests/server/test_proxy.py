@@ -286,6 +286,7 @@ def test_models_and_health(loom) -> None:
     status, spec, _ = call("GET", f"{loom.url}/openapi.json")
     assert status == 200
     assert "/v1/reports/{report_id}" in spec["paths"]
+    assert {"/v1/chat/completions", "/v1/responses", "/v1/messages"} <= set(spec["paths"])
 
 
 def test_upstream_errors_keep_their_status(loom, caplog: pytest.LogCaptureFixture) -> None:

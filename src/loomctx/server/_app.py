@@ -9,6 +9,9 @@ budget wants. The OpenAPI document (`/openapi.json`) is written out in `loomctx.
 Routes (every `/v1/...` route needs ``Authorization: Bearer <key>``; the key names the tenant):
 
 - ``POST /v1/chat/completions``, ``GET /v1/models``: the OpenAI-compatible proxy;
+- ``POST /v1/responses`` (OpenAI's Responses API, `loomctx.server._responses`) and
+  ``POST /v1/messages`` (Anthropic's Messages API, `loomctx.server._messages_api`, errors in
+  Anthropic's shape, the key also as ``x-api-key``): the same proxy in other wire formats;
 - ``GET /v1/sessions``, ``GET /v1/sessions/{id}``: the tenant's sessions;
 - ``GET /v1/sessions/{id}/memory?q=...``, ``POST /v1/sessions/{id}/memory`` (``{"content"}``),
   ``DELETE /v1/sessions/{id}/memory/{task_id}``: search, add to, forget from a memory;
@@ -28,11 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -45,13 +47,16 @@ from loomctx.errors import ConfigError, LoomError
 from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError, error_body
-from loomctx.server._input import int_param, parse_json
+from loomctx.server._faces import ChatFace, Face
+from loomctx.server._input import int_param, read_body, read_json
 from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
+from loomctx.server._messages_api import MessagesFace, anthropic_error, chat_body_of_messages
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._otel import ChatSpan
-from loomctx.server._proxy import ChatProxy, Prepared, parse_chat_request
+from loomctx.server._proxy import ChatProxy, ChatRequest, Prepared, parse_chat_request
 from loomctx.server._responding import Settled, close, while_connected
+from loomctx.server._responses import ResponsesFace, chat_body_of_responses, previous_response
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError, preload_sdks
 from loomctx.session.bus import open_bus
@@ -67,51 +72,15 @@ log = logging.getLogger("loomctx.server")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _error(exc: RequestError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+Shape = Callable[[int, dict[str, Any]], dict[str, Any]]
 
 
-def _too_large(size: str) -> RequestError:
-    return RequestError(
-        f"the request body is {size} bytes, more than this server accepts; send less history, "
-        "or raise `max_body_bytes` in `[serve]`",
-        status=413,
-        code="request_too_large",
-    )
+def _openai_shape(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    return body
 
 
-async def _read_json(request: Request, limit: int, *, deep: Collection[str] = ()) -> Any:
-    """The body as JSON: 413 past `limit` bytes (`_read_body`), 400 if it is not JSON or
-    holds what cannot be stored or sent on (`parse_json`; `deep`: its fields checked later)."""
-    return parse_json(await _read_body(request, limit), deep=deep)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body: 413 past `limit` bytes.
-
-    A body somewhat over the limit is read to its end (and dropped) before the 413 is sent:
-    a server that answers while the client is still sending closes a socket with unread data,
-    which resets the connection, and the client sees a reset instead of the error. Past four
-    times the limit, reading stops."""
-    declared = request.headers.get("content-length")
-    if (
-        declared is not None
-        and declared.isascii()
-        and declared.isdigit()
-        and int(declared) > 4 * limit
-    ):
-        raise _too_large(declared)
-    body = bytearray()
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > 4 * limit:
-            raise _too_large(f"more than {4 * limit}")
-        if size <= limit:
-            body += part
-    if size > limit:
-        raise _too_large(str(size))
-    return bytes(body)
+def _error(exc: RequestError, shape: Shape = _openai_shape) -> JSONResponse:
+    return JSONResponse(shape(exc.status, exc.body()), status_code=exc.status)
 
 
 class _Server:
@@ -125,8 +94,9 @@ class _Server:
             streamable_http_path="/", stateless_http=True, json_response=True
         )
 
-    def handler(self, fn: Handler) -> Handler:
-        """`fn` with typed errors answered in OpenAI's shape, and a log line."""
+    def handler(self, fn: Handler, shape: Shape = _openai_shape) -> Handler:
+        """`fn` with typed errors answered in OpenAI's shape (or the one `shape` makes of
+        it), and a log line."""
 
         async def run(request: Request) -> Response:
             start = time.perf_counter()
@@ -134,22 +104,25 @@ class _Server:
             try:
                 response = await fn(request)
             except RequestError as exc:
-                response = _error(exc)
+                response = _error(exc, shape)
             except UpstreamError as exc:
-                response = JSONResponse(exc.body, status_code=exc.status)
+                response = JSONResponse(shape(exc.status, exc.body), status_code=exc.status)
             except LoomError as exc:
                 log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 response = JSONResponse(
-                    error_body(f"{type(exc).__name__}: {exc}", type="server_error"),
+                    shape(500, error_body(f"{type(exc).__name__}: {exc}", type="server_error")),
                     status_code=500,
                 )
             except Exception as exc:  # not Loom's own error: a bug; its text stays in the log
                 log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 response = JSONResponse(
-                    error_body(
-                        f"Loom failed on this request ({type(exc).__name__}); the server's log "
-                        "has the details",
-                        type="server_error",
+                    shape(
+                        500,
+                        error_body(
+                            f"Loom failed on this request ({type(exc).__name__}); the server's "
+                            "log has the details",
+                            type="server_error",
+                        ),
                     ),
                     status_code=500,
                 )
@@ -169,23 +142,78 @@ class _Server:
         return self.tenant_config(request).name
 
     def tenant_config(self, request: Request) -> TenantConfig:
-        tenant = self.service.authenticate(request.headers.get("authorization"))
+        """The tenant the request's key names: ``Authorization: Bearer <key>``, or
+        ``x-api-key: <key>`` as Anthropic's clients send it."""
+        authorization = request.headers.get("authorization")
+        api_key = request.headers.get("x-api-key")
+        if authorization is None and api_key is not None:
+            authorization = f"Bearer {api_key}"
+        tenant = self.service.authenticate(authorization)
         request.state.log["tenant"] = tenant.name
         return tenant
 
     # --- proxy ------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        tenant = self.service.authenticate(request.headers.get("authorization"))
-        request.state.log["tenant"] = tenant.name
-        body = await _read_json(request, self.service.config.max_body_bytes, deep=("messages",))
+        tenant = self.tenant_config(request)
+        body = await read_json(request, self.service.config.max_body_bytes, deep=("messages",))
+        chat = self._chat_request(request, body, request.headers.get(SESSION_HEADER))
+        return await self._proxied(request, tenant, chat, ChatFace())
+
+    async def responses(self, request: Request) -> Response:
+        tenant = self.tenant_config(request)
+        body = await read_json(request, self.service.config.max_body_bytes, deep=("input",))
+        session, history, chain = request.headers.get(SESSION_HEADER), [], []
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        if previous is not None:
+            store = self.service.store
+            kept = await asyncio.to_thread(previous_response, store, tenant.name, previous)
+            if session is not None and session != kept["session"]:
+                raise RequestError(
+                    f"`previous_response_id` belongs to session {kept['session']!r}, not to "
+                    f"the session {session!r} that `{SESSION_HEADER}` names; send one of them",
+                    param="previous_response_id",
+                )
+            session, history, chain = kept["session"], kept["messages"], kept["chain"]
+        converted, added = chat_body_of_responses(body, history)
+        chat = self._chat_request(request, converted, session)
+        face = ResponsesFace(
+            body,
+            added=added,
+            chain=chain,
+            store=self.service.store,
+            tenant=tenant.name,
+            session=chat.session,
+        )
+        try:
+            return await self._proxied(request, tenant, chat, face)
+        except RequestError as exc:
+            if exc.param == "messages":  # the chat messages `input` became
+                exc.param = "input"
+            raise
+
+    async def messages(self, request: Request) -> Response:
+        tenant = self.tenant_config(request)
+        body = await read_json(request, self.service.config.max_body_bytes, deep=("messages",))
+        chat = self._chat_request(
+            request, chat_body_of_messages(body), request.headers.get(SESSION_HEADER)
+        )
+        return await self._proxied(request, tenant, chat, MessagesFace(chat.model.name))
+
+    def _chat_request(self, request: Request, body: Any, session: str | None) -> ChatRequest:
         chat = parse_chat_request(
             body,
             models=self.service.config.models,
-            session=request.headers.get(SESSION_HEADER),
+            session=session,
             idempotency_key=request.headers.get("idempotency-key"),
         )
         request.state.log["session"] = chat.session
+        return chat
+
+    async def _proxied(
+        self, request: Request, tenant: TenantConfig, chat: ChatRequest, face: Face
+    ) -> Response:
+        """`chat` through the proxy, answered in `face`'s wire format."""
         span = ChatSpan(
             model=chat.model.upstream_model,
             provider=chat.model.provider,
@@ -271,25 +299,30 @@ class _Server:
         try:  # the upstream's reply (or its first chunk), unless the client goes first
             first = await while_connected(request, drain() if not chat.stream else anext(chunks))
             headers = await respond_headers()
+            if not chat.stream:
+                assert prepared.reply is not None
+                payload = await face.body(prepared.reply)
         except BaseException as exc:
             await close(chunks)
             await failed(exc, prepared)
             raise
         if not chat.stream:
-            assert prepared.reply is not None
-            return Settled(
-                JSONResponse(prepared.reply.completion(), headers=headers), settle=settle
-            )
+            return Settled(JSONResponse(payload, headers=headers), settle=settle)
+
+        async def all_chunks() -> AsyncGenerator[dict[str, Any]]:
+            if first is not None:
+                yield first
+            async for chunk in chunks:
+                yield chunk
 
         async def events() -> AsyncGenerator[bytes]:
             try:
-                yield f"data: {json.dumps(first)}\n\n".encode()
-                async for chunk in chunks:
-                    yield f"data: {json.dumps(chunk)}\n\n".encode()
-                yield b"data: [DONE]\n\n"
+                async with contextlib.aclosing(face.events(all_chunks())) as sent:
+                    async for data in sent:
+                        yield data
             except UpstreamError as exc:  # the stream cannot end as a 502: it ends on the error
                 span.fail(exc)
-                yield f"data: {json.dumps(exc.body)}\n\n".encode()
+                yield face.error_event(exc.body)
             except Exception as exc:  # a bug: the client still learns the reply is cut
                 log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 span.fail(exc)
@@ -298,7 +331,7 @@ class _Server:
                     "server's log has the details",
                     type="server_error",
                 )
-                yield f"data: {json.dumps(body)}\n\n".encode()
+                yield face.error_event(body)
 
         body = events()
         streams.append(body)
@@ -340,7 +373,7 @@ class _Server:
     async def remember(self, request: Request) -> Response:
         tenant = self.tenant(request)
         session = check_session_id(request.path_params["session"])
-        body = await _read_json(request, self.service.config.max_body_bytes)
+        body = await read_json(request, self.service.config.max_body_bytes)
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, str) or not content.strip():
             raise RequestError(
@@ -380,7 +413,7 @@ class _Server:
         tenant = self.tenant_config(request)
         name = request.path_params["name"]
         kb = self.service.knowledge(tenant, _kb_name(name))  # before the body is read
-        body = await _read_json(request, self.service.config.max_body_bytes)
+        body = await read_json(request, self.service.config.max_body_bytes)
         if not isinstance(body, dict) or not isinstance(body.get("text"), str):
             raise RequestError(
                 'the body must be {"text": "...", "id"?: "...", "metadata"?: {}}', param="text"
@@ -443,7 +476,7 @@ class _Server:
                     code="method_not_allowed",
                 )
             if request.method == "POST":  # JSON-RPC messages: read whole, within the limit
-                body = await _read_body(request, self.service.config.max_body_bytes)
+                body = await read_body(request, self.service.config.max_body_bytes)
                 receive = _replay(body, receive)
         except RequestError as exc:
             response = _error(exc)
@@ -533,6 +566,8 @@ def create_app(service: LoomService) -> Callable[[Scope, Receive, Send], Awaitab
 
     routes = [
         Route("/v1/chat/completions", h(server.chat), methods=["POST"]),
+        Route("/v1/responses", h(server.responses), methods=["POST"]),
+        Route("/v1/messages", h(server.messages, anthropic_error), methods=["POST"]),
         Route("/v1/models", h(server.models), methods=["GET"]),
         Route("/v1/sessions", h(server.sessions), methods=["GET"]),
         Route("/v1/sessions/{session}", h(server.session), methods=["GET"]),

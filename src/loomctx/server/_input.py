@@ -28,9 +28,11 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
+from starlette.requests import Request
+
 from loomctx.server._errors import RequestError
 
-__all__ = ["MAX_DEPTH", "check_value", "int_param", "parse_json"]
+__all__ = ["MAX_DEPTH", "check_value", "int_param", "parse_json", "read_body", "read_json"]
 
 MAX_DEPTH: Final = 64
 _ESCAPED_SURROGATE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -121,3 +123,46 @@ def int_param(raw: str, *, name: str, low: int = 0, high: int | None = None) -> 
             param=name,
         )
     return int(raw)
+
+
+def _too_large(size: str) -> RequestError:
+    return RequestError(
+        f"the request body is {size} bytes, more than this server accepts; send less history, "
+        "or raise `max_body_bytes` in `[serve]`",
+        status=413,
+        code="request_too_large",
+    )
+
+
+async def read_json(request: Request, limit: int, *, deep: Collection[str] = ()) -> Any:
+    """The body as JSON: 413 past `limit` bytes (`read_body`), 400 if it is not JSON or
+    holds what cannot be stored or sent on (`parse_json`; `deep`: its fields checked later)."""
+    return parse_json(await read_body(request, limit), deep=deep)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body: 413 past `limit` bytes.
+
+    A body somewhat over the limit is read to its end (and dropped) before the 413 is sent:
+    a server that answers while the client is still sending closes a socket with unread data,
+    which resets the connection, and the client sees a reset instead of the error. Past four
+    times the limit, reading stops."""
+    declared = request.headers.get("content-length")
+    if (
+        declared is not None
+        and declared.isascii()
+        and declared.isdigit()
+        and int(declared) > 4 * limit
+    ):
+        raise _too_large(declared)
+    body = bytearray()
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > 4 * limit:
+            raise _too_large(f"more than {4 * limit}")
+        if size <= limit:
+            body += part
+    if size > limit:
+        raise _too_large(str(size))
+    return bytes(body)

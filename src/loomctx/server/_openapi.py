@@ -57,7 +57,10 @@ OPENAPI: Final[dict[str, Any]] = {
         "its turn once.",
     },
     "components": {
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+        },
         "schemas": {
             "Error": {
                 "type": "object",
@@ -84,6 +87,25 @@ OPENAPI: Final[dict[str, Any]] = {
                 "`stream: true` for server-sent events)",
                 body=True,
             )
+        },
+        "/v1/responses": {
+            "post": _op(
+                "A response through Loom (OpenAI's Responses API: `input` items, function "
+                "calls, `previous_response_id` of a response Loom answered; `stream: true` for "
+                "its events)",
+                body=True,
+            )
+        },
+        "/v1/messages": {
+            "post": {
+                **_op(
+                    "A message through Loom (Anthropic's Messages API; `stream: true` for its "
+                    "events). The key may also come as `x-api-key`; errors are in Anthropic's "
+                    'shape, `{"type": "error", "error": {"type", "message"}}`',
+                    body=True,
+                ),
+                "security": [{"bearer": []}, {"apiKey": []}],
+            }
         },
         "/v1/models": {"get": _op("The configured models")},
         "/v1/sessions": {"get": _op("The tenant's sessions, most recent first")},

@@ -12,6 +12,8 @@ confined to one tenant: DESIGN.md invariant 6):
   recorded; its version guards every write of what the proxy records of the session
   (`loomctx.server._ledger`);
 - ``(tenant, "reports")``: one ``context_report`` record per window Loom built, by report id;
+- ``(tenant, "responses")``: one ``proxy_response`` record per response of ``/v1/responses``
+  (its session and conversation, for a later ``previous_response_id``), by response id;
 - ``(tenant, "knowledge", kb)``: the tenant's knowledge bases, each in a namespace of its own
   (exact parts: whatever the names contain, two tenants' bases never meet), and only those
   the tenant is configured with;
