@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from loomctx.errors import ConfigError
 from loomctx.memory.importance import message_importance
+from loomctx.memory.timeref import span_text, spans_of
 from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "said_at",
     "task_arguments",
     "task_body",
+    "task_label",
     "task_line",
     "task_messages",
     "task_text",
@@ -373,6 +375,23 @@ def said_at(when: datetime, *, time: bool = False) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
     return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"
+
+
+def task_label(task: Task) -> str:
+    """A memory item's label in a prompt: when it was said (`said_at`) and, for a turn that
+    names a time memory resolved when it was written (`loomctx.memory.timeref.TIME_REFS`),
+    that time as a date, without the year when it is the year it was said:
+    ``"8 May 2023; yesterday = 7 May"``. Two at most, and none that is the day it was said
+    ("today"): the date is what the model would otherwise have to work out, and get wrong,
+    from "yesterday" in a turn said a year ago; each costs about 6 tokens."""
+    said = said_at(task.created_at)
+    year = f" {said.rsplit(' ', 1)[-1]}"
+    parts = [said]
+    for span in spans_of(task.metadata):
+        text = span_text(span)
+        if text != said and len(parts) < 3:
+            parts.append(f"{span.phrase} = {text.removesuffix(year)}")
+    return "; ".join(parts)
 
 
 def task_body(task: Task) -> str:
