@@ -66,18 +66,15 @@ from loomctx.memory.task import (
     TaskSummary,
     importance_of,
     task_arguments,
-    task_body,
     task_text,
     tasks_from_messages,
+    with_time_refs,
 )
 from loomctx.memory.timeref import (
-    TIME_REFS,
     TimeSpan,
     asks_when,
     spans_of,
-    spans_to_data,
     time_spans,
-    turn_spans,
 )
 from loomctx.messages import valid_text
 from loomctx.stores.base import (
@@ -452,7 +449,7 @@ class LoomMemory:
                 raise ConfigError(f"`add_task` takes a Task, got {type(task).__name__}")
         if not tasks:
             return
-        tasks = [_dated(t) for t in tasks]
+        tasks = [with_time_refs(t) for t in tasks]
         self._write(lambda: self._plan_add(tasks, tier))
         if self.background is not None:
             self.background.notify(len(tasks))
@@ -867,7 +864,7 @@ class LoomMemory:
             if isinstance(when, datetime):
                 out[k] = max(span.proximity(when) for span in spans)
             for named in shape[k][5]:  # what the turn speaks of, as against when it was said
-                out[k] = max(out.get(k, 0.0), *(_overlap(span, named) for span in spans))
+                out[k] = max(out.get(k, 0.0), *(span.meets(named) for span in spans))
         return out if any(out.values()) else {}
 
     def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
@@ -1234,26 +1231,6 @@ class LoomMemory:
             f"LoomMemory({self.node_id!r}, L1={len(self._l1)}/{self.max_l1_size}, "
             f"L2={len(self._l2)}/{self.max_l2_size}, L3={len(self._l3)}/{self.max_l3_size})"
         )
-
-
-def _overlap(span: TimeSpan, named: TimeSpan) -> float:
-    """How close a time a turn names is to one a query names: 1 when they overlap, else the
-    query span's proximity to its nearer end."""
-    if named.start < span.end and span.start < named.end:
-        return 1.0
-    return max(span.proximity(named.start), span.proximity(named.end))
-
-
-def _dated(task: Task) -> Task:
-    """`task` with the times its message names resolved against its `created_at`, in its
-    metadata under `TIME_REFS` (as it is, when it names none, is not a message, or already
-    has them)."""
-    if task.action not in (USER_MESSAGE, ASSISTANT_MESSAGE) or TIME_REFS in task.metadata:
-        return task
-    spans = turn_spans(task_body(task), task.created_at)
-    if not spans:
-        return task
-    return replace(task, metadata={**task.metadata, TIME_REFS: spans_to_data(spans)})
 
 
 def _asks(record: Record) -> bool:

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from loomctx.errors import ConfigError
 from loomctx.memory.importance import message_importance
-from loomctx.memory.timeref import span_text, spans_of
+from loomctx.memory.timeref import TIME_REFS, span_text, spans_of, spans_to_data, turn_spans
 from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "task_messages",
     "task_text",
     "tasks_from_messages",
+    "with_time_refs",
 ]
 
 USER_MESSAGE: Final = "user_message"
@@ -375,6 +376,19 @@ def said_at(when: datetime, *, time: bool = False) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
     return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"
+
+
+def with_time_refs(task: Task) -> Task:
+    """`task` with the times its message names ("yesterday", 上个月) resolved against its
+    `created_at`, in its metadata under `TIME_REFS`; as it is when it names none, is not a
+    user or assistant message (a tool call's arguments are not speech), or already has them
+    (they were resolved when it was first written)."""
+    if task.action not in (USER_MESSAGE, ASSISTANT_MESSAGE) or TIME_REFS in task.metadata:
+        return task
+    spans = turn_spans(task_body(task), task.created_at)
+    if not spans:
+        return task
+    return replace(task, metadata={**task.metadata, TIME_REFS: spans_to_data(spans)})
 
 
 def task_label(task: Task) -> str:

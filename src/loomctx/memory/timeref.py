@@ -145,6 +145,13 @@ class TimeSpan:
         gap = self.start - when if when < self.start else when - self.end
         return max(0.0, 1.0 - gap / margin)
 
+    def meets(self, other: TimeSpan) -> float:
+        """How close `other` (a time a turn names) is to this span (one a query names): 1
+        when they overlap, else this span's proximity to its nearer end."""
+        if other.start < self.end and self.start < other.end:
+            return 1.0
+        return max(self.proximity(other.start), self.proximity(other.end))
+
 
 def time_spans(query: str, now: datetime) -> list[TimeSpan]:
     """The spans of time `query` points at, in the order named (empty if none), relative to
