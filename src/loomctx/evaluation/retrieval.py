@@ -327,6 +327,7 @@ class _Rankers:
             memory.fast_weight = settings.fast_weight
             memory.neighbour_weight = settings.neighbour_weight
             memory.answer_weight = settings.answer_weight
+            memory.date_weight = settings.date_weight
             if memory.time_decay:  # 0 where the dataset gives no "now" (`_open`)
                 memory.time_decay = settings.time_decay
 

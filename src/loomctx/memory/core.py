@@ -68,8 +68,14 @@ from loomctx.memory.task import (
     task_arguments,
     task_text,
     tasks_from_messages,
+    with_time_refs,
 )
-from loomctx.memory.timeref import time_spans
+from loomctx.memory.timeref import (
+    TimeSpan,
+    asks_when,
+    spans_of,
+    time_spans,
+)
 from loomctx.messages import valid_text
 from loomctx.stores.base import (
     Expect,
@@ -179,13 +185,14 @@ def _warm(embedder: Embedder) -> None:
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
 _UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object, _Key | None]  # the 4th: datetime | None | _UNREAD
+_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...]]
+# (the 4th: datetime | None | _UNREAD)
 """What search's ranking reads of a found record: the task it stands for ("" for a record
 that is not one of a memory's), its place in the write order (a task record's; -1 for others
 and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
 task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), and the
-key search ranks its task by (None if it stands for no task), made once per record version
-rather than once per hit."""
+key search ranks its task by (None if it stands for no task), and whether the task names a
+time, the times it names (`TIME_REFS`), made once per record version rather than once per hit."""
 _DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
 _VIA: Final = tuple(
     tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
@@ -282,7 +289,10 @@ class LoomMemory:
     `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
     neighbours', `answer_weight` what the message right after a question gains from it,
     `time_decay` how much a task recorded far from the time a query names loses
-    (see `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
+    and `date_weight` what a turn that names a time gains when a query asks when (see
+    `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
+    A message's time words ("yesterday", "last week", 上个月) are resolved against its
+    `created_at` when it is added, and kept in its metadata (`TIME_REFS`).
     Call `close()`.
     """
 
@@ -308,6 +318,7 @@ class LoomMemory:
         answer_weight: float = 0.35,
         time_decay: float = 0.5,
         clock: Callable[[], datetime] | None = None,
+        date_weight: float = 0.5,
     ) -> None:
         for name, size in (("max_l1_size", max_l1_size), ("max_l2_size", max_l2_size),
                            ("max_l3_size", max_l3_size)):  # fmt: skip
@@ -334,11 +345,13 @@ class LoomMemory:
         check_unit(neighbour_weight, "`neighbour_weight`")
         check_unit(answer_weight, "`answer_weight`")
         check_unit(time_decay, "`time_decay`")
+        check_unit(date_weight, "`date_weight`")
         if clock is not None and not callable(clock):
             raise ConfigError(
                 f"`clock` must be a function returning the current datetime, got {clock!r}"
             )
         self.time_decay = time_decay
+        self.date_weight = date_weight
         self.clock: Callable[[], datetime] = clock or _utc_now
         self.fusion_weights = fusion_weights
         self.neighbour_weight = neighbour_weight
@@ -447,6 +460,7 @@ class LoomMemory:
                 raise ConfigError(f"`add_task` takes a Task, got {type(task).__name__}")
         if not tasks:
             return
+        tasks = [with_time_refs(t) for t in tasks]
         self._write(lambda: self._plan_add(tasks, tier), guard)
         if self.background is not None:
             self.background.notify(len(tasks))
@@ -676,6 +690,11 @@ class LoomMemory:
         `clock()` by `loomctx.memory.timeref`), a task keeps its score in proportion to how
         close to that time it was recorded: ``score * (1 - time_decay * (1 - match))``, so
         with the default 0.5 a task far from it keeps half. Its `time_match` says how close.
+        When the query asks when ("When did ...", "what year", 什么时候; `asks_when`), a task
+        that names a time of its own ("yesterday", "last year": `TIME_REFS`, resolved when it
+        was added) keeps its score and every other one keeps ``1 / (1 + date_weight)`` of it:
+        such questions are answered by the turn that says when, not the ones that share the
+        query's words.
         """
         if limit <= 0 or not query.strip():
             return []
@@ -785,6 +804,12 @@ class LoomMemory:
         closeness = self._time_match(query, found, shape)
         for k, match in closeness.items():
             scores[k] *= 1 - self.time_decay * (1 - match)
+        if self.date_weight and asks_when(query):
+            # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
+            undated = 1 / (1 + self.date_weight)
+            for k in scores:
+                if not shape[k][5]:
+                    scores[k] *= undated
         # Best first, ties by key; plain tuples sort faster than a key function.
         # (`nsmallest` is `sorted(...)[:limit]`, without sorting all of a deep pool)
         best = [k for _, k in heapq.nsmallest(limit, [(-score, k) for k, score in scores.items()])]
@@ -819,7 +844,9 @@ class LoomMemory:
             except Exception:  # `_time_match` reads it again, and raises where it did
                 when = _UNREAD
             ranked_as = (record.namespace, task_id) if task_id else None
-            info = (task_id, order, _asks(record), when, ranked_as)
+            task = data.get("task")
+            dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
+            info = (task_id, order, _asks(record), when, ranked_as, dated)
             with self._decoded_lock:
                 self._hit_infos[key] = info
                 if len(self._hit_infos) > _HIT_INFO_CACHE:
@@ -847,6 +874,8 @@ class LoomMemory:
                 when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
             if isinstance(when, datetime):
                 out[k] = max(span.proximity(when) for span in spans)
+            for named in shape[k][5]:  # what the turn speaks of, as against when it was said
+                out[k] = max(out.get(k, 0.0), *(span.meets(named) for span in spans))
         return out if any(out.values()) else {}
 
     def _load_tasks(self, records: Sequence[Record]) -> list[Task]:

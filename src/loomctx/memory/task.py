@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from loomctx.errors import ConfigError
 from loomctx.memory.importance import message_importance
+from loomctx.memory.timeref import TIME_REFS, span_text, spans_of, spans_to_data, turn_spans
 from loomctx.messages import MAX_ARGUMENT_DEPTH, Message, ToolCall, split_units, valid_text
 from loomctx.parts import stand_in
 
@@ -52,10 +53,12 @@ __all__ = [
     "said_at",
     "task_arguments",
     "task_body",
+    "task_label",
     "task_line",
     "task_messages",
     "task_text",
     "tasks_from_messages",
+    "with_time_refs",
 ]
 
 USER_MESSAGE: Final = "user_message"
@@ -374,6 +377,36 @@ def said_at(when: datetime, *, time: bool = False) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(UTC)
     return f"{when.day} {when:%b %Y %H:%M}" if time else f"{when.day} {when:%b %Y}"
+
+
+def with_time_refs(task: Task) -> Task:
+    """`task` with the times its message names ("yesterday", 上个月) resolved against its
+    `created_at`, in its metadata under `TIME_REFS`; as it is when it names none, is not a
+    user or assistant message (a tool call's arguments are not speech), or already has them
+    (they were resolved when it was first written)."""
+    if task.action not in (USER_MESSAGE, ASSISTANT_MESSAGE) or TIME_REFS in task.metadata:
+        return task
+    spans = turn_spans(task_body(task), task.created_at)
+    if not spans:
+        return task
+    return replace(task, metadata={**task.metadata, TIME_REFS: spans_to_data(spans)})
+
+
+def task_label(task: Task) -> str:
+    """A memory item's label in a prompt: when it was said (`said_at`) and, for a turn that
+    names a time memory resolved when it was written (`loomctx.memory.timeref.TIME_REFS`),
+    that time as a date, without the year when it is the year it was said:
+    ``"8 May 2023; yesterday = 7 May"``. Two at most, and none that is the day it was said
+    ("today"): the date is what the model would otherwise have to work out, and get wrong,
+    from "yesterday" in a turn said a year ago; each costs about 6 tokens."""
+    said = said_at(task.created_at)
+    year = f" {said.rsplit(' ', 1)[-1]}"
+    parts = [said]
+    for span in spans_of(task.metadata):
+        text = span_text(span)
+        if text != said and len(parts) < 3:
+            parts.append(f"{span.phrase} = {text.removesuffix(year)}")
+    return "; ".join(parts)
 
 
 def task_body(task: Task) -> str:

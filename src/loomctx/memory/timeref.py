@@ -20,19 +20,41 @@ against a reference time (`now`):
   month up to now.
 
 Future references (``this weekend``, ``next week``) and vague ones (``recently``) resolve to
-nothing: they do not say when something was recorded. Proximity (`TimeSpan.proximity`) is 1
-inside a span and falls linearly to 0 over a margin around it (at least a day), as dates in
-speech are loose.
+nothing in a query: they do not say when something was recorded. Proximity
+(`TimeSpan.proximity`) is 1 inside a span and falls linearly to 0 over a margin around it (at
+least a day), as dates in speech are loose.
+
+The same phrases in a remembered turn ("I went to a support group yesterday") are resolved
+against the day the turn was said, when it is written (`turn_spans`; there ``tomorrow``,
+``next week / month / year`` and 明天, 下周, 下个月, 明年 count too: a plan has a date).
+Memory keeps them with the task (`TIME_REFS`, as data: `spans_to_data`, `spans_of`), so a
+question that asks when something happened (`asks_when`) or names a time finds the turn by
+the date it speaks of, and the window's label shows that date (`span_text`): a model reading
+"yesterday" in a turn from last year should not have to work it out.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-__all__ = ["TimeSpan", "time_spans"]
+__all__ = [
+    "TIME_REFS",
+    "TimeSpan",
+    "asks_when",
+    "span_text",
+    "spans_of",
+    "spans_to_data",
+    "time_spans",
+    "turn_spans",
+]
+
+TIME_REFS: Final = "time_refs"
+"""The task metadata key of the times a turn speaks of, resolved when it was written: a list
+of ``{"phrase", "start", "end"}`` (ISO datetimes, ``start <= t < end``)."""
 
 _DAY: Final = timedelta(days=1)
 
@@ -45,7 +67,8 @@ _EN_NUMBER: Final = r"\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three
 _WEEKDAYS: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 # Offsets back in time, in days, and how loose each unit is (days either side).
-_UNITS: Final = {"day": (1, 0), "week": (7, 3), "month": (30, 10), "year": (365, 60)}
+_UNITS: Final = {"day": (1, 0), "week": (7, 3), "weekend": (7, 3), "month": (30, 10),
+                  "year": (365, 60)}  # fmt: skip
 _ZH_UNITS: Final = {"天": "day", "日": "day", "周": "week", "星期": "week", "个星期": "week",
                     "礼拜": "week", "个礼拜": "week", "个月": "month", "月": "month",
                     "年": "year"}  # fmt: skip
@@ -54,7 +77,7 @@ _ZH_DIGITS: Final = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4,
 _ZH_NUMBER: Final = r"\d{1,3}|[零一二两三四五六七八九十]{1,3}"
 _ZH_UNIT: Final = r"个星期|个礼拜|星期|礼拜|个月|天|日|周|月|年"
 
-_EN_AGO: Final = re.compile(rf"\b({_EN_NUMBER})\s+(day|week|month|year)s?\s+ago\b")
+_EN_AGO: Final = re.compile(rf"\b({_EN_NUMBER})\s+(day|weekend|week|month|year)s?\s+ago\b")
 _EN_PAST: Final = re.compile(
     rf"\b(?:the\s+)?(?:past|last|previous)\s+(?:({_EN_NUMBER})\s+)?(day|week|month|year)s?\b"
 )
@@ -62,8 +85,17 @@ _EN_WORDS: Final = re.compile(
     r"\b(the day before yesterday|yesterday|last night|today|tonight|this morning"
     r"|this afternoon|this evening|last weekend|last week|last month|last year"
     r"|this week|this month|this year"
-    r"|last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b"
+    r"|(?:this |the )?past weekend"
+    r"|last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    r"|mon|tues?|wed|thu(?:rs?)?|fri))\b"
 )
+# "last tues", "last fri": weekday abbreviations, as people write them ("sat", "sun" are
+# words too)
+_WEEKDAY_OF: Final = {
+    "mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4,
+    "sat": 5, "sun": 6, **{day: i for i, day in enumerate(("monday", "tuesday", "wednesday",
+    "thursday", "friday", "saturday", "sunday"))},
+}  # fmt: skip
 _ZH_AGO: Final = re.compile(rf"({_ZH_NUMBER})\s*({_ZH_UNIT})(?:以前|之前|前)")
 _ZH_PAST: Final = re.compile(rf"(?:最近|过去|近)\s*的?\s*({_ZH_NUMBER})\s*({_ZH_UNIT})")
 _MONTHS: Final = ("january", "february", "march", "april", "may", "june", "july", "august",
@@ -75,6 +107,18 @@ _EN_MONTH: Final = re.compile(
 )
 _ZH_MONTH: Final = re.compile(
     r"(?:(\d{4})\s*年\s*)?(?<![个上下这本每])(1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])月(?!前|以前|之前)"
+)
+_EN_NEXT: Final = re.compile(
+    r"\b(tomorrow|next (?:week|month|year|monday|tuesday|wednesday|thursday|friday|saturday"
+    r"|sunday))\b"
+)
+_ZH_NEXT: Final = re.compile(r"明天|后天|下周|下个?星期|下个月|下月|明年")
+_EN_WHEN: Final = re.compile(
+    r"\b(?:when|what (?:date|day|year|month|week)|which (?:date|day|year|month|week)"
+    r"|how long ago|how many (?:days|weeks|months|years) ago)\b"
+)
+_ZH_WHEN: Final = re.compile(
+    r"什么时候|何时|哪天|哪一天|哪年|哪一年|几月|几号|哪个月|多久以前|多久前"
 )
 _ZH_WORDS: Final = re.compile(
     r"大前天|前天|昨天|昨日|昨晚|今天|今日|今晚|上周末|上个?星期|上个?礼拜|上周|上个月|上月"
@@ -100,6 +144,13 @@ class TimeSpan:
         margin = max(_DAY, (self.end - self.start) / 2)
         gap = self.start - when if when < self.start else when - self.end
         return max(0.0, 1.0 - gap / margin)
+
+    def meets(self, other: TimeSpan) -> float:
+        """How close `other` (a time a turn names) is to this span (one a query names): 1
+        when they overlap, else this span's proximity to its nearer end."""
+        if other.start < self.end and self.start < other.end:
+            return 1.0
+        return max(self.proximity(other.start), self.proximity(other.end))
 
 
 def time_spans(query: str, now: datetime) -> list[TimeSpan]:
@@ -133,6 +184,97 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
         if span.end > span.start and span not in spans:
             spans.append(span)
     return spans
+
+
+def turn_spans(text: str, said: datetime) -> list[TimeSpan]:
+    """The times a remembered turn speaks of, resolved against `said` (when it was said):
+    `time_spans`' phrases and the future ones a plan names (``tomorrow``, ``next week``,
+    明天, 下个月). Empty when it names none."""
+    said = _aware(said)
+    spans = time_spans(text, said)
+    today = said.replace(hour=0, minute=0, second=0, microsecond=0)
+    ahead = [(m.start(), m[0]) for m in _EN_NEXT.finditer(text.lower())]
+    ahead += [(m.start(), m[0]) for m in _ZH_NEXT.finditer(text)]
+    for _, phrase in sorted(ahead):
+        span = _next(today, phrase)
+        if span not in spans:
+            spans.append(span)
+    return spans
+
+
+def asks_when(query: str) -> bool:
+    """Whether `query` asks when something happened ("When did ...", "what year", "how long
+    ago", 什么时候, 哪天)."""
+    return bool(_EN_WHEN.search(query.lower()) or _ZH_WHEN.search(query))
+
+
+def spans_to_data(spans: list[TimeSpan]) -> list[dict[str, str]]:
+    """`spans` as JSON-ready data (the `TIME_REFS` form)."""
+    return [
+        {"phrase": s.phrase, "start": s.start.isoformat(), "end": s.end.isoformat()} for s in spans
+    ]
+
+
+def spans_of(metadata: object) -> tuple[TimeSpan, ...]:
+    """The spans stored under `TIME_REFS` in a task's `metadata`; entries that are not of
+    that form are skipped (metadata comes from outside), so this never raises."""
+    if not isinstance(metadata, Mapping):
+        return ()
+    items = metadata.get(TIME_REFS)
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for item in items:
+        try:
+            start = _aware(datetime.fromisoformat(item["start"]))
+            end = _aware(datetime.fromisoformat(item["end"]))
+            out.append(TimeSpan(start, end, str(item["phrase"])))
+        except (TypeError, KeyError, ValueError):
+            continue
+    return tuple(out)
+
+
+def span_text(span: TimeSpan) -> str:
+    """A span as a label says it: a day ``"7 May 2023"``, a calendar month ``"May 2023"``, a
+    calendar year ``"2022"``, a loose stretch longer than a month by its middle (``"about
+    May 2021"``), else its first and last day (``"1-7 May 2023"``)."""
+    start, last = span.start, span.end - _DAY
+    if last <= start:
+        return f"{start.day} {start:%b %Y}"
+    calendar = start.day == 1 and span.end.day == 1
+    if calendar and (start.month, span.end.month, span.end.year) == (1, 1, start.year + 1):
+        return str(start.year)
+    if calendar and last.month == start.month:
+        return f"{start:%b %Y}"
+    if span.end - span.start > 31 * _DAY:
+        middle = span.start + (span.end - span.start) / 2
+        return f"about {middle:%b %Y}"
+    if (start.year, start.month) == (last.year, last.month):
+        return f"{start.day}-{last.day} {last:%b %Y}"
+    if start.year == last.year:
+        return f"{start.day} {start:%b}-{last.day} {last:%b %Y}"
+    return f"{start.day} {start:%b %Y}-{last.day} {last:%b %Y}"
+
+
+def _next(today: datetime, phrase: str) -> TimeSpan:
+    """A day or calendar period ahead of `today`."""
+    monday = today - timedelta(days=today.weekday())
+    month = today.replace(day=1)
+    if phrase in ("tomorrow", "明天", "后天"):
+        day = today + timedelta(days=2 if phrase == "后天" else 1)
+        return TimeSpan(day, day + _DAY, phrase)
+    if phrase.startswith("next ") and phrase[5:] in _WEEKDAYS:
+        gap = (_WEEKDAYS.index(phrase[5:]) - today.weekday()) % 7 or 7
+        day = today + timedelta(days=gap)
+        return TimeSpan(day, day + _DAY, phrase)
+    if phrase in ("next week", "下周", "下星期", "下个星期"):
+        return TimeSpan(monday + 7 * _DAY, monday + 14 * _DAY, phrase)
+    if phrase in ("next month", "下个月", "下月"):
+        start = (month + 32 * _DAY).replace(day=1)
+        return TimeSpan(start, (start + 32 * _DAY).replace(day=1), phrase)
+    assert phrase in ("next year", "明年"), phrase
+    start = today.replace(year=today.year + 1, month=1, day=1)
+    return TimeSpan(start, start.replace(year=start.year + 1), phrase)
 
 
 def _aware(when: datetime) -> datetime:
@@ -182,11 +324,11 @@ def _named(now: datetime, today: datetime, phrase: str) -> TimeSpan:
     if phrase in back:
         day = today - timedelta(days=back[phrase])
         return TimeSpan(day, day + _DAY, phrase)
-    if phrase.startswith("last ") and phrase[5:] in _WEEKDAYS:
-        gap = (today.weekday() - _WEEKDAYS.index(phrase[5:])) % 7 or 7
+    if phrase.startswith("last ") and phrase[5:] in _WEEKDAY_OF:
+        gap = (today.weekday() - _WEEKDAY_OF[phrase[5:]]) % 7 or 7
         day = today - timedelta(days=gap)
         return TimeSpan(day, day + _DAY, phrase)
-    if phrase in ("last weekend", "上周末"):
+    if phrase in ("last weekend", "上周末") or phrase.endswith("past weekend"):
         saturday = monday - timedelta(days=2)
         return TimeSpan(saturday, monday, phrase)
     if phrase in ("this week", "本周", "这周", "这星期", "这个星期"):

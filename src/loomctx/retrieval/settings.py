@@ -13,8 +13,8 @@ conversations, reported on the fifth). Constants added since (`answer_weight`,
     source = UnifiedRetrievalSource(memory, settings=settings)
 
 The memory-side fields (`fusion_weights`, `fast_weight`, `neighbour_weight`, `answer_weight`,
-`time_decay`) are arguments of `LoomMemory`; the others are read by `UnifiedRetrievalSource`
-(its rewriter and reranker).
+`time_decay`, `date_weight`) are arguments of `LoomMemory`; the others are read by
+`UnifiedRetrievalSource` (its rewriter and reranker).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ __all__ = ["RetrievalSettings"]
 _INTS = ("recall_limit", "pool_depth", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
-_UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight")
+_UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight",
+          "date_weight")  # fmt: skip
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
             "speaker_weight")  # fmt: skip
 
@@ -53,7 +54,8 @@ class RetrievalSettings:
     fast embedder's dense ranking, beside them: `LoomMemory(fast_embedder=...)`), `neighbour_weight`
     (what a turn gains from the scores of the turns just before and after it), `answer_weight`
     (what a message gains from the one just before it when that one asks a question),
-    `time_decay` (what a task far from a time the query names loses).
+    `time_decay` (what a task far from a time the query names loses), `date_weight` (how far
+    a turn that names a time, "yesterday", rises above the others when the query asks when).
     Rewriting (`QueryRewriter`): queries of at most `rewrite_max_terms` distinct content terms
     also recall with the `rewrite_top_k` most frequent words of the last `rewrite_window`
     messages. Recall: `recall_limit` candidates per source; with `fill`, one more per
@@ -80,6 +82,7 @@ class RetrievalSettings:
     neighbour_weight: float = 0.3
     answer_weight: float = 0.35
     time_decay: float = 0.5
+    date_weight: float = 0.5
     recall_limit: int = 20
     pool_depth: int = 8
     rewrite_max_terms: int = 4
@@ -168,13 +171,14 @@ class RetrievalSettings:
 
     def memory_options(self) -> dict[str, Any]:
         """`LoomMemory` keyword arguments: ``fusion_weights``, ``fast_weight``,
-        ``neighbour_weight``, ``answer_weight``, ``time_decay``."""
+        ``neighbour_weight``, ``answer_weight``, ``time_decay``, ``date_weight``."""
         return {
             "fusion_weights": self.fusion_weights,
             "fast_weight": self.fast_weight,
             "neighbour_weight": self.neighbour_weight,
             "answer_weight": self.answer_weight,
             "time_decay": self.time_decay,
+            "date_weight": self.date_weight,
         }
 
     def rewriter(self) -> QueryRewriter:

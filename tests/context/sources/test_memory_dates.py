@@ -54,7 +54,9 @@ def test_memory_blocks_carry_dates_and_no_hex_ids() -> None:
             )
             window = orchestrator.build_sync("When did I book the venue for the launch?")
             text = "\n".join(m.content for m in window.messages)
-            assert "[8 May 2023] user: Yesterday I booked the venue" in text, source.name
+            assert "[8 May 2023; yesterday = 7 May] user: Yesterday I booked the venue" in text, (
+                source.name
+            )
             assert HEX.search(text) is None
             # The ids stay in the report, for people.
             ids = [b.id for b in window.report.blocks if b.source == source.name]

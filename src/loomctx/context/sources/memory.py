@@ -34,8 +34,8 @@ from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import (
     Task,
     importance_of,
-    said_at,
     task_body,
+    task_label,
     task_line,
     task_messages,
 )
@@ -108,7 +108,7 @@ class _Items:
             self._counter = counter
 
         def work_out() -> tuple[str, str, int, int]:
-            label, text = said_at(task.created_at), task_line(task)
+            label, text = task_label(task), task_line(task)
             # `shown` as `render.item` shows it
             return label, text, counter.count(text), counter.count(f"[{label}] {text}")
 
@@ -138,10 +138,10 @@ def _text_blocks(
 ) -> list[ContextBlock]:
     """One truncatable context block per task, best first, within the ceiling.
 
-    Each is labelled in the window with when it was said (`said_at`), never with its id: a
-    32-character task id means nothing to the model and costs 21 tokens an item, while the
-    date lets it resolve "yesterday" in a remembered turn. The id stays in the block's id and
-    metadata, and so in the report."""
+    Each is labelled in the window with when it was said and the dates its time words name
+    (`task_label`), never with its id: a 32-character task id means nothing to the model and
+    costs 21 tokens an item, while the date lets it place "yesterday" in a remembered turn.
+    The id stays in the block's id and metadata, and so in the report."""
     blocks: list[ContextBlock] = []
     room = budget.ceiling
     for task, priority, meta in tasks:

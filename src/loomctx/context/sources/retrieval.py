@@ -20,7 +20,7 @@ from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_unit
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, said_at, task_text
+from loomctx.memory.task import Task, task_label, task_text
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
 from loomctx.retrieval.hop import hop_terms
 from loomctx.retrieval.recall import recall
@@ -47,7 +47,7 @@ class RetrievalInjector:
     The block's priority is its score relative to the best candidate's; its id is the
     candidate's, behind the knowledge base's name for knowledge (``knowledge:handbook:a.md#2``,
     also its label in the window); memory items are labelled with when they were said
-    (``[8 May 2023] speaker: text``, `said_at`), never with their task id.
+    (``[8 May 2023] speaker: text``, `task_label`), never with their task id.
 
     `whole_below`: a candidate of fewer tokens is offered as not truncatable, so the engine
     keeps it whole or leaves it for a candidate that fits (default 0: all truncatable;
@@ -104,7 +104,7 @@ class RetrievalInjector:
             if c.origin == MEMORY_ORIGIN:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
-                meta["label"] = said_at(c.item.created_at) if isinstance(c.item, Task) else ""
+                meta["label"] = task_label(c.item) if isinstance(c.item, Task) else ""
             yield ContextBlock(
                 source=source,
                 section="context",
