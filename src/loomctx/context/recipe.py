@@ -49,7 +49,7 @@ DEFAULT_MAX_DYNAMIC = 0.2
 """The recipe's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which a
 provider's cache reads at a fraction of the price) the rest. Chosen by billed cost against
-the evidence in the window (`loomctx bench cost`; README, "What each call costs"): the lowest
+the evidence in the window (`loomctx bench cost`; docs/benchmarks.md): the lowest
 cap measured that keeps as much of the evidence as a quarter did with history bounded by L1.
 """
 

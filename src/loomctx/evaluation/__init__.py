@@ -1,5 +1,7 @@
-"""Evaluation of the whole engine on real long-conversation data (LoCoMo, LongMemEval).
+"""Evaluation of the whole engine: retrieval quality on real long-conversation data (LoCoMo,
+LongMemEval; `retrieval`, `crossval`), cost per call under prompt caching (`cost`), and speed
+beside other libraries (`perf`).
 
 It sits above the engine it measures (memory, retrieval, the orchestrator), so it is a layer of
-its own, below the CLI that will expose it as `loomctx bench locomo|longmemeval PATH`.
+its own, below the CLI that exposes it as `loomctx bench locomo|longmemeval|cost|perf`.
 """

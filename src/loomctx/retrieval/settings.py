@@ -70,7 +70,7 @@ class RetrievalSettings:
     into the window whole or not at all (0: every candidate may be cut at a sentence end to
     fill the room left): a turn cut to its first half rarely still holds what it was recalled
     for, and the room it would fill may hold the next candidate whole. Chosen by
-    cross-validation for 4 of the 5 LoCoMo dev conversations (README, "Measured").
+    cross-validation for 4 of the 5 LoCoMo dev conversations (docs/benchmarks.md).
     Second hop (`loomctx.retrieval.hop`): with `hop_weight` above 0, the `hop_terms` names and
     years the best `hop_from` candidates mention are recalled with the query again, and each
     candidate's relevance gains `hop_weight` times its relevance in that recall (off by

@@ -192,7 +192,7 @@ class SpeakerSignal(_Signal):
     turns that address her by name ("Woah, Caroline, ...") as well as her own: on the LoCoMo
     dev questions that name one speaker, 82% of the gold turns are that speaker's, against
     63% of the top five retrieved. The weight, 0.10, was chosen by leave-one-conversation-out
-    (README, "Measured"): R@10 73.5 -> 74.6 and evidence in a 2,000-token window 79.4% ->
+    (docs/benchmarks.md): R@10 73.5 -> 74.6 and evidence in a 2,000-token window 79.4% ->
     80.4% held out, category 1 R@10 43.3 -> 46.9."""
 
     name = "speaker"

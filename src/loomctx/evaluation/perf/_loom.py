@@ -130,7 +130,7 @@ class _Judge:
 
 PERF_SETTINGS = WindowSettings(cache_policy=CachePolicy(), history_depth=None)
 """The window recipe's settings here: an uncapped dynamic tail and history bounded by L1,
-as the README's figures of `loomctx bench perf` were measured (an `Agent`'s window caps the
+as the figures of `loomctx bench perf` were measured (an `Agent`'s window caps the
 tail, `DEFAULT_MAX_DYNAMIC`, and lets history fill its room, `DEFAULT_HISTORY_DEPTH`)."""
 
 
