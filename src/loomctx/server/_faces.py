@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from loomctx.server._errors import RequestError
 from loomctx.server._upstream import Reply
 
 __all__ = ["Block", "Blocks", "ChatFace", "Face", "arguments_of", "error_of", "sse"]
@@ -134,3 +135,19 @@ def arguments_of(raw: str) -> Any:
         return json.loads(raw) if raw else {}
     except ValueError:
         return raw
+
+
+def body_fields(body: Any, known: Collection[str], *, route: str) -> Mapping[str, Any]:
+    """`body` if it is a JSON object with only `known` fields, else a 400 `RequestError`
+    naming the first field `route` does not serve."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object", code="invalid_body")
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        names = ", ".join(f"`{k}`" for k in unknown)
+        raise RequestError(
+            f"{names} {'is' if len(unknown) == 1 else 'are'} not supported by Loom's {route}; "
+            "remove it (docs/serving.md lists the fields served)",
+            param=unknown[0],
+        )
+    return body

@@ -27,7 +27,7 @@ from typing import Any, Final
 from loomctx.errors import ConfigError
 from loomctx.messages import from_anthropic, to_openai, to_openai_tools
 from loomctx.server._errors import RequestError
-from loomctx.server._faces import Blocks, arguments_of, error_of, sse
+from loomctx.server._faces import Blocks, arguments_of, body_fields, error_of, sse
 from loomctx.server._upstream import Reply
 
 __all__ = ["MessagesFace", "anthropic_error", "chat_body_of_messages"]
@@ -109,16 +109,7 @@ def _tool_choice(raw: Any) -> Any:
 def chat_body_of_messages(body: Any) -> dict[str, Any]:
     """A Messages API request as a chat-completions body (a 400 `RequestError` naming what
     is wrong or not supported)."""
-    if not isinstance(body, Mapping):
-        raise RequestError("the request body must be a JSON object", code="invalid_body")
-    unknown = sorted(set(body) - _HANDLED - _PASSED - _IGNORED)
-    if unknown:
-        names = ", ".join(f"`{k}`" for k in unknown)
-        raise _refuse(
-            f"{names} {'is' if len(unknown) == 1 else 'are'} not supported by Loom's "
-            "/v1/messages; remove it (docs/serving.md lists the fields served)",
-            unknown[0],
-        )
+    body = body_fields(body, _HANDLED | _PASSED | _IGNORED, route="/v1/messages")
     max_tokens = body.get("max_tokens")
     if type(max_tokens) is not int or max_tokens < 1:
         raise _refuse(

@@ -34,7 +34,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
 from loomctx.server._errors import RequestError
-from loomctx.server._faces import Blocks, error_of, sse
+from loomctx.server._faces import Blocks, body_fields, error_of, sse
 from loomctx.server._upstream import Reply
 from loomctx.stores.base import Get, MemoryStore, Put, Record
 
@@ -226,16 +226,7 @@ def chat_body_of_responses(
     """A Responses API request as a chat-completions body, after `history` (the previous
     response's conversation), and the messages its `input` adds (a 400 `RequestError`
     naming what is wrong or not supported)."""
-    if not isinstance(body, Mapping):
-        raise RequestError("the request body must be a JSON object", code="invalid_body")
-    unknown = sorted(set(body) - _HANDLED - _PASSED - _IGNORED)
-    if unknown:
-        names = ", ".join(f"`{k}`" for k in unknown)
-        raise _refuse(
-            f"{names} {'is' if len(unknown) == 1 else 'are'} not supported by Loom's "
-            "/v1/responses; remove it (docs/serving.md lists the fields served)",
-            unknown[0],
-        )
+    body = body_fields(body, _HANDLED | _PASSED | _IGNORED, route="/v1/responses")
     if not isinstance(body.get("store", True), bool):
         raise _refuse(f"`store` must be true or false, got {body['store']!r:.40}", "store")
     if "input" not in body:
