@@ -18,10 +18,9 @@ from loomctx.evaluation.replay import (
     read_log,
     replay_log,
 )
-from tests.evaluation.replay_data import BAD_LINES, exchanges, requests, write_log
+from tests.evaluation.replay_data import BAD_LINES, WINDOW, exchanges, requests, write_log
 
 TURNS = 24
-WINDOW = 1000  # 24 LoCoMo exchanges re-sent whole reach ~1,500 tokens
 
 
 @pytest.fixture(scope="module")
