@@ -52,6 +52,27 @@ def test_interleaved_conversations_are_told_apart(tmp_path: Path) -> None:
     assert [[r.line for r in g] for g in groups] == [[1, 3, 5, 7], [2, 4, 6, 8]]
 
 
+def test_a_retried_request_stays_in_its_conversation_and_adds_nothing(tmp_path: Path) -> None:
+    lines = requests(exchanges(3))
+    path = tmp_path / "retry.jsonl"
+    system_only = json.dumps({"model": "gpt-4o", "messages": [{"role": "system", "content": "x"}]})
+    path.write_text("\n".join([*lines[:2], lines[1], system_only, lines[2]]) + "\n")
+    result = replay_log(path)
+    assert result["skipped"] == [
+        {"line": 4, "reason": "only system messages: no conversation to replay"}
+    ]
+    assert [(c["conversation"], c["line"]) for c in result["calls"]] == [
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (0, 5),
+    ]
+    retry, again = result["calls"][1:3]
+    # The same prompt again, all of it cached; through Loom the same window (the turn once).
+    assert again["client"]["sent"] == again["client"]["cached"] == retry["client"]["sent"]
+    assert again["loom"]["sent"] == retry["loom"]["sent"]
+
+
 def test_bad_lines_are_reported_by_number_and_the_rest_replayed(result: dict) -> None:
     skipped = result["skipped"]
     assert [s["line"] for s in skipped] == sorted(BAD_LINES)

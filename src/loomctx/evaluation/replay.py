@@ -37,7 +37,7 @@ from loomctx.context.block import BuildContext
 from loomctx.context.orchestrator import LayoutState, repeated_prefix_tokens
 from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
 from loomctx.context.sources import TurnSource
-from loomctx.context.turns import Split, split_request
+from loomctx.context.turns import Split, fingerprint, split_request
 from loomctx.errors import ConfigError, LoomError, MissingExtraError
 from loomctx.evaluation.cost import PRICES
 from loomctx.memory.core import LoomMemory
@@ -163,6 +163,8 @@ def _parse(line: int, raw: Any) -> LoggedRequest:
             raise ConfigError("every message must be a JSON object with a `role`")
         sent = from_openai(messages)
     talk = [m for m in sent if m.role not in _INSTRUCTION_ROLES]
+    if not talk:
+        raise ConfigError("only system messages: no conversation to replay")
     split_units(talk)  # tool calls and their results pair up, as the proxy requires
     return LoggedRequest(
         line=line,
@@ -219,22 +221,24 @@ def group_conversations(requests: Sequence[LoggedRequest]) -> list[list[LoggedRe
     latest, among equals); any other request starts a conversation."""
     groups: list[list[LoggedRequest]] = []
     marks: list[_Marks] = []
+    by_first: dict[str, list[int]] = {}  # only a conversation that starts alike may continue
     for request in requests:
+        conversation = request.conversation
+        head = fingerprint(from_openai(conversation[:1])[0]) if conversation else ""
         best = None
-        for k in range(len(groups) - 1, -1, -1):
+        for k in reversed(by_first.get(head, [])):
             m = marks[k]
-            if not m.count or m.count > len(request.conversation):
+            if m.count > len(conversation) or (best is not None and m.count <= marks[best].count):
                 continue
-            if (best is None or m.count > marks[best].count) and not m.split(
-                request.conversation
-            ).diverged:
+            if not m.split(conversation).diverged:
                 best = k
         if best is None:
+            best = len(groups)
             groups.append([])
             marks.append(_Marks())
-            best = len(groups) - 1
+            by_first.setdefault(head, []).append(best)
         groups[best].append(request)
-        marks[best].advance(marks[best].split(request.conversation))
+        marks[best].advance(marks[best].split(conversation))
     return groups
 
 
@@ -271,6 +275,7 @@ async def _replay(
     sources = memory_sources(memory)
     layout = LayoutState()
     marks = _Marks()
+    turn = ""
     calls: list[dict[str, Any]] = []
     sent_before: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
     loom_before: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
@@ -279,7 +284,10 @@ async def _replay(
             size = window or model_window(request.model)
             split = marks.split(request.conversation)
             marks.advance(split)
-            turn = "t_" + uuid.uuid4().hex
+            # A request that repeats its turn (a retry) is that turn again, as in the proxy's
+            # ledger: its user message is the window's turn, not history as well.
+            if not turn or split.known <= split.turn_start < split.total:
+                turn = "t_" + uuid.uuid4().hex
             old = tasks_from_messages(list(split.before_turn), agent="assistant", session_id=name)
             now = tasks_from_messages(list(split.current), agent="assistant", session_id=name)
             memory.add_tasks(
