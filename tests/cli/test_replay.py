@@ -87,3 +87,18 @@ def test_a_plot_without_matplotlib_names_the_extra(
     assert result.exit_code == 1
     assert "pip install 'loomctx[bench]'" in result.stderr
     assert not (tmp_path / "p.png").exists()
+
+
+def test_a_call_loom_cannot_build_a_window_for_counts_as_sent_and_says_why(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    tool = {"type": "function", "function": {"name": "look", "description": "word " * 400}}
+    request = {"model": "gpt-4o", "tools": [tool], "messages": [{"role": "user", "content": "hi"}]}
+    path = tmp_path / "tools.jsonl"
+    path.write_text(json.dumps(request) + "\n")
+    result = runner.invoke(app, ["replay", str(path), "--window", "256", "--json"])
+    assert result.exit_code == 0, result.output
+    (call,) = json.loads(result.stdout)["calls"]
+    assert call["loom"] == call["client"]
+    assert call["client"]["over_window"] is True
+    assert "line 1: sent as is: the client's 1 tools do not all fit the window" in result.stderr

@@ -102,6 +102,11 @@ def replay(
         err_console().print(
             f"line {skipped['line']} skipped: {skipped['reason']}", markup=False, soft_wrap=True
         )
+    for call in result["calls"]:
+        if "note" in call:  # no window could be built: counted as the client sent it
+            err_console().print(
+                f"line {call['line']}: {call['note']}", markup=False, soft_wrap=True
+            )
     if plot is not None:
         plot_replay(result, plot)
         err_console().print(f"plot written to {plot}", style="dim", markup=False)

@@ -19,7 +19,8 @@ Per call, both prompts are measured as `loomctx bench cost` measures them
 (`loomctx.evaluation.cost`): tokens sent, tokens a provider's exact-prefix cache reads (the
 leading part identical to the conversation's previous prompt) and billed input tokens under
 `PRICES`; and whether the prompt is longer than the model's context window, which the
-provider would refuse.
+provider would refuse. A request Loom cannot build a window for (the client's tools alone do
+not fit it) is counted as the client sent it, as the proxy would forward it, with a ``note``.
 """
 
 from __future__ import annotations
