@@ -178,6 +178,13 @@ def test_a_log_with_no_request_is_refused_naming_its_lines(tmp_path: Path) -> No
         replay_log(tmp_path / "missing.jsonl")
 
 
+def test_a_window_or_reserve_out_of_range_is_refused(log: Path) -> None:
+    with pytest.raises(ConfigError, match="`window` must be at least 256 tokens, got 100"):
+        replay_log(log, window=100)
+    with pytest.raises(ConfigError, match=r"`output_reserve` must be a share .* got 1.5"):
+        replay_log(log, output_reserve=1.5)
+
+
 def test_windows_of_known_models() -> None:
     assert model_window("gpt-4o-mini-2024-07-18") == 128_000
     assert model_window("gpt-4.1-mini") == 1_047_576

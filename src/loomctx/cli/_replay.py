@@ -76,10 +76,13 @@ def replay(
             f"else {DEFAULT_WINDOW}).",
         ),
     ] = None,
-    reserve: Annotated[
+    output_reserve: Annotated[
         float,
         typer.Option(
-            "--reserve", min=0.01, max=0.9, help="The share of the window kept for the reply."
+            "--output-reserve",
+            min=0.01,
+            max=0.9,
+            help="The share of the window kept for the reply.",
         ),
     ] = 0.2,
     as_json: Annotated[
@@ -94,7 +97,7 @@ def replay(
     sent, cached and billed (Anthropic and OpenAI prices) per call and in total, as the
     client sent them and through Loom, and the calls over the model's window."""
     try:
-        result = replay_log(logs, window=window, reserve=reserve)
+        result = replay_log(logs, window=window, output_reserve=output_reserve)
     except NoRequestError as exc:  # nothing to replay: the argument is wrong, exit 2
         err_console().print(f"error: {exc}", style="bold red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -265,7 +265,7 @@ async def _replay(
     requests: Sequence[LoggedRequest],
     name: str,
     window: int | None,
-    reserve: float,
+    output_reserve: float,
     counter: TokenCounter,
     folder: Path,
 ) -> list[dict[str, Any]]:
@@ -299,7 +299,9 @@ async def _replay(
             sent_before = (request.sent, tools)
             call: dict[str, Any] = {"line": request.line, "model": request.model, "window": size}
             try:
-                built = await _build(request, split, turn, sources, layout, counter, size, reserve)
+                built = await _build(
+                    request, split, turn, sources, layout, counter, size, output_reserve
+                )
             except LoomError as exc:  # the proxy would forward the request as sent
                 call["note"] = f"sent as is: {exc}"
                 loom = client
@@ -334,7 +336,7 @@ async def _build(
     layout: LayoutState,
     counter: TokenCounter,
     window: int,
-    reserve: float,
+    output_reserve: float,
 ) -> tuple[list[Message], list[Mapping[str, Any]]]:
     """The window the proxy would send for `request` (see `ChatProxy._build`)."""
     in_flight = TurnSource()
@@ -351,7 +353,7 @@ async def _build(
         ),
         counter=counter,
         window=window,
-        output_reserve_ratio=reserve,
+        output_reserve_ratio=output_reserve,
         state=layout,
     )
     ctx = BuildContext(session_id="replay", agent_id="replay", metadata={"run_id": turn})
@@ -371,17 +373,19 @@ def _total(calls: Sequence[Mapping[str, Any]], side: str) -> dict[str, Any]:
 
 
 def replay_log(
-    path: str | Path, *, window: int | None = None, reserve: float = 0.2
+    path: str | Path, *, window: int | None = None, output_reserve: float = 0.2
 ) -> dict[str, Any]:
     """Replay the log at `path` (module docstring) at a `window`-token context window (by
-    default each request's model's, `model_window`), a `reserve` share of it kept for the
+    default each request's model's, `model_window`), an `output_reserve` share of it kept for the
     reply as the proxy keeps it. Returns ``{"calls": [...], "conversations": [...],
     "total": {"client": {...}, "loom": {...}, "saved": {...}}, "skipped": [...],
     "config": {...}}``. `NoRequestError` if no line of the log is a request."""
     if window is not None and (isinstance(window, bool) or window < 256):
         raise ConfigError(f"`window` must be at least 256 tokens, got {window!r}")
-    if not 0 < reserve < 1:
-        raise ConfigError(f"`reserve` must be a share of the window in (0, 1), got {reserve!r}")
+    if not 0 < output_reserve < 1:
+        raise ConfigError(
+            f"`output_reserve` must be a share of the window in (0, 1), got {output_reserve!r}"
+        )
     requests, skipped = read_log(path)
     if not requests:
         why = "; ".join(f"line {s.line}: {s.reason}" for s in skipped[:5]) or "it is empty"
@@ -396,7 +400,7 @@ def replay_log(
         for i, group in enumerate(group_conversations(requests)):
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            own = asyncio.run(_replay(group, f"c{i}", window, reserve, counter, folder))
+            own = asyncio.run(_replay(group, f"c{i}", window, output_reserve, counter, folder))
             calls += [{"conversation": i, **c} for c in own]
             conversations.append(
                 {"conversation": i, "lines": [r.line for r in group], "calls": len(own)}
@@ -414,7 +418,7 @@ def replay_log(
         "config": {
             "path": str(path),
             "window": window,
-            "reserve": reserve,
+            "output_reserve": output_reserve,
             "counter": counter.name,
         },
     }
