@@ -426,7 +426,8 @@ def replay_log(
 
 def plot_replay(result: Mapping[str, Any], path: str | Path) -> None:
     """A PNG at `path`: tokens sent per call as the client sent them and through Loom, with
-    the model's window; billed tokens under each provider's prices, summed over the calls."""
+    the model's window and the input budget within it; billed tokens under each provider's
+    prices, summed over the calls."""
     try:
         import matplotlib
 
@@ -447,7 +448,10 @@ def plot_replay(result: Mapping[str, Any], path: str | Path) -> None:
                 total += c[side][f"billed_{provider}"]
                 running.append(total)
             bottom.plot(xs, running, label=f"{provider}, {label}")
+    share = 1 - result["config"]["output_reserve"]
     top.step(xs, [c["window"] for c in calls], where="mid", linestyle="--", label="window")
+    budget = [c["window"] * share for c in calls]
+    top.step(xs, budget, where="mid", linestyle=":", label="window less the reply's reserve")
     top.set_ylabel("tokens sent")
     top.set_title("Per call")
     top.legend()
