@@ -171,8 +171,10 @@ def test_a_tool_round_trip_in_either_shape_is_replayed_with_its_unit(tmp_path: P
 
 def test_a_log_with_no_request_is_refused_naming_its_lines(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"model": "gpt-4o"}\n\nnot json\n')
-    with pytest.raises(NoRequestError, match=r"line 1: no `messages`.*line 3: not JSON"):
+    path.write_bytes(b'{"model": "gpt-4o"}\n\nnot json\n"\xff"\n')
+    with pytest.raises(
+        NoRequestError, match=r"line 1: no `messages`.*line 3: not JSON.*line 4: not UTF-8"
+    ):
         replay_log(path)
     with pytest.raises(ConfigError, match="cannot read the log"):
         replay_log(tmp_path / "missing.jsonl")

@@ -178,25 +178,26 @@ def _parse(line: int, raw: Any) -> LoggedRequest:
 
 
 def read_log(path: str | Path) -> tuple[list[LoggedRequest], list[Skipped]]:
-    """The requests of the JSONL file at `path`, and the lines skipped (blank lines are
-    neither). `ConfigError` if the file cannot be read."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the log {str(path)!r}: {exc}") from None
+    """The requests of the JSONL file at `path`, read a line at a time, and the lines
+    skipped (blank lines are neither). `ConfigError` if the file cannot be opened."""
     requests: list[LoggedRequest] = []
     skipped: list[Skipped] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            requests.append(_parse(number, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            skipped.append(
-                Skipped(line=number, reason=f"not JSON: {exc.msg} at column {exc.colno}")
-            )
-        except (LoomError, RecursionError) as exc:
-            skipped.append(Skipped(line=number, reason=str(exc)))
+    try:
+        with Path(path).open("rb") as lines:
+            for number, raw in enumerate(lines, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                    if line.strip():
+                        requests.append(_parse(number, json.loads(line)))
+                except UnicodeDecodeError as exc:
+                    skipped.append(Skipped(line=number, reason=f"not UTF-8: {exc.reason}"))
+                except json.JSONDecodeError as exc:
+                    reason = f"not JSON: {exc.msg} at column {exc.colno}"
+                    skipped.append(Skipped(line=number, reason=reason))
+                except (LoomError, RecursionError) as exc:
+                    skipped.append(Skipped(line=number, reason=str(exc)))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the log {str(path)!r}: {exc.strerror}") from None
     return requests, skipped
 
 
