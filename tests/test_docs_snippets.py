@@ -19,9 +19,9 @@ right before its opening fence (invisible on GitHub, visible in the source):
 
 - ``<!-- snippet: uses NAME, NAME -->``: the test provides these before running it. A path
   (``handbook/``, ``notes.md``, ``export.json``, ``my_tools.py``, ``report.json``,
-  ``run.jsonl``, ``docs/``, the session ``chat-1a2b3c4d``) is created in the folder; a Python
-  name (``messages``, ``client``, ``TicketService``) is defined. `PROVIDED` lists them all:
-  add one there when a new page needs it.
+  ``run.jsonl``, ``requests.jsonl``, ``docs/``, the session ``chat-1a2b3c4d``) is created in
+  the folder; a Python name (``messages``, ``client``, ``TicketService``) is defined.
+  `PROVIDED` lists them all: add one there when a new page needs it.
 - ``<!-- snippet: compile-only: REASON -->``: it genuinely cannot run offline (it needs a
   real API key, a server, or data and minutes a test does not have). It is still checked:
   Python must compile, and each ``loomctx`` command must be accepted by the CLI with
@@ -181,6 +181,12 @@ def _export(s: Setting) -> None:
     _write(s.folder, {"export.json": json.dumps(messages)})
 
 
+def _requests(s: Setting) -> None:
+    from tests.evaluation.replay_data import write_log
+
+    write_log(s.folder / "requests.jsonl", turns=12)
+
+
 def _tools(s: Setting) -> None:
     _write(
         s.folder,
@@ -254,6 +260,7 @@ FILES: dict[str, Callable[[Setting], None]] = {
     "export.json": _export,
     "my_tools.py": _tools,
     "run.jsonl": _run_log,
+    "requests.jsonl": _requests,
     "report.json": _report,
     "chat-1a2b3c4d": _chat_session,
 }

@@ -21,6 +21,7 @@ from loomctx.cli._config import KEYS
 from loomctx.cli._demo import demo
 from loomctx.cli._ingest import ingest
 from loomctx.cli._inspect import inspect
+from loomctx.cli._replay import replay
 from loomctx.cli._serve import mcp, serve
 from loomctx.errors import LoomError
 
@@ -88,6 +89,7 @@ app.command("ingest")(ingest)
 app.command("inspect")(inspect)
 app.command("serve")(serve)
 app.command("mcp")(mcp)
+app.command("replay")(replay)
 app.add_typer(bench_app, name="bench")
 
 
