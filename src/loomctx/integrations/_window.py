@@ -41,7 +41,7 @@ from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message, from_openai, split_units, to_openai
 
-__all__ = ["DEFAULT_WINDOW", "LoomWindow", "Marks"]
+__all__ = ["DEFAULT_WINDOW", "LoomWindow", "Marks", "WindowAdapter"]
 
 DEFAULT_WINDOW = 16_000
 """The default `LoomWindow.window`: tokens for the messages, the reply's reserve included."""
@@ -147,3 +147,35 @@ class LoomWindow:
             marks = Marks(count=end, first=split.first if end else "", last=last)
             self.marks = marks
         return marks, split.query, split.in_flight, instructions
+
+
+class WindowAdapter:
+    """What an adapter that hands a framework Loom's window of its messages holds: the
+    conversation's `LoomWindow` (`loom`; its constructor's arguments are this one's) and the
+    last window built (`last_window`, whose `report` says what went in and why). A subclass
+    checks its framework is installed in `_start` (naming the extra to install)."""
+
+    def __init__(
+        self,
+        memory: LoomMemory,
+        *,
+        window: int = DEFAULT_WINDOW,
+        max_output_tokens: int | None = None,
+        settings: WindowSettings | None = None,
+        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
+    ) -> None:
+        self._start()
+        self.loom = LoomWindow(
+            memory,
+            window=window,
+            max_output_tokens=max_output_tokens,
+            settings=settings,
+            knowledge_bases=knowledge_bases,
+        )
+        """What builds its windows; `loom.memory` is the conversation's memory."""
+        self.last_window: ContextWindow | None = None
+        """The last window built."""
+
+    def _start(self) -> None:
+        """Called first by `__init__`: raise `MissingExtraError` (naming the extra) if the
+        adapter's framework is not installed, and set up the adapter's own state."""

@@ -16,12 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
 from loomctx.integrations._framework import framework
-from loomctx.integrations._window import DEFAULT_WINDOW, LoomWindow
-from loomctx.knowledge import KnowledgeBaseProvider
-from loomctx.memory.core import LoomMemory
+from loomctx.integrations._window import WindowAdapter
 from loomctx.messages import Message, from_openai, to_openai
 
 __all__ = ["LoomPreModelHook", "from_langchain", "to_langchain"]
@@ -41,31 +38,13 @@ def to_langchain(messages: Sequence[Message]) -> list[Any]:
     return list(_core().convert_to_messages(to_openai(messages)))
 
 
-class LoomPreModelHook:
+class LoomPreModelHook(WindowAdapter):
     """A `pre_model_hook` for LangGraph's `create_react_agent` (module docstring); one per
     conversation. `memory` is the conversation's `LoomMemory`; `window`,
     `max_output_tokens`, `settings` and `knowledge_bases` are `LoomWindow`'s."""
 
-    def __init__(
-        self,
-        memory: LoomMemory,
-        *,
-        window: int = DEFAULT_WINDOW,
-        max_output_tokens: int | None = None,
-        settings: WindowSettings | None = None,
-        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
-    ) -> None:
+    def _start(self) -> None:
         _core()
-        self.loom = LoomWindow(
-            memory,
-            window=window,
-            max_output_tokens=max_output_tokens,
-            settings=settings,
-            knowledge_bases=knowledge_bases,
-        )
-        """What builds its windows; `loom.memory` is the conversation's memory."""
-        self.last_window: Any = None
-        """The last `ContextWindow` built (its `report` says what went in and why)."""
 
     async def __call__(self, state: Any) -> dict[str, Any]:
         """``{"llm_input_messages": ...}``: Loom's window of the state's messages."""

@@ -18,12 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from loomctx.context.recipe import WindowSettings
 from loomctx.errors import MessageFormatError
 from loomctx.integrations._framework import framework
-from loomctx.integrations._window import DEFAULT_WINDOW, LoomWindow
-from loomctx.knowledge import KnowledgeBaseProvider
-from loomctx.memory.core import LoomMemory
+from loomctx.integrations._window import WindowAdapter
 from loomctx.messages import Message, ToolCall
 
 __all__ = ["LoomHistory", "from_model_messages", "to_model_messages"]
@@ -116,33 +113,17 @@ def to_model_messages(messages: Sequence[Message]) -> list[Any]:
     return out
 
 
-class LoomHistory:
+class LoomHistory(WindowAdapter):
     """A pydantic-ai history processor (async) that returns Loom's window of the messages
     (module docstring); one per conversation. `memory` is the conversation's `LoomMemory`;
     `window`, `max_output_tokens`, `settings` and `knowledge_bases` are `LoomWindow`'s."""
 
-    def __init__(
-        self,
-        memory: LoomMemory,
-        *,
-        window: int = DEFAULT_WINDOW,
-        max_output_tokens: int | None = None,
-        settings: WindowSettings | None = None,
-        knowledge_bases: Sequence[KnowledgeBaseProvider] = (),
-    ) -> None:
+    _full: list[Any]
+    _returned: list[Any]
+
+    def _start(self) -> None:
         _messages()
-        self.loom = LoomWindow(
-            memory,
-            window=window,
-            max_output_tokens=max_output_tokens,
-            settings=settings,
-            knowledge_bases=knowledge_bases,
-        )
-        """What builds its windows; `loom.memory` is the conversation's memory."""
-        self.last_window: Any = None
-        """The last `ContextWindow` built (its `report` says what went in and why)."""
-        self._full: list[Any] = []
-        self._returned: list[Any] = []
+        self._full, self._returned = [], []  # what pydantic-ai sent, what it was handed back
 
     async def __call__(self, messages: list[Any]) -> list[Any]:
         """Loom's window of `messages`, as pydantic-ai messages.
