@@ -30,13 +30,13 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
+from loomctx.messages import MAX_ARGUMENT_DEPTH, surrogate_at
 from loomctx.server._errors import RequestError
 
 __all__ = ["MAX_DEPTH", "check_value", "int_param", "parse_json", "read_body", "read_json"]
 
-MAX_DEPTH: Final = 64
+MAX_DEPTH: Final = MAX_ARGUMENT_DEPTH  # the request body nests no deeper than tool arguments
 _ESCAPED_SURROGATE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")
 
 
@@ -92,7 +92,7 @@ def check_value(value: Any, path: str) -> None:
     while stack:
         item, where, depth = stack.pop()
         if isinstance(item, str):
-            if not item.isascii() and _SURROGATE.search(item) is not None:
+            if surrogate_at(item) is not None:
                 raise _invalid(
                     f"`{where[:120] or 'body'}` holds a lone surrogate (a \\ud800-\\udfff "
                     "escape that is not half of a pair): text must be valid Unicode",
