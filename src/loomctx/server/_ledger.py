@@ -44,6 +44,7 @@ from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_
 from loomctx.messages import Message, split_units
 from loomctx.server._errors import RequestError
 from loomctx.server._service import LoomService
+from loomctx.server._tenants import claims_namespace, proxy_namespace
 from loomctx.stores.base import Expect, Get, Put, Record, Version
 
 __all__ = [
@@ -63,14 +64,16 @@ _HEADER_KEY: Final = re.compile(r"[\x21-\x7e]{1,255}")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Turn:
     """What `record_turn` found or recorded: the request's split, its ledger key, its turn's
-    id, the session's state (as the request left it), and the id of the ledger write that
-    recorded it ("" for a copy of a request recorded before: it recorded nothing)."""
+    id, the session's state (as the request left it), the id of the ledger write that
+    recorded it ("" for a copy of a request recorded before: it recorded nothing), and
+    whether the tenant had claimed the session before."""
 
     split: Split
     key: str
     turn: str
     state: dict[str, Any] = field(default_factory=dict)
     write: str = ""
+    claimed: bool = False
 
     @property
     def copy(self) -> bool:
@@ -125,9 +128,14 @@ def record_turn(
     with the request's split) when it refuses the turn."""
     ns = ledger_namespace(tenant, session)
     # The version first: a write that lands after it fails the guard, whatever was read.
-    version, found = service.store.batch(
-        [Version(namespace=ns), Get(namespace=(tenant, "proxy"), key=session)]
+    version, found, claim = service.store.batch(
+        [
+            Version(namespace=ns),
+            Get(namespace=proxy_namespace(tenant), key=session),
+            Get(namespace=claims_namespace(tenant), key=session),
+        ]
     )
+    claimed = claim is not None
     state = dict(found.data) if found is not None else {}
     try:
         split = split_request(
@@ -152,7 +160,7 @@ def record_turn(
                 code="idempotency_key_reused",
                 param="Idempotency-Key",
             )
-        return Turn(split=split, key=key, turn=str(seen.data["turn"]), state=state)
+        return Turn(split=split, key=key, turn=str(seen.data["turn"]), state=state, claimed=claimed)
     new_turn = split.turn_start < split.total and split.turn_start >= split.known
     turn = "t_" + uuid.uuid4().hex if new_turn or not state.get("turn") else str(state["turn"])
     tasks = turn_tasks(split, turn, session)  # checks before anything is stored
@@ -183,7 +191,7 @@ def record_turn(
             service.store.batch(guard)
     except ConflictError:
         return None
-    return Turn(split=split, key=key, turn=turn, state=state, write=write)
+    return Turn(split=split, key=key, turn=turn, state=state, write=write, claimed=claimed)
 
 
 async def save_state(
@@ -231,7 +239,7 @@ def record_reply(
         [
             Version(namespace=ns),
             Get(namespace=ns, key=key),
-            Get(namespace=(tenant, "proxy"), key=session),
+            Get(namespace=proxy_namespace(tenant), key=session),
         ]
     )
     if entry is None or entry.seq != version.seq or entry.data.get("replied"):

@@ -348,7 +348,6 @@ class ChatProxy:
     async def _prepare(self, prepared: Prepared) -> None:
         service, request, tenant = self.service, prepared.request, prepared.tenant
         session = request.session
-        claimed, _ = service.open_session(tenant.name, session)
         recorded = None
         for _ in range(_ATTEMPTS):
             recorded = record_turn(
@@ -375,7 +374,7 @@ class ChatProxy:
             )
         prepared.key, prepared.turn, prepared.state = recorded.key, recorded.turn, recorded.state
         prepared.recorded = True
-        writes: list[Put] = [] if claimed else [service.claim_op(tenant.name, session)]
+        writes: list[Put] = [] if recorded.claimed else [service.claim_op(tenant.name, session)]
         state, turn = prepared.state, prepared.turn
         try:
             prepared.window = await self._build(tenant, request, split, turn)

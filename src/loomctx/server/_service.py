@@ -47,7 +47,13 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.server._config import ModelConfig, ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
-from loomctx.server._tenants import CLAIM_KIND, claims_namespace, knowledge_namespace, prepare_store
+from loomctx.server._tenants import (
+    CLAIM_KIND,
+    claims_namespace,
+    knowledge_namespace,
+    prepare_store,
+    proxy_namespace,
+)
 from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
@@ -177,16 +183,6 @@ class LoomService:
         )
         return Put(record=record)
 
-    def open_session(self, tenant: str, session: str) -> tuple[bool, dict[str, Any]]:
-        """Whether `tenant` used `session` already, and its proxy state, in one read."""
-        claim, state = self.store.batch(
-            [
-                Get(namespace=claims_namespace(tenant), key=check_session_id(session)),
-                Get(namespace=(tenant, "proxy"), key=session),
-            ]
-        )
-        return claim is not None, dict(state.data) if state is not None else {}
-
     def lock(self, tenant: str, session: str) -> asyncio.Lock:
         """The lock that orders one session's requests in this process."""
         return self._locks.setdefault((tenant, session), asyncio.Lock())
@@ -212,7 +208,7 @@ class LoomService:
 
     def proxy_state(self, tenant: str, session: str) -> dict[str, Any]:
         """What the proxy recorded of the session's history (empty for a new session)."""
-        found = self.store.batch([Get(namespace=(tenant, "proxy"), key=session)])[0]
+        found = self.store.batch([Get(namespace=proxy_namespace(tenant), key=session)])[0]
         return dict(found.data) if found is not None else {}
 
     def save_proxy_state(self, tenant: str, session: str, state: Mapping[str, Any]) -> None:
@@ -221,13 +217,15 @@ class LoomService:
 
     def proxy_state_op(self, tenant: str, session: str, state: Mapping[str, Any]) -> Put:
         """The write that keeps the proxy's view of the session."""
-        record = Record(namespace=(tenant, "proxy"), key=session, kind=PROXY_KIND, data=dict(state))
+        record = Record(
+            namespace=proxy_namespace(tenant), key=session, kind=PROXY_KIND, data=dict(state)
+        )
         return Put(record=record)
 
     def sessions(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's sessions, most recently used first: those the proxy served, and
         those only REST or MCP used (no model, no messages)."""
-        scan = Scan(prefix=(tenant, "proxy"), kind=PROXY_KIND, exact=True, newest_first=True)
+        scan = Scan(prefix=proxy_namespace(tenant), kind=PROXY_KIND, exact=True, newest_first=True)
         claims = Scan(prefix=claims_namespace(tenant), kind=CLAIM_KIND, exact=True)
         found, claimed = self.store.batch([scan, claims])
         out = [

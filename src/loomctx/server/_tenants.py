@@ -56,6 +56,7 @@ __all__ = [
     "claims_namespace",
     "knowledge_namespace",
     "prepare_store",
+    "proxy_namespace",
 ]
 
 TENANTS: Final = ("_loom", "tenants")
@@ -68,6 +69,11 @@ _SAME_BATCH: Final = 2**62  # a vector of text written in the same batch (see `P
 def claims_namespace(tenant: str) -> Namespace:
     """Where the tenant's session ids are claimed, one record per session."""
     return (tenant, "sessions")
+
+
+def proxy_namespace(tenant: str) -> Namespace:
+    """Where the proxy keeps, one record per session, what it recorded of the session."""
+    return (tenant, "proxy")
 
 
 def knowledge_namespace(tenant: str, kb: str) -> Namespace:
