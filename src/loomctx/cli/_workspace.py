@@ -3,7 +3,9 @@ knowledge bases, and the context reports saved per session (what `loomctx inspec
 reads).
 
 Everything lives in one store (`Settings.store`: a SQLite file or a PostgreSQL URL): a
-session's memory under ``("default", session, "memory")`` (`LoomMemory`'s own namespace), a
+session's memory where every session's lives (`loomctx.session._layout`: the default
+tenant and agent; what an earlier version kept at ``("default", session, "memory")`` moves
+there when the session is opened), a
 knowledge base under ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window
 reports under ``("cli", "reports", session)`` as records without text, so search and
 background embedding never see them.
@@ -19,6 +21,7 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
+from loomctx.session._layout import Layout, cli_memory_before, session_memory
 from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import BaseStore, MemoryStore, Put, Record, Scan, Unembedded
 
@@ -68,7 +71,15 @@ def open_memory(
 ) -> LoomMemory:
     """A session's memory (`l1_size` recent tasks in L1); its vectors are filled by
     `embed_pending`, or in the background once `memory.background` is started."""
-    return LoomMemory(session, l1_size, store=store, embedder=embedder, embed_in_background=False)
+    namespace = session_memory(store, Layout(), session, before=[cli_memory_before(session)])
+    return LoomMemory(
+        session,
+        l1_size,
+        store=store,
+        namespace=namespace,
+        embedder=embedder,
+        embed_in_background=False,
+    )
 
 
 def ingest_messages(memory: LoomMemory, messages: Sequence[Message], advance: Advance) -> int:

@@ -52,7 +52,7 @@ from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import MemoryTier, Task
 from loomctx.session import topics
-from loomctx.session._layout import SESSION_KIND, Layout, check_id
+from loomctx.session._layout import DEFAULT_AGENT, DEFAULT_TENANT, SESSION_KIND, Layout, check_id
 from loomctx.session.aggregate import SessionView, SplitStrategy, aggregate
 from loomctx.session.bus import Event, EventBus, InProcessEventBus, Subscription
 from loomctx.session.options import SessionOptions
@@ -79,8 +79,8 @@ class ContextController:
         store: MemoryStore | None = None,
         bus: EventBus | None = None,
         *,
-        agent_id: str = "agent",
-        tenant_id: str = "default",
+        agent_id: str = DEFAULT_AGENT,
+        tenant_id: str = DEFAULT_TENANT,
         counter: TokenCounter | None = None,
         persist_interval: float | None = None,
     ) -> None:
