@@ -139,3 +139,40 @@ async def test_mcp_bodies_have_a_size_limit(loom) -> None:
         async with Client(transport) as mcp:
             kept = _json(await mcp.call_tool("remember", {"content": "z" * 100_000}))
     assert kept["task_id"]
+
+
+async def test_rest_and_mcp_remember_store_the_same_task(loom) -> None:
+    """Both faces make one service call: the same task, importance and tier."""
+    fact = "The gate code is 4411."
+    status, by_rest, _ = call(
+        "POST", f"{loom.v1}/sessions/by-rest/memory", key=ACME_KEY, body={"content": fact}
+    )
+    assert status == 201
+    status, blank, _ = call(
+        "POST", f"{loom.v1}/sessions/by-rest/memory", key=ACME_KEY, body={"content": " "}
+    )
+    assert status == 400
+    assert "`content` is blank" in blank["error"]["message"]
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(f"{loom.url}/mcp/by-mcp", http_client=http)
+        async with Client(transport) as mcp:
+            by_mcp = _json(await mcp.call_tool("remember", {"content": fact}))
+            refused = await mcp.call_tool("remember", {"content": " "})
+            assert refused.is_error
+            assert "`content` is blank" in refused.content[0].text
+
+    def stored(session: str, task_id: object) -> tuple[dict[str, object], bool]:
+        memory = loom.service.memory("acme", session)
+        [task] = [t for t in memory.get_l1_tasks(10) if t.task_id == task_id]
+        fields = task.to_dict()
+        for varying in ("task_id", "created_at", "updated_at"):
+            del fields[varying]
+        assert fields["metadata"]["session_id"] == session
+        del fields["metadata"]["session_id"]
+        return fields, task_id in {t.task_id for t in memory.get_l2_tasks()}
+
+    rest = stored("by-rest", by_rest["task_id"])
+    assert rest == stored("by-mcp", by_mcp["task_id"])
+    assert rest[0]["metadata"]["importance"] == 0.9
+    assert rest[1]  # promoted to L2 at once

@@ -44,7 +44,6 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from loomctx.errors import ConfigError, LoomError
-from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError, error_body
 from loomctx.server._faces import ChatFace, Face
@@ -375,24 +374,12 @@ class _Server:
         session = check_session_id(request.path_params["session"])
         body = await read_json(request, self.service.config.max_body_bytes)
         content = body.get("content") if isinstance(body, dict) else None
-        if not isinstance(content, str) or not content.strip():
+        if not isinstance(content, str):
             raise RequestError(
                 'the body must be {"content": "<text to remember>"}', param="content"
             )
-        self.service.claim(tenant, session)
-        task = Task(
-            source_agent="user",
-            target_agent="memory",
-            action="remember",
-            parameters={"content": content},
-            result="remembered",
-            status=TaskStatus.COMPLETED,
-            metadata={"session_id": session},
-        )
-        memory = self.service.memory(tenant, session)
-        memory.add_tasks([task])
-        memory.promote_tasks()
-        return JSONResponse({"task_id": task.task_id}, status_code=201)
+        task_id = self.service.remember(tenant, session, content)
+        return JSONResponse({"task_id": task_id}, status_code=201)
 
     async def forget(self, request: Request) -> Response:
         tenant = self.tenant(request)

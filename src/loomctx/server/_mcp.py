@@ -33,9 +33,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from loomctx.errors import LoomError
-from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import TenantConfig
-from loomctx.server._errors import RequestError
 from loomctx.server._proxy import ChatProxy
 from loomctx.server._service import check_session_id
 
@@ -128,22 +126,7 @@ def make_mcp_server(
     async def remember(content: str, ctx: Context[Any, Any]) -> str:
         """Record `content` (a fact, a preference) in this session's memory; returns its id."""
         tenant, session = resolve(ctx)
-        if not content.strip():
-            raise RequestError("`content` is blank: pass the text to remember")
-        service.claim(tenant.name, session)
-        task = Task(
-            source_agent="user",
-            target_agent="memory",
-            action="remember",
-            parameters={"content": content},
-            result="remembered",
-            status=TaskStatus.COMPLETED,
-            metadata={"session_id": session, "importance": 0.9},
-        )
-        memory = service.memory(tenant.name, session)
-        memory.add_tasks([task])
-        memory.promote_tasks()
-        return json.dumps({"task_id": task.task_id})
+        return json.dumps({"task_id": service.remember(tenant.name, session, content)})
 
     @server.tool()
     @_reported(ToolError)

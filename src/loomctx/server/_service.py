@@ -4,7 +4,10 @@ memories, knowledge bases and window reports, and one `LayoutState` for cache-aw
 Where things live in the store, every namespace under the tenant's name (so every read is
 confined to one tenant: DESIGN.md invariant 6):
 
-- ``(tenant, "memory", session)``: the session's `LoomMemory` (its Tasks, tiers, archive);
+- ``(tenant, "agent", "session", session)``: the session's `LoomMemory` (its Tasks, tiers,
+  archive), where every session's memory lives (`loomctx.session._layout`, agent
+  `DEFAULT_AGENT`); what an earlier version kept at ``(tenant, "memory", session)`` moves
+  there when the session is first opened;
 - ``(tenant, "proxy")``: one ``proxy_session`` record per session: how much of the client's
   history is recorded (a count and a hash chain, see `loomctx.context.turns`), the current
   turn, when it was last used;
@@ -45,6 +48,7 @@ from loomctx.embeddings import Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
+from loomctx.memory.task import Task, TaskStatus
 from loomctx.server._config import ModelConfig, ServeConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._tenants import (
@@ -53,6 +57,12 @@ from loomctx.server._tenants import (
     knowledge_namespace,
     prepare_store,
     proxy_namespace,
+)
+from loomctx.session._layout import (
+    DEFAULT_AGENT,
+    Layout,
+    served_memory_before,
+    session_memory,
 )
 from loomctx.session.bus import EventBus
 from loomctx.stores import open_store as _open_store
@@ -64,6 +74,8 @@ __all__ = ["LoomService", "open_store"]
 _SESSION: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z")
 PROXY_KIND: Final = "proxy_session"
 REPORT_KIND: Final = "context_report"
+REMEMBERED_IMPORTANCE: Final = 0.9
+"""The importance of what a client explicitly asks to remember (REST and MCP alike)."""
 
 
 def open_store(url: str) -> MemoryStore:
@@ -194,10 +206,16 @@ class LoomService:
         if memory is not None:
             self._memories.move_to_end(key)
             return memory
+        namespace = session_memory(
+            self.store,
+            Layout(tenant, DEFAULT_AGENT),
+            session,
+            before=[served_memory_before(tenant, session)],
+        )
         memory = LoomMemory(
             session,
             store=self.store,
-            namespace=(tenant, "memory", session),
+            namespace=namespace,
             embedder=self.embedder,
             counter=self.counter,
         )
@@ -275,6 +293,31 @@ class LoomService:
             {"task_id": h.task.task_id, "score": round(h.score, 6), "task": h.task.to_dict()}
             for h in hits
         ]
+
+    def remember(self, tenant: str, session: str, content: str) -> str:
+        """Record `content` (a fact, a preference) in the session's memory, claiming the
+        session for `tenant`; returns the task's id. What a client asks to remember is
+        important by definition (`REMEMBERED_IMPORTANCE`), so it is promoted to L2 at once
+        and kept in windows after it leaves L1. A blank `content` is a 400."""
+        if not isinstance(content, str) or not content.strip():
+            raise RequestError(
+                '`content` is blank: pass the text to remember, as {"content": "..."}',
+                param="content",
+            )
+        self.claim(tenant, session)
+        task = Task(
+            source_agent="user",
+            target_agent="memory",
+            action="remember",
+            parameters={"content": content},
+            result="remembered",
+            status=TaskStatus.COMPLETED,
+            metadata={"session_id": session, "importance": REMEMBERED_IMPORTANCE},
+        )
+        memory = self.memory(tenant, session)
+        memory.add_tasks([task])
+        memory.promote_tasks()
+        return task.task_id
 
     def forget(self, tenant: str, session: str, task_id: str) -> bool:
         """Delete a task from the session's memory (and its L3 summary); False if absent."""
