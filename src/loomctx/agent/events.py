@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from loomctx.agent._tool_result import ToolResult
 from loomctx.agent.llm import Usage
 from loomctx.messages import ToolCall
 
 if TYPE_CHECKING:
-    from loomctx.agent.tools import ToolResult
     from loomctx.context.report import ContextReport
 
 __all__ = [

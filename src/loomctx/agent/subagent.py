@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loomctx.agent.events import AgentEvent, RunCompleted
 from loomctx.agent.tools import Tool, ToolContext
@@ -35,10 +35,20 @@ from loomctx.memory.context_builder import ExecutionContext
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task
 
-if TYPE_CHECKING:
-    from loomctx.agent.executor import Agent
 
-__all__ = ["Lineage", "delegation_tool", "finish", "run_context"]
+class Delegate(Protocol):
+    """What `delegation_tool` runs: an agent's name and its `stream` (an `Agent` is one).
+    Named here, not imported, so that this module stays below the agent that uses it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stream(
+        self, prompt: str, *, parent: ToolContext | None = None
+    ) -> AsyncGenerator[AgentEvent, None]: ...
+
+
+__all__ = ["Delegate", "Lineage", "delegation_tool", "finish", "run_context"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +153,7 @@ async def finish(events: AsyncGenerator[AgentEvent, None]) -> RunCompleted:
 
 
 def delegation_tool(
-    agent: Agent, *, name: str | None, description: str | None, timeout: float | None
+    agent: Delegate, *, name: str | None, description: str | None, timeout: float | None
 ) -> Tool:
     """The tool behind `Agent.as_tool`: runs `agent` as a sub-agent of the calling run."""
     label = name if name is not None else agent.name

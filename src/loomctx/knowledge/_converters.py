@@ -16,6 +16,8 @@
   PyTorch, and fast enough to be no bottleneck beside the embedder. Without the extra,
   these suffixes still have a loader, which raises `MissingExtraError` naming the extra.
 
+Plain UTF-8 text is read here too (`read_text`), since every reader above starts from it.
+
 Every converted text goes through the same chunker as Markdown, so the chunks' token limit
 holds, counted on the text that is stored.
 """
@@ -37,6 +39,7 @@ __all__ = [
     "read_code",
     "read_converted",
     "read_rst",
+    "read_text",
     "rst_to_markdown",
 ]
 
@@ -61,10 +64,19 @@ _LANGUAGE: Final = {
 _TITLE_CHARS: Final = 80
 
 
-def _read(path: Path) -> str:
-    from loomctx.knowledge._loaders import read_text
-
-    return read_text(path)
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text, or `ConfigError` naming it when it is unreadable or not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"`{path}` is not UTF-8 text (invalid byte at offset {error.start}); convert it to "
+            f"UTF-8, or register a loader for {path.suffix or 'such'!r} files in `loaders`"
+        ) from error
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read `{path}`: {error.strerror or error}; check that it is a readable file"
+        ) from error
 
 
 # --- reStructuredText ---------------------------------------------------------------------------
@@ -114,7 +126,7 @@ def rst_to_markdown(text: str) -> str:
 
 def read_rst(path: Path) -> str:
     """A ``.rst`` file as Markdown-headed text (see `rst_to_markdown`)."""
-    return rst_to_markdown(_read(path))
+    return rst_to_markdown(read_text(path))
 
 
 # --- code ---------------------------------------------------------------------------------------
@@ -147,7 +159,7 @@ def code_to_markdown(code: str, suffix: str) -> str:
 
 def read_code(path: Path) -> str:
     """A code file as Markdown, cut at its top-level blocks (see `code_to_markdown`)."""
-    return code_to_markdown(_read(path), path.suffix.lower())
+    return code_to_markdown(read_text(path), path.suffix.lower())
 
 
 # --- markitdown ---------------------------------------------------------------------------------

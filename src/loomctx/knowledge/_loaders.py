@@ -20,6 +20,7 @@ from loomctx.knowledge._converters import (
     read_code,
     read_converted,
     read_rst,
+    read_text,
 )
 from loomctx.messages import surrogate_at
 
@@ -40,21 +41,6 @@ def check_unicode(text: str, what: str) -> None:
             "valid Unicode; decode the source with `errors='replace'` (or repair the text with "
             "`loomctx.messages.valid_text`) before adding it"
         )
-
-
-def read_text(path: Path) -> str:
-    """The file as UTF-8 text, or `ConfigError` naming it when it is unreadable or not UTF-8."""
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"`{path}` is not UTF-8 text (invalid byte at offset {error.start}); convert it to "
-            f"UTF-8, or register a loader for {path.suffix or 'such'!r} files in `loaders`"
-        ) from error
-    except OSError as error:
-        raise ConfigError(
-            f"cannot read `{path}`: {error.strerror or error}; check that it is a readable file"
-        ) from error
 
 
 _BUILT_IN: Mapping[str, Loader] = {

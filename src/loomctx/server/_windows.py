@@ -15,15 +15,41 @@ was not written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.server._config import ModelConfig
 from loomctx.session.windows import SESSION_KIND, WINDOW_KIND, SavedWindow, WindowLog
 from loomctx.stores.base import MemoryStore, Put
 
-if TYPE_CHECKING:
-    from loomctx.server._proxy import ChatRequest, Prepared
-
 __all__ = ["window_log", "window_ops"]
+
+
+class ChatRequest(Protocol):
+    """What a window's record takes from the proxy's request (`loomctx.server._proxy`'s
+    `ChatRequest` is one): named here so that this module stays below the proxy."""
+
+    @property
+    def session(self) -> str: ...
+
+    @property
+    def model(self) -> ModelConfig: ...
+
+    @property
+    def conversation(self) -> tuple[Mapping[str, Any], ...]: ...
+
+
+class Prepared(Protocol):
+    """What a window's record takes from the proxy's prepared call (its `Prepared`)."""
+
+    @property
+    def window(self) -> ContextWindow | None: ...
+
+    @property
+    def turn(self) -> str: ...
+
+    @property
+    def report_id(self) -> str | None: ...
 
 
 def window_log(store: MemoryStore, tenant: str) -> WindowLog:
