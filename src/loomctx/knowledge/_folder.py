@@ -289,31 +289,7 @@ def _visit(
     except OSError:
         info = None
     if entry.is_symlink():
-        target = os.path.realpath(entry.path)
-        is_dir = info is not None and stat.S_ISDIR(info.st_mode)
-        if info is None:
-            if here:
-                walk.skip(
-                    parts,
-                    f"a symbolic link that leads nowhere (`{target}`: missing, or a loop)",
-                    "link",
-                )
-            return
-        if not _inside(target, root):
-            if (is_dir and deeper) or (not is_dir and here):
-                kind = "a folder" if is_dir else "a file"
-                walk.skip(
-                    parts,
-                    f"a symbolic link to {kind} outside the folder (`{target}`): not followed, "
-                    "so that a repository cannot make Loom read files elsewhere; copy the file "
-                    "into the folder to ingest it",
-                    "link",
-                    folder=is_dir,
-                )
-            return
-        if is_dir:
-            if deeper:
-                linked.append((parts, path, states))
+        if _placed_link(entry, parts, states, info, root, walk, linked):
             return
     elif info is not None and stat.S_ISDIR(info.st_mode):
         if deeper:
@@ -332,3 +308,45 @@ def _visit(
         return
     if here and stat.S_ISREG(info.st_mode):  # not a pipe, socket or device: reading may block
         walk.add(parts, path, info.st_size)
+
+
+def _placed_link(
+    entry: os.DirEntry[str],
+    parts: tuple[str, ...],
+    states: frozenset[int],
+    info: os.stat_result | None,
+    root: Path,
+    walk: _Walk,
+    linked: list[tuple[tuple[str, ...], Path, frozenset[int]]],
+) -> bool:
+    """Place a symbolic link (`info`: what it leads to, None if nothing): report it, or
+    queue the folder it leads to. False for a link to a file inside the folder, which the
+    caller takes like any file."""
+    deeper, here = walk.could_hold_matches(states), walk.matches(states)
+    target = os.path.realpath(entry.path)
+    is_dir = info is not None and stat.S_ISDIR(info.st_mode)
+    if info is None:
+        if here:
+            walk.skip(
+                parts,
+                f"a symbolic link that leads nowhere (`{target}`: missing, or a loop)",
+                "link",
+            )
+        return True
+    if not _inside(target, root):
+        if (is_dir and deeper) or (not is_dir and here):
+            kind = "a folder" if is_dir else "a file"
+            walk.skip(
+                parts,
+                f"a symbolic link to {kind} outside the folder (`{target}`): not followed, "
+                "so that a repository cannot make Loom read files elsewhere; copy the file "
+                "into the folder to ingest it",
+                "link",
+                folder=is_dir,
+            )
+        return True
+    if is_dir:
+        if deeper:
+            linked.append((parts, Path(entry.path), states))
+        return True
+    return False

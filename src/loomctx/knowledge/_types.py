@@ -29,7 +29,7 @@ SkipKind: TypeAlias = Literal["no_loader", "too_large", "link", "bad_name", "unr
 out of the folder, a name that is not UTF-8, or it could not be read or converted."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KnowledgeHit:
     """A chunk found by a knowledge base search.
 
