@@ -4,6 +4,8 @@ moved once, every session still apart from every other."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from loomctx.memory.core import LoomMemory
 from loomctx.server import LoomService
 from loomctx.server._config import serve_config_from
 from loomctx.session.controller import ContextController
+from loomctx.stores import open_store
 from loomctx.stores.base import BaseStore, Namespace, Scan, Version
 from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import note, said
@@ -143,3 +146,42 @@ def test_a_session_stored_in_both_layouts_is_refused_naming_both(tmp_path: Path)
     assert "delete every record of the other" in message
     assert len(_records(store, ("default", "s1", "memory"))) > 0  # nothing was moved
     store.close()
+
+
+def test_a_session_moves_on_postgresql_too(postgres_url: str) -> None:
+    store = open_store(postgres_url)
+    ids = _write_old(store, ("default", "s1", "memory"), "s1", "pg")
+    memory = open_memory(store, "s1", None)
+    assert [t.task_id for t in memory.get_l1_tasks(10)] == ids
+    assert [t.task_id for t in memory.get_l2_tasks()] == ["pg-0"]
+    assert _records(store, ("default", "s1", "memory")) == []
+    memory.close()
+    store.close()
+
+
+def test_racing_opens_move_a_session_once(tmp_path: Path) -> None:
+    """Processes opening the same old session at once: one moves it, the others find it
+    moved (a batch guarded by both namespaces' versions), and every one reads it whole."""
+    db = tmp_path / "loom.db"
+    with SQLiteStore(db) as store:
+        ids = _write_old(store, ("default", "s1", "memory"), "s1", "r")
+    stores = [SQLiteStore(db) for _ in range(4)]  # one connection each, as processes have
+    start = threading.Barrier(len(stores))
+
+    def open_one(store: SQLiteStore) -> list[str]:
+        start.wait()
+        memory = open_memory(store, "s1", None)
+        try:
+            return [t.task_id for t in memory.get_l1_tasks(10)]
+        finally:
+            memory.close()
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        seen = list(pool.map(open_one, stores))
+    assert seen == [ids] * len(stores)
+    new = ("default", "agent", "session", "s1")
+    records = stores[0].batch([Scan(prefix=new, exact=True)])[0]
+    assert len(records) == len({r.key for r in records})
+    assert _records(stores[0], ("default", "s1", "memory")) == []
+    for store in stores:
+        store.close()
