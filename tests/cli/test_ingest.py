@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from loomctx.cli import app
 from loomctx.cli._conversations import read_conversation
-from loomctx.cli._workspace import open_knowledge, open_memory, open_store
+from loomctx.cli._workspace import open_knowledge, open_memory
 from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.messages import Message, ToolCall
+from loomctx.stores import open_store
 
 OPENAI = [
     {"role": "system", "content": "You are terse."},

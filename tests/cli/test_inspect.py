@@ -17,12 +17,13 @@ from loomctx.agent.events import ContextAssembled
 from loomctx.cli import app
 from loomctx.cli._render import composition_bar, left_out, report_view, totals_line
 from loomctx.cli._reports import load_reports, report_from_event, report_from_payload
-from loomctx.cli._workspace import latest_report, next_report_turn, open_store, save_report
+from loomctx.cli._workspace import latest_report, next_report_turn, save_report
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.report import ContextReport
 from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
 from loomctx.errors import ConfigError
 from loomctx.messages import Message
+from loomctx.stores import open_store
 from loomctx.tokens import TiktokenCounter
 
 

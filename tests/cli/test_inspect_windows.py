@@ -22,12 +22,13 @@ from loomctx.cli._reports import (
     next_turn,
     report_from_payload,
 )
-from loomctx.cli._workspace import open_knowledge, open_store, save_report
+from loomctx.cli._workspace import open_knowledge, save_report
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.report import ContextReport, SourceReport
 from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
 from loomctx.errors import ConfigError
 from loomctx.messages import Message
+from loomctx.stores import open_store
 from loomctx.tokens import TiktokenCounter
 from tests.agent._servers import (
     WireServer,

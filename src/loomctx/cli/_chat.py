@@ -36,7 +36,6 @@ from loomctx.cli._workspace import (
     knowledge_source,
     open_knowledge,
     open_memory,
-    open_store,
 )
 from loomctx.context.block import ContextSource
 from loomctx.context.report import ContextReport
@@ -44,6 +43,7 @@ from loomctx.errors import ConfigError, LoomError
 from loomctx.knowledge import IngestProgress
 from loomctx.session import topics
 from loomctx.session.bus import open_bus
+from loomctx.stores import open_store
 from loomctx.stores.base import BaseStore
 
 if TYPE_CHECKING:

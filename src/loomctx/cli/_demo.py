@@ -39,14 +39,13 @@ from loomctx.cli._workspace import (
     knowledge_source,
     open_knowledge,
     open_memory,
-    open_store,
     pending_embeddings,
 )
 from loomctx.evaluation.cost import PRICES
 from loomctx.knowledge import IngestProgress, KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message, from_openai
-from loomctx.stores import redact_url
+from loomctx.stores import open_store, redact_url
 from loomctx.tokens import TiktokenCounter
 
 __all__ = ["QUESTIONS", "demo"]

@@ -55,7 +55,6 @@ from loomctx.cli._workspace import (
     ingest_messages,
     open_knowledge,
     open_memory,
-    open_store,
     pending_embeddings,
 )
 from loomctx.errors import IngestLimitError
@@ -66,6 +65,7 @@ from loomctx.knowledge import (
     IngestProgress,
     KnowledgeBase,
 )
+from loomctx.stores import open_store
 from loomctx.stores.base import BaseStore
 
 __all__ = ["ingest"]

@@ -37,9 +37,9 @@ from loomctx.cli._reports import (
     load_reports,
     load_window,
 )
-from loomctx.cli._workspace import open_store
 from loomctx.errors import ConfigError
 from loomctx.messages import to_openai, to_openai_tools
+from loomctx.stores import open_store
 
 __all__ = ["inspect"]
 

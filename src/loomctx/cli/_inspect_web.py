@@ -16,8 +16,8 @@ import webbrowser
 import typer
 
 from loomctx.cli._serve import _require_extra
-from loomctx.cli._workspace import open_store
 from loomctx.errors import ConfigError
+from loomctx.stores import open_store
 
 __all__ = ["serve_inspector"]
 

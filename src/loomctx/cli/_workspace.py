@@ -1,20 +1,18 @@
-"""What the commands open from their settings: the store, the embedder, a session's memory,
-knowledge bases, and the context reports saved per session (what `loomctx inspect --session`
-reads).
+"""What the commands open from their settings: the embedder, a session's memory, knowledge
+bases, and the context reports saved per session (what `loomctx inspect --session` reads).
 
-Everything lives in one store (`Settings.store`: a SQLite file or a PostgreSQL URL): a
-session's memory where every session's lives (`loomctx.session._layout`: the default
-tenant and agent; what an earlier version kept at ``("default", session, "memory")`` moves
-there when the session is opened), a
-knowledge base under ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window
-reports under ``("cli", "reports", session)`` as records without text, so search and
-background embedding never see them.
+Everything lives in one store (`Settings.store`: a SQLite file or a PostgreSQL URL, opened
+by `loomctx.stores.open_store`): a session's memory where every session's lives
+(`loomctx.session._layout`: the default tenant and agent; what an earlier version kept at
+``("default", session, "memory")`` moves there when the session is opened), a knowledge base
+under ``("knowledge", name)`` (`KnowledgeBase`'s), and a session's window reports under
+``("cli", "reports", session)`` as records without text, so search and background embedding
+never see them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.knowledge import KnowledgeBase
@@ -22,7 +20,6 @@ from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
 from loomctx.session._layout import Layout, cli_memory_before, session_memory
-from loomctx.stores import open_store as _open_store
 from loomctx.stores.base import BaseStore, MemoryStore, Put, Record, Scan, Unembedded
 
 if TYPE_CHECKING:
@@ -39,7 +36,6 @@ __all__ = [
     "next_report_turn",
     "open_knowledge",
     "open_memory",
-    "open_store",
     "pending_embeddings",
     "save_report",
 ]
@@ -49,12 +45,6 @@ Advance = Callable[[int], None]
 
 _REPORTS: Final = ("cli", "reports")
 _BATCH: Final = 256
-
-
-def open_store(url: str | Path) -> BaseStore:
-    """The store `url` names (`loomctx.stores.open_store`): a SQLite file, its folder
-    created if needed, or a PostgreSQL database."""
-    return _open_store(url)
 
 
 def embedder_for(setting: str) -> Embedder | None:

@@ -40,12 +40,10 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 from loomctx.context.orchestrator import LayoutState
 from loomctx.embeddings import Embedder
-from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, TaskStatus
@@ -65,7 +63,7 @@ from loomctx.session._layout import (
     session_memory,
 )
 from loomctx.session.bus import EventBus
-from loomctx.stores import open_store as _open_store
+from loomctx.stores import open_store
 from loomctx.stores.base import Delete, Get, MemoryStore, Put, Record, Scan
 from loomctx.tokens import TiktokenCounter
 
@@ -76,17 +74,6 @@ PROXY_KIND: Final = "proxy_session"
 REPORT_KIND: Final = "context_report"
 REMEMBERED_IMPORTANCE: Final = 0.9
 """The importance of what a client explicitly asks to remember (REST and MCP alike)."""
-
-
-def open_store(url: str) -> MemoryStore:
-    """The store a `store` setting names: a SQLite path or URL, or a PostgreSQL URL (its
-    folder created for a SQLite file); see `loomctx.stores.open_store`."""
-    if "://" not in url:
-        path = Path(url)
-        if path.is_dir():
-            raise ConfigError(f"the store {url!r} is a folder; give a file path such as `loom.db`")
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return _open_store(url)
 
 
 def check_session_id(session: object) -> str:
