@@ -14,9 +14,8 @@ import enum
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
-from loomctx.agent._tool_result import ToolResult
 from loomctx.agent.llm import Usage
 from loomctx.messages import ToolCall
 
@@ -28,6 +27,7 @@ __all__ = [
     "AgentEventType",
     "ContextAssembled",
     "ErrorEvent",
+    "FinishedCall",
     "LLMCompleted",
     "LLMTextDelta",
     "RetrievalCompleted",
@@ -182,6 +182,27 @@ class ToolCallEvent(AgentEvent):
     call: ToolCall
 
 
+class FinishedCall(Protocol):
+    """What a `ToolResultEvent` is made from: a finished tool call, as
+    `loomctx.agent.tools.ToolResult` is one. Named here, not imported, so that the events
+    stay below the tools (whose `ToolContext` emits events)."""
+
+    @property
+    def call_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def is_error(self) -> bool: ...
+
+    @property
+    def elapsed_ms(self) -> float: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent(AgentEvent):
     """A tool call finished (`is_error`: it failed, and `content` says why)."""
@@ -196,7 +217,7 @@ class ToolResultEvent(AgentEvent):
     @classmethod
     def from_result(
         cls,
-        result: ToolResult,
+        result: FinishedCall,
         *,
         run_id: str,
         agent: str,
