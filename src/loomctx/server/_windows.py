@@ -42,14 +42,9 @@ class ChatRequest(Protocol):
 class Prepared(Protocol):
     """What a window's record takes from the proxy's prepared call (its `Prepared`)."""
 
-    @property
-    def window(self) -> ContextWindow | None: ...
-
-    @property
-    def turn(self) -> str: ...
-
-    @property
-    def report_id(self) -> str | None: ...
+    window: ContextWindow | None
+    turn: str
+    report_id: str | None
 
 
 def window_log(store: MemoryStore, tenant: str) -> WindowLog:
