@@ -5,8 +5,10 @@ moved once, every session still apart from every other."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,16 @@ from loomctx.server import LoomService
 from loomctx.server._config import serve_config_from
 from loomctx.session.controller import ContextController
 from loomctx.stores import open_store
-from loomctx.stores.base import BaseStore, Namespace, Scan, Version
+from loomctx.stores.base import (
+    BaseStore,
+    Delete,
+    Namespace,
+    Op,
+    Put,
+    Scan,
+    StoreContext,
+    Version,
+)
 from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import note, said
 
@@ -185,3 +196,41 @@ def test_racing_opens_move_a_session_once(tmp_path: Path) -> None:
     assert _records(stores[0], ("default", "s1", "memory")) == []
     for store in stores:
         store.close()
+
+
+class _Interleaved(SQLiteStore):
+    """A real store on which another process acts between this one's reads and its first
+    write, exactly once."""
+
+    def __init__(self, path: Path, meanwhile: Callable[[], None]) -> None:
+        super().__init__(path)
+        self._meanwhile: Callable[[], None] | None = meanwhile
+
+    def batch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        if self._meanwhile is not None and any(isinstance(op, Put | Delete) for op in ops):
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+        return super().batch(ops, ctx=ctx)
+
+
+def test_a_move_computed_from_a_stale_read_writes_nothing(tmp_path: Path) -> None:
+    """Another process moves the session and forgets a task between this one's read of the
+    old namespace and its move: the move's guard fails, and the retry finds nothing left to
+    move, so the forgotten task is not brought back from the stale read."""
+    db = tmp_path / "loom.db"
+    with SQLiteStore(db) as store:
+        ids = _write_old(store, ("default", "s1", "memory"), "s1", "g")
+    new = ("default", "agent", "session", "s1")
+
+    def another_process() -> None:
+        with SQLiteStore(db) as other:
+            memory = open_memory(other, "s1", None)
+            memory.close()
+            assert other.batch([Delete(namespace=new, key="task:g-1")]) == [True]
+
+    store = _Interleaved(db, another_process)
+    memory = open_memory(store, "s1", None)
+    assert [t.task_id for t in memory.get_l1_tasks(10)] == [i for i in ids if i != "g-1"]
+    assert "task:g-1" not in _records(store, new)
+    memory.close()
+    store.close()
