@@ -880,3 +880,35 @@ def test_cache_marks_are_at_most_four_and_keep_the_longest_prefixes() -> None:
     # Without a system prompt, the last tool carries the first breakpoint.
     _, _, tools = mark_anthropic_cache(messages[1:], [2], tools=[{"name": "t"}, {"name": "u"}])
     assert tools == [{"name": "t"}, {"name": "u", "cache_control": CACHE_CONTROL}]
+
+
+def test_a_clients_cache_marks_go_first_and_loom_fills_the_rest() -> None:
+    from loomctx.messages import CACHE_CONTROL, CacheMarks, mark_anthropic_cache
+
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    messages = [Message.system("Rules.")] + [
+        Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(8)
+    ]
+    marks = CacheMarks(tools={"u": hour}, ends={3: hour})
+    system, converted, tools = mark_anthropic_cache(
+        messages, range(1, 10), tools=[{"name": "t"}, {"name": "u"}], marks=marks
+    )
+    assert tools == [{"name": "t"}, {"name": "u", "cache_control": hour}]
+    # Loom's system breakpoint comes before a one-hour mark: it takes the hour too.
+    assert system == [{"type": "text", "text": "Rules.", "cache_control": hour}]
+    marked = {
+        i: m["content"][-1]["cache_control"]
+        for i, m in enumerate(converted)
+        if "cache_control" in m["content"][-1]
+    }
+    assert marked == {1: hour, 7: CACHE_CONTROL}  # the client's, then Loom's longest prefix
+    # Four marks of the client's leave none to Loom.
+    full = CacheMarks(
+        system=CACHE_CONTROL,
+        tools={"t": CACHE_CONTROL, "u": CACHE_CONTROL},
+        ends={2: CACHE_CONTROL},
+    )
+    _, converted, _ = mark_anthropic_cache(
+        messages, [8], tools=[{"name": "t"}, {"name": "u"}], marks=full
+    )
+    assert [i for i, m in enumerate(converted) if "cache_control" in m["content"][-1]] == [0]

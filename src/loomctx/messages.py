@@ -62,6 +62,7 @@ from loomctx.parts import (
 __all__ = [
     "CACHE_CONTROL",
     "MAX_ARGUMENT_DEPTH",
+    "CacheMarks",
     "FilePart",
     "ImagePart",
     "Message",
@@ -543,38 +544,89 @@ def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str
 
 
 CACHE_CONTROL: Final = {"type": "ephemeral"}
+_LONG_TTL: Final = "1h"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheMarks:
+    """Prompt-cache breakpoints a client placed itself, each with its ``cache_control``
+    value (``{"type": "ephemeral"}``, with a ``ttl`` of ``"5m"`` or ``"1h"`` if it gave one):
+    on the system prompt (`system`), on tools by name (`tools`), and after message counts
+    (`ends`, as `mark_anthropic_cache` reads them). `mark_anthropic_cache` places them before
+    its own breakpoints, which fill what is left of Anthropic's four."""
+
+    system: Mapping[str, Any] | None = None
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ends: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return (self.system is not None) + len(self.tools) + len(self.ends)
 
 
 def mark_anthropic_cache(
-    messages: Sequence[Message], ends: Iterable[int], *, tools: Sequence[Any] = ()
+    messages: Sequence[Message],
+    ends: Iterable[int],
+    *,
+    tools: Sequence[Any] = (),
+    marks: CacheMarks | None = None,
 ) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """`to_anthropic(messages)` with prompt-cache breakpoints: `(system, messages, tools)`.
 
-    The system prompt (or, without one, the last tool) and the last block of each prefix
-    ``messages[:end]`` for `end` in `ends` get ``cache_control``, at most four breakpoints in
-    all (Anthropic's limit), the longest prefixes kept. `tools` are Anthropic tools. A
-    system prompt with a breakpoint becomes a list of one text block.
+    At most four breakpoints in all (Anthropic's limit), in this order of precedence: the
+    client's `marks` (on the tools they name, the system prompt, and the last block of each
+    prefix ``messages[:end]``), then the system prompt (or, without one, the last tool), then
+    the last block of each prefix ``messages[:end]`` for `end` in `ends`, the longest prefixes
+    kept. Anthropic wants a breakpoint with a one-hour ``ttl`` before any with the default
+    five minutes: Loom's own breakpoints placed before a client's one-hour mark take its
+    ``ttl``. `tools` are Anthropic tools. A system prompt with a breakpoint becomes a list of
+    one text block.
     """
     text, converted = to_anthropic(messages)
-    system: Any = text
+    marks = marks or CacheMarks()
     marked_tools = list(tools)
-    budget = 4
+    # (where in the prompt's order: tools, system, messages) -> (cache_control, Loom's own)
+    placed: dict[tuple[int, int], tuple[Mapping[str, Any], bool]] = {}
+    for i, tool in enumerate(marked_tools):
+        control = marks.tools.get(str(tool.get("name"))) if isinstance(tool, Mapping) else None
+        if control is not None:
+            placed[(0, i)] = (control, False)
+    if marks.system is not None and text is not None:
+        placed[(1, 0)] = (marks.system, False)
+    for end, control in marks.ends.items():
+        if 0 < end <= len(messages):
+            placed[(2, end)] = (control, False)
+    for key in sorted(placed)[: max(0, len(placed) - 4)]:  # the client's longest prefixes
+        del placed[key]
     if text is not None:
-        system = [{"type": "text", "text": text, "cache_control": CACHE_CONTROL}]
-        budget -= 1
-    elif marked_tools:
-        marked_tools[-1] = {**marked_tools[-1], "cache_control": CACHE_CONTROL}
-        budget -= 1
-    wanted = sorted({e for e in ends if 0 < e <= len(messages)})
-    for end in wanted[max(0, len(wanted) - budget) :]:
-        _, head = to_anthropic(messages[:end])
-        if not head:
-            continue
-        # Converting a prefix gives a prefix of the conversion: its last block is in place.
-        message = converted[len(head) - 1]
-        blocks = message["content"] = list(message["content"])
-        index = len(head[-1]["content"]) - 1
-        blocks[index] = {**blocks[index], "cache_control": CACHE_CONTROL}
+        own_head: tuple[int, int] | None = (1, 0)
+    else:
+        own_head = (0, len(marked_tools) - 1) if marked_tools else None
+    if own_head is not None and own_head not in placed and len(placed) < 4:
+        placed[own_head] = (CACHE_CONTROL, True)
+    wanted = sorted({e for e in ends if 0 < e <= len(messages) and (2, e) not in placed})
+    for end in wanted[max(0, len(wanted) - (4 - len(placed))) :]:
+        placed[(2, end)] = (CACHE_CONTROL, True)
+    long_after = False
+    for key in sorted(placed, reverse=True):
+        control, own = placed[key]
+        if own and long_after:
+            placed[key] = ({**control, "ttl": _LONG_TTL}, True)
+        long_after = long_after or control.get("ttl") == _LONG_TTL
+    system: Any = text
+    for (kind, at), (control, _) in sorted(placed.items()):
+        if kind == 0:
+            marked_tools[at] = {**marked_tools[at], "cache_control": dict(control)}
+        elif kind == 1:
+            system = [{"type": "text", "text": text, "cache_control": dict(control)}]
+        else:
+            _, head = to_anthropic(messages[:at])
+            if not head:
+                continue
+            # Converting a prefix gives a prefix of the conversion: its last block is in place.
+            message = converted[len(head) - 1]
+            blocks = message["content"] = list(message["content"])
+            index = len(head[-1]["content"]) - 1
+            blocks[index] = {**blocks[index], "cache_control": dict(control)}
     return system, converted, marked_tools
 
 

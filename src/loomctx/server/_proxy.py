@@ -70,6 +70,7 @@ from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
 from loomctx.parts import fewer_parts
+from loomctx.server._cache_marks import ClientMarks, header_of
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
@@ -104,6 +105,7 @@ class ChatRequest:
     session: str
     new_session: bool
     idempotency_key: str | None = None  # the ``Idempotency-Key`` header, if sent
+    cache_marks: ClientMarks | None = None  # the client's own (`POST /v1/messages`)
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -126,6 +128,7 @@ class Prepared:
     complete: bool = False
     recorded: bool = False  # the request's turn is in memory: its reply goes there too
     saving: asyncio.Future[None] | None = None  # the write of step 5, running
+    cache_marks: str | None = None  # the ``X-Loom-Cache-Marks`` header, with client marks
 
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -579,13 +582,21 @@ class ChatProxy:
                 if instructions:
                     messages.insert(0, {"role": "system", "content": instructions})
             parts = upstream.stream(messages, fields=fields, breakpoints=breakpoints)
+            if request.cache_marks:  # OpenAI caches prefixes by itself: no marks to send
+                prepared.cache_marks = header_of(request.cache_marks, 0, sent=False)
         else:
             fields.pop("tools", None)
             if window is not None:
                 msgs, tools = list(window.messages), list(window.tools)
             else:
                 msgs, tools = self.passthrough_messages(prepared), list(request.tools)
-            parts = upstream.stream(msgs, tools=tools, fields=fields, breakpoints=breakpoints)
+            marks = None
+            if request.cache_marks:
+                marks, left_out = request.cache_marks.resolve(msgs)
+                prepared.cache_marks = header_of(request.cache_marks, left_out, sent=True)
+            parts = upstream.stream(
+                msgs, tools=tools, fields=fields, breakpoints=breakpoints, marks=marks
+            )
         prepared.reply = reply
         async for chunk in parts:
             reply.add(chunk)
