@@ -76,6 +76,7 @@ __all__ = [
     "from_openai",
     "mark_anthropic_cache",
     "parse_arguments",
+    "responses_input_to_openai",
     "split_units",
     "to_anthropic",
     "to_anthropic_tools",
@@ -735,6 +736,97 @@ def from_anthropic(
     return out
 
 
+_RESPONSES_TEXT: Final = frozenset({"input_text", "output_text", "text", "refusal"})
+
+
+def _responses_content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: text, or parts when it holds an image or file."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise MessageFormatError(f"`{where}.content` must be a string or a list of content parts")
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in _RESPONSES_TEXT:
+            text = part.get("text", part.get("refusal"))
+            if not isinstance(text, str):
+                raise MessageFormatError(f"`{where}.content[{j}]` needs a string `text`")
+            parts.append({"type": "text", "text": text})
+        elif kind == "input_image":
+            image: dict[str, Any] = {"url": part.get("image_url") or part.get("file_id")}
+            if part.get("detail"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            file = {k: part[k] for k in ("file_data", "file_id", "filename") if k in part}
+            parts.append({"type": "file", "file": file})
+        else:
+            raise MessageFormatError(
+                f"`{where}.content[{j}]` has type {kind!r:.40}; Loom takes "
+                "`input_text`, `output_text`, `input_image` and `input_file` parts"
+            )
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def responses_input_to_openai(items: Any) -> list[dict[str, Any]]:
+    """OpenAI Responses API `input` (a string, or a list of items) as chat-completions
+    messages: ``message`` items (`input_text` / `output_text` parts; `input_image` and
+    `input_file` as the chat format's image and file parts), ``function_call`` items as the
+    tool calls of an assistant message, ``function_call_output`` items as their results;
+    ``reasoning`` items are dropped (the model has no place for them). Anything else raises
+    `MessageFormatError` naming the item."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise MessageFormatError("`input` must be a string or a list of input items")
+    out: list[dict[str, Any]] = []
+    calling = False  # the last message is an assistant message that function calls extend
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, Mapping):
+            raise MessageFormatError(f"`{where}` must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise MessageFormatError(
+                    f"`{where}.role` must be user, assistant, system or developer, got {role!r:.40}"
+                )
+            out.append({"role": role, "content": _responses_content(item.get("content"), where)})
+            calling = role == "assistant"
+        elif kind == "function_call":
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+                raise MessageFormatError(f"`{where}` needs a `call_id` and a `name`")
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": item.get("arguments") or ""},
+            }
+            if not calling:
+                out.append({"role": "assistant", "content": None})
+                calling = True
+            out[-1].setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str) or not call_id:
+                raise MessageFormatError(f"`{where}` needs the `call_id` of the call it answers")
+            content = output if isinstance(output, str) else _responses_content(output, where)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            calling = False
+        elif kind == "reasoning":
+            continue
+        else:
+            raise MessageFormatError(
+                f"`{where}` has type {kind!r:.40}; Loom takes `message`, "
+                "`function_call`, `function_call_output` and `reasoning` items"
+            )
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageUnit:
     """The smallest piece of history Loom may keep or drop: one plain message, or a tool unit."""
@@ -820,15 +912,17 @@ def flatten_units(units: Iterable[MessageUnit]) -> list[Message]:
 
 
 def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
-    """(name, description, JSON schema) of a tool definition in OpenAI's function format or
-    Anthropic's format; `ConfigError` when it has no name."""
+    """(name, description, JSON schema) of a tool definition in OpenAI's function format
+    (chat completions' or the Responses API's flat one) or Anthropic's format; `ConfigError`
+    when it has no name."""
     if not isinstance(tool, Mapping):
         raise ConfigError(
             f"a tool definition must be a JSON object, got {type(tool).__name__} {tool!r:.60}; "
             'use OpenAI\'s {"type": "function", "function": {"name", "description", '
             '"parameters"}} or Anthropic\'s {"name", "description", "input_schema"}'
         )
-    spec = tool.get("function") if tool.get("type") == "function" else tool
+    nested = tool.get("type") == "function" and "function" in tool  # else Responses' flat form
+    spec = tool.get("function") if nested else tool
     if not isinstance(spec, Mapping):
         raise ConfigError(
             f"a function tool's `function` must be a JSON object with `name`, `description` and "
@@ -854,11 +948,17 @@ def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
 
 
 def to_openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Tools as OpenAI function tools; OpenAI-style definitions pass through unchanged."""
+    """Tools as OpenAI chat-completions function tools; chat-style definitions pass through
+    unchanged, the Responses API's flat function tools are nested as chat's."""
     out: list[dict[str, Any]] = []
     for tool in tools:
         kind = tool.get("type")
-        if kind == "function":
+        if kind == "function" and "function" not in tool:
+            tool_spec(tool)  # checks that it has a name
+            keys = ("name", "description", "parameters", "strict")
+            flat = {k: tool[k] for k in keys if tool.get(k) is not None}
+            out.append({"type": "function", "function": flat})
+        elif kind == "function":
             tool_spec(tool)  # checks that it has a name
             out.append(dict(tool))
         elif kind is not None and "input_schema" not in tool:
