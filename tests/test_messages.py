@@ -379,8 +379,8 @@ def _call(function: Any, **extra: Any) -> dict[str, Any]:
             "OpenAI message 1: an image's `url` must be an http(s) URL or a base64 data URL",
         ),
         (
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_audio"}]},
-            "content part 1 has type `input_audio`",
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "video"}]},
+            "content part 1 has type `video`",
         ),
         ({"role": "user", "content": ["hi"]}, "content part 0 must be a JSON object, got str"),
         ({"role": "user", "content": [{"type": "text"}]}, "text part 0 needs a string `text`"),
@@ -642,7 +642,23 @@ def test_from_anthropic_copies_tool_input() -> None:
                     {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}
                 ],
             },
-            "Anthropic message 1: content part 0 has type `image`",
+            "Anthropic message 1: image block 0 needs a `source` object",
+        ),
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [
+                            {"type": "image", "source": {"type": "url", "url": "https://x.io/a"}},
+                            {"type": "tool_reference"},
+                        ],
+                    }
+                ],
+            },
+            "content part 1 has type `tool_reference`",
         ),
         (
             {"role": "user", "content": [{"type": "tool_result", "content": "x"}]},

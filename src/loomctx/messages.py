@@ -5,8 +5,8 @@ a user message, images and files: `loomctx.parts`):
 
 - `system`, `user` and `assistant` messages hold `content` text; a `user` or `assistant`
   message may name its participant. A `user` message may also hold `parts`, its whole content
-  in order (`TextPart`, `ImagePart`, `FilePart`); its `content` is then the text of its text
-  parts.
+  in order (`TextPart`, `ImagePart`, `FilePart`, `AudioPart`); its `content` is then the text
+  of its text parts. A `tool` result may hold parts too: text, images and files.
 - An `assistant` message may also request tools: `tool_calls` holds one `ToolCall` (id, tool
   name, parsed JSON arguments) per requested call.
 - A `tool` message is the result of one call: `tool_call_id` says which, `is_error` says the
@@ -48,6 +48,7 @@ from typing import Any, Final, Literal, NoReturn, get_args
 
 from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.parts import (
+    AudioPart,
     FilePart,
     ImagePart,
     Part,
@@ -62,6 +63,7 @@ from loomctx.parts import (
 __all__ = [
     "CACHE_CONTROL",
     "MAX_ARGUMENT_DEPTH",
+    "AudioPart",
     "CacheMarks",
     "FilePart",
     "ImagePart",
@@ -82,6 +84,7 @@ __all__ = [
     "to_anthropic_tools",
     "to_openai",
     "to_openai_tools",
+    "tool_parts_note",
     "tool_spec",
     "valid_text",
 ]
@@ -255,10 +258,11 @@ class Message:
 
     `tool_calls` is allowed on `assistant` messages only; `tool_call_id` is required on `tool`
     messages and forbidden elsewhere; `is_error` is only meaningful on `tool` messages. A list
-    passed as `tool_calls` is stored as a tuple. `parts` (user messages only) holds the whole
-    content in order when it has an image or a file: `content` is then the text of its text
-    parts (given alone beside other parts, it becomes the first part); parts that are all text
-    are folded into `content`. Violations raise `MessageFormatError`.
+    passed as `tool_calls` is stored as a tuple. `parts` (user messages, and tool results:
+    images and files, no audio) holds the whole content in order when it has an image, a file
+    or audio: `content` is then the text of its text parts (given alone beside other parts,
+    it becomes the first part); parts that are all text are folded into `content`.
+    Violations raise `MessageFormatError`.
     """
 
     role: Role
@@ -336,11 +340,23 @@ class Message:
 
     @classmethod
     def tool(
-        cls, content: str, *, tool_call_id: str, name: str | None = None, is_error: bool = False
+        cls,
+        content: str,
+        *,
+        tool_call_id: str,
+        name: str | None = None,
+        is_error: bool = False,
+        parts: Iterable[Part] = (),
     ) -> Message:
-        """The result of the tool call `tool_call_id`; `is_error=True` if the tool failed."""
+        """The result of the tool call `tool_call_id`; `is_error=True` if the tool failed;
+        `parts` (images, files) follow `content`."""
         return cls(
-            role="tool", content=content, tool_call_id=tool_call_id, name=name, is_error=is_error
+            role="tool",
+            content=content,
+            tool_call_id=tool_call_id,
+            name=name,
+            is_error=is_error,
+            parts=tuple(parts),
         )
 
 
@@ -390,17 +406,39 @@ def _joined_text(content: Any, what: str, sep: str = "") -> str:
     return sep.join(_text_part(j, raw) for j, raw in enumerate(content))
 
 
-def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
+def tool_parts_note(call_id: str | None) -> str:
+    """The text before a tool result's images and files where they must travel in a user
+    message of their own (`to_openai(..., strict=True)`)."""
+    return f"Images and files returned by tool call {call_id}:"
+
+
+def to_openai(messages: Iterable[Message], *, strict: bool = False) -> list[dict[str, Any]]:
     """Convert to OpenAI chat-completions messages.
 
     An assistant message with tool calls and no text gets `"content": None`, as OpenAI sends
     it. OpenAI has no field for two things, which are dropped: `name` on a tool message, and
     `is_error` (an error result's content, which should say what failed, is sent as is).
+
+    A tool result's images and files stay in its message as content parts (Loom's own wire
+    form, which `from_openai` reads back). With `strict`, the form OpenAI's API accepts: a
+    tool message carries text only, so they follow the run of tool results, in one user
+    message, each result's after `tool_parts_note` naming its call (as agent frameworks send
+    a tool's screenshot).
     """
     out: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # the parts of the tool results just converted
     for m in messages:
+        if held and m.role != "tool":
+            out.append({"role": "user", "content": held})
+            held = []
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            content: Any = m.content
+            if m.parts and strict:
+                held.append({"type": "text", "text": tool_parts_note(m.tool_call_id)})
+                held += [part_to_openai(p) for p in m.parts if not isinstance(p, TextPart)]
+            elif m.parts:
+                content = [part_to_openai(p) for p in m.parts]
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
             continue
         wire: dict[str, Any] = {"role": m.role, "content": m.content}
         if m.parts:
@@ -418,6 +456,8 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
         if m.name is not None:
             wire["name"] = m.name
         out.append(wire)
+    if held:
+        out.append({"role": "user", "content": held})
     return out
 
 
@@ -470,6 +510,16 @@ def _from_openai_message(raw: Any) -> Message:
             part_from_openai(j, _mapping(p, f"content part {j}")) for j, p in enumerate(content)
         ]
         return Message(role="user", parts=tuple(parts), name=wire.get("name"))
+    if role == "tool" and isinstance(content, list):
+        parts = [
+            part_from_openai(j, _mapping(p, f"content part {j}")) for j, p in enumerate(content)
+        ]
+        return Message(
+            role="tool",
+            parts=tuple(parts),
+            tool_call_id=wire.get("tool_call_id"),
+            name=wire.get("name"),
+        )
     return Message(
         role="system" if role == "developer" else role,
         content=_joined_text(content, "`content`"),
@@ -483,10 +533,11 @@ def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert OpenAI chat-completions messages to Loom messages.
 
     `content` may be a string, None, or a list of `text` parts (joined with ""); a user
-    message's images and files (`image_url`, `file`, and the Responses API's `input_*` parts)
-    become its `parts`, and other parts (audio) raise. The `developer` role becomes
-    `system`. Tool-call arguments are parsed from their JSON string ("" means `{}`). Fields with
-    no counterpart in the model (`refusal`, `annotations`, ...) are ignored.
+    message's images, files and audio (`image_url`, `file`, `input_audio`, and the Responses
+    API's `input_*` parts) become its `parts`, as do a tool result's images and files. The
+    `developer` role becomes `system`. Tool-call arguments are parsed from their JSON string
+    ("" means `{}`). Fields with no counterpart in the model (`refusal`, `annotations`, ...)
+    are ignored.
     """
     out: list[Message] = []
     for i, raw in enumerate(payload):
@@ -502,6 +553,10 @@ def _anthropic_blocks(m: Message) -> list[dict[str, Any]]:
             "tool_use_id": m.tool_call_id,
             "content": m.content,
         }
+        if m.parts:  # text, images and documents, in order
+            block["content"] = [
+                part_to_anthropic(p) for p in m.parts if not isinstance(p, TextPart) or p.text
+            ]
         if m.is_error:
             block["is_error"] = True
         return [block]
@@ -661,6 +716,20 @@ def _iter_blocks(role: str, content: Any) -> Iterator[tuple[int, str, Mapping[st
         yield j, kind, block
 
 
+def _tool_result_content(content: Any) -> dict[str, Any]:
+    """A `tool_result` block's content as a tool message's: text, or parts when it holds an
+    image or a document."""
+    media = ("image", "document")
+    if isinstance(content, Sequence) and not isinstance(content, str):
+        blocks = [_mapping(b, f"content part {j}") for j, b in enumerate(content)]
+        if any(b.get("type") in media for b in blocks):
+            for j, b in enumerate(blocks):
+                if b.get("type") not in ("text", *media):
+                    raise _not_text(j, b.get("type"), "`text`, `image` and `document`")
+            return {"parts": tuple(part_from_anthropic(j, b) for j, b in enumerate(blocks))}
+    return {"content": _joined_text(content, "`content` of a tool_result")}
+
+
 def _from_anthropic_message(raw: Any) -> list[Message]:
     wire = _mapping(raw, "a message")
     role = wire.get("role")
@@ -702,7 +771,7 @@ def _from_anthropic_message(raw: Any) -> list[Message]:
             out.append(
                 Message(
                     role="tool",
-                    content=_joined_text(block.get("content"), "`content` of a tool_result"),
+                    **_tool_result_content(block.get("content")),
                     tool_call_id=block.get("tool_use_id"),
                     is_error=bool(block.get("is_error", False)),
                 )
@@ -722,7 +791,8 @@ def from_anthropic(
     becomes one leading system message when non-empty. In a user message each `tool_result`
     block becomes a tool message (its content a string or `text` blocks joined with "") and
     each text block a user message, in block order; an assistant message becomes one assistant
-    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`. Text,
+    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`; a
+    `tool_result` that holds images or documents keeps them as its `parts`. Text,
     `image` and `document` blocks of a user message that hold an image or a document become
     one user message with `parts`. `thinking` and `redacted_thinking` blocks are dropped, as
     the model has no place for them; any other block raises.

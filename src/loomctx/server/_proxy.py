@@ -69,7 +69,7 @@ from loomctx.context.turns import Split, split_request
 from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
-from loomctx.parts import fewer_parts
+from loomctx.parts import AudioPart, fewer_parts
 from loomctx.server._cache_marks import ClientMarks, header_of
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
@@ -301,6 +301,15 @@ class ChatProxy:
         current = [Message.system(system)] if system else []
         if split.turn_message is not None:  # with its images and files
             current.append(split.turn_message)
+        if request.model.provider == "anthropic" and any(
+            isinstance(p, AudioPart) for m in current for p in m.parts
+        ):
+            raise RequestError(
+                f"the last user message holds audio, and model `{request.model.name}` is "
+                "served by Anthropic, whose API takes no audio: send its transcript as text",
+                param="messages",
+                code="unsupported_content",
+            )
         self._check_fits(tenant, request, [*current, *split.in_flight], "current turn")
 
     def _check_fits(
@@ -575,8 +584,8 @@ class ChatProxy:
         reply = Reply(request.model.name)
         instructions = prepared.tenant.instructions
         if isinstance(upstream, OpenAIUpstream):
-            if window is not None:
-                messages = to_openai(window.messages)
+            if window is not None:  # a tool result's images follow it in a user message
+                messages = to_openai(window.messages, strict=True)
             else:  # passthrough: the client's messages as sent, after the tenant's policy
                 messages = list(request.body["messages"])
                 if instructions:
