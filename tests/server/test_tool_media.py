@@ -18,10 +18,12 @@ import anthropic
 import openai
 import pytest
 
+from loomctx.memory.core import TASK
 from loomctx.messages import tool_parts_note
 from tests.agent._servers import anthropic_text, openai_text
 from tests.server.conftest import ACME_KEY
 from tests.server.test_bad_input import _records
+from tests.server.test_failures import buggy  # noqa: F401  (a fixture)
 from tests.server.test_images import png
 
 SHOT = png(640, 400)
@@ -203,3 +205,18 @@ def test_audio_for_an_anthropic_model_is_a_clear_400_before_anything(loom) -> No
     assert "whose API takes no audio" in str(err.value)
     assert loom.wire.requests == []
     assert _records(loom) == 0
+
+
+def test_a_passed_through_tool_results_image_still_follows_the_results(buggy, wire) -> None:  # noqa: F811
+    """Loom fails (a bug in its store) and passes the request through: an OpenAI upstream
+    still gets the tool result's image in a user message, not inside the tool message."""
+    url = buggy(passthrough=True, fails=TASK)
+    wire.script(openai_text("A login form."))
+    with anthropic.Anthropic(base_url=url, api_key=ACME_KEY, max_retries=0) as client:
+        raw = client.messages.with_raw_response.create(
+            model="gpt-test", max_tokens=100, tools=[LOOK], messages=anthropic_tool_exchange()
+        )
+    assert raw.headers["X-Loom-Passthrough"] == "true"
+    sent = wire.requests[0].body["messages"]
+    assert sent[-2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Taken."}
+    assert sent[-1]["content"][0] == {"type": "text", "text": tool_parts_note("toolu_1")}

@@ -588,6 +588,10 @@ class ChatProxy:
                 messages = to_openai(window.messages, strict=True)
             else:  # passthrough: the client's messages as sent, after the tenant's policy
                 messages = list(request.body["messages"])
+                if any(
+                    m.get("role") == "tool" and isinstance(m.get("content"), list) for m in messages
+                ):
+                    messages = to_openai(from_openai(messages), strict=True)  # tool images
                 if instructions:
                     messages.insert(0, {"role": "system", "content": instructions})
             parts = upstream.stream(messages, fields=fields, breakpoints=breakpoints)
