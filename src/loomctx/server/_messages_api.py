@@ -1,9 +1,10 @@
 """``POST /v1/messages``: Anthropic's Messages API, converted at the edge.
 
 The request (`system` as a string or text blocks, `messages` with content blocks,
-`tool_use` / `tool_result`, `tools` in Anthropic's shape, `max_tokens`, `stream`) becomes a
-chat-completions body (`from_anthropic`, then `to_openai`) that goes through the proxy's one
-pipeline, to whichever upstream the model is configured with; the reply comes back as a
+`tool_use` / `tool_result` (a result may hold images and documents), `tools` in Anthropic's
+shape, `max_tokens`, `stream`) becomes a chat-completions body (`from_anthropic`, then
+`to_openai`) that goes through the proxy's one pipeline, to whichever upstream the model is
+configured with; the reply comes back as a
 ``message`` object, or as Anthropic's events (``message_start``, ``content_block_start``,
 ``content_block_delta`` with ``text_delta`` / ``input_json_delta``, ``content_block_stop``,
 ``message_delta``, ``message_stop``). Errors are in Anthropic's shape,

@@ -6,8 +6,9 @@ The request becomes a chat-completions body that goes through the proxy's one pi
 - `input` (a string, or a list of items) becomes the conversation: messages (`input_text`
   / `output_text` parts; image and file parts as the chat format's), ``function_call``
   items as the tool calls of an assistant message, ``function_call_output`` items as their
-  results (a tool unit); ``reasoning`` items are dropped (no place for them in Loom's
-  messages);
+  results (a tool unit; an `output` list may hold ``input_image`` and ``input_file`` parts);
+  ``reasoning`` items are dropped (no place for them in Loom's messages). The conversion is
+  `loomctx.messages.responses_input_to_openai`, which `loomctx replay` reads logs with too;
 - `tools`: function tools (``{"type": "function", "name", "parameters", ...}``) only;
   built-in tools (``web_search``, ``file_search``, ``computer_use``...) are refused: a proxy
   cannot run them;
