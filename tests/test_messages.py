@@ -379,8 +379,8 @@ def _call(function: Any, **extra: Any) -> dict[str, Any]:
             "OpenAI message 1: an image's `url` must be an http(s) URL or a base64 data URL",
         ),
         (
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_audio"}]},
-            "content part 1 has type `input_audio`",
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "video"}]},
+            "content part 1 has type `video`",
         ),
         ({"role": "user", "content": ["hi"]}, "content part 0 must be a JSON object, got str"),
         ({"role": "user", "content": [{"type": "text"}]}, "text part 0 needs a string `text`"),
@@ -642,7 +642,23 @@ def test_from_anthropic_copies_tool_input() -> None:
                     {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}
                 ],
             },
-            "Anthropic message 1: content part 0 has type `image`",
+            "Anthropic message 1: image block 0 needs a `source` object",
+        ),
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [
+                            {"type": "image", "source": {"type": "url", "url": "https://x.io/a"}},
+                            {"type": "tool_reference"},
+                        ],
+                    }
+                ],
+            },
+            "content part 1 has type `tool_reference`",
         ),
         (
             {"role": "user", "content": [{"type": "tool_result", "content": "x"}]},
@@ -880,3 +896,35 @@ def test_cache_marks_are_at_most_four_and_keep_the_longest_prefixes() -> None:
     # Without a system prompt, the last tool carries the first breakpoint.
     _, _, tools = mark_anthropic_cache(messages[1:], [2], tools=[{"name": "t"}, {"name": "u"}])
     assert tools == [{"name": "t"}, {"name": "u", "cache_control": CACHE_CONTROL}]
+
+
+def test_a_clients_cache_marks_go_first_and_loom_fills_the_rest() -> None:
+    from loomctx.messages import CACHE_CONTROL, CacheMarks, mark_anthropic_cache
+
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    messages = [Message.system("Rules.")] + [
+        Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(8)
+    ]
+    marks = CacheMarks(tools={"u": hour}, ends={3: hour})
+    system, converted, tools = mark_anthropic_cache(
+        messages, range(1, 10), tools=[{"name": "t"}, {"name": "u"}], marks=marks
+    )
+    assert tools == [{"name": "t"}, {"name": "u", "cache_control": hour}]
+    # Loom's system breakpoint comes before a one-hour mark: it takes the hour too.
+    assert system == [{"type": "text", "text": "Rules.", "cache_control": hour}]
+    marked = {
+        i: m["content"][-1]["cache_control"]
+        for i, m in enumerate(converted)
+        if "cache_control" in m["content"][-1]
+    }
+    assert marked == {1: hour, 7: CACHE_CONTROL}  # the client's, then Loom's longest prefix
+    # Four marks of the client's leave none to Loom.
+    full = CacheMarks(
+        system=CACHE_CONTROL,
+        tools={"t": CACHE_CONTROL, "u": CACHE_CONTROL},
+        ends={2: CACHE_CONTROL},
+    )
+    _, converted, _ = mark_anthropic_cache(
+        messages, [8], tools=[{"name": "t"}, {"name": "u"}], marks=full
+    )
+    assert [i for i, m in enumerate(converted) if "cache_control" in m["content"][-1]] == [0]

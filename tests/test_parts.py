@@ -313,7 +313,13 @@ def test_openai_images_become_anthropic_blocks() -> None:
 @pytest.mark.parametrize(
     ("part", "match"),
     [
-        ({"type": "input_audio", "input_audio": {}}, "content part 0 has type `input_audio`"),
+        ({"type": "input_audio", "input_audio": {}}, "an audio part needs its base64 `data`"),
+        (
+            {"type": "input_audio", "input_audio": {"data": "UklG", "format": "ogg"}},
+            "`wav` or `mp3`",
+        ),
+        ({"type": "input_audio"}, "audio part 0 needs `input_audio`"),
+        ({"type": "video"}, "content part 0 has type `video`"),
         ({"type": "image_url", "image_url": {"url": "data:image/svg+xml,<svg/>"}}, "http(s) URL"),
         ({"type": "image_url", "image_url": None}, "image part 0 needs `image_url`"),
         ({"type": "input_image", "file_id": "file-1"}, "names an uploaded file"),
@@ -368,3 +374,121 @@ def test_a_pdf_s_page_tree_count_is_read_when_its_pages_are_compressed() -> None
     assert FilePart(data=tree, media_type="application/pdf").pages == 12
     assert FilePart(data=b64(b"not a pdf at all"), media_type="text/csv").pages == 1
     assert FilePart(url="https://example.com/r.pdf").pages == 1  # unknown: one page
+
+
+# --- audio ----------------------------------------------------------------------------------
+
+
+def _wav(seconds: float, rate: int = 8000) -> str:
+    import io
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(b"\x00\x00" * int(seconds * rate))
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def test_audio_is_counted_by_its_duration_read_from_its_header() -> None:
+    from loomctx.parts import AudioPart, audio_tokens
+
+    clip = AudioPart(data=_wav(2.5), format="wav")
+    assert clip.seconds == pytest.approx(2.5)
+    assert audio_tokens(clip) == 25  # ten a second
+    # An MP3 at 128 kbit/s (its first frame's header): 48,000 bytes are 3 seconds.
+    frame = b"\xff\xfb\x90\x00" + b"\x00" * (48_000 - 4)
+    mp3 = AudioPart(data=base64.b64encode(frame).decode("ascii"), format="mp3")
+    assert mp3.seconds == pytest.approx(3.0)
+    assert audio_tokens(mp3) == 30
+    # Data whose duration cannot be read: taken at 8 kB/s, so 16,000 bytes are 2 seconds.
+    unknown = AudioPart(data=base64.b64encode(b"\x01" * 16_000).decode("ascii"), format="mp3")
+    assert unknown.seconds == pytest.approx(2.0, rel=1e-3)
+
+
+def test_audio_travels_to_openai_and_is_refused_for_anthropic() -> None:
+    from loomctx.messages import Message, from_openai, to_anthropic, to_openai
+    from loomctx.tokens import TiktokenCounter
+
+    wire = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Listen."},
+            {"type": "input_audio", "input_audio": {"data": _wav(1.0), "format": "wav"}},
+        ],
+    }
+    [message] = from_openai([wire])
+    assert to_openai([message]) == [wire]
+    assert "[audio: wav 1.0 s]" in [stand_in(p) for p in message.parts]
+    counter = TiktokenCounter()
+    assert (
+        counter.count_messages([message]) - counter.count_messages([Message.user("Listen.")]) == 10
+    )
+    with pytest.raises(MessageFormatError, match="Anthropic's API takes no audio"):
+        to_anthropic([message])
+    with pytest.raises(MessageFormatError, match="cannot carry audio"):
+        Message.tool("", tool_call_id="c", parts=[message.parts[1]])
+
+
+# --- images in tool results -----------------------------------------------------------------
+
+TOOL_SHOT = ImagePart(url="https://example.com/shot.png")
+
+
+def _tool_exchange() -> list[Message]:
+    from loomctx.messages import ToolCall
+
+    calls = [ToolCall(id="c1", name="shot", arguments={}), ToolCall(id="c2", name="ls")]
+    return [
+        Message.user("Look."),
+        Message.assistant(tool_calls=calls),
+        Message.tool("Taken.", tool_call_id="c1", parts=[TOOL_SHOT]),
+        Message.tool("a.txt", tool_call_id="c2"),
+        Message.assistant("Done."),
+    ]
+
+
+def test_a_tool_results_images_stay_in_it_and_round_trip() -> None:
+    messages = _tool_exchange()
+    assert messages[2].parts == (TextPart(text="Taken."), TOOL_SHOT)
+    wire = to_openai(messages)
+    assert wire[2]["content"] == [
+        {"type": "text", "text": "Taken."},
+        {"type": "image_url", "image_url": {"url": TOOL_SHOT.url}},
+    ]
+    assert from_openai(wire) == messages
+    _, anthropic = to_anthropic(messages)
+    result = anthropic[2]["content"][0]
+    assert result["content"] == [
+        {"type": "text", "text": "Taken."},
+        {"type": "image", "source": {"type": "url", "url": TOOL_SHOT.url}},
+    ]
+    assert from_anthropic(anthropic) == messages
+
+
+def test_for_openai_s_api_a_tool_results_images_follow_the_results_in_a_user_message() -> None:
+    from loomctx.messages import tool_parts_note
+
+    wire = to_openai(_tool_exchange(), strict=True)
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    assert wire[2]["content"] == "Taken."
+    assert wire[4]["content"] == [
+        {"type": "text", "text": tool_parts_note("c1")},
+        {"type": "image_url", "image_url": {"url": TOOL_SHOT.url}},
+    ]
+    # The user message it adds is counted with the result, so the budget holds on this wire.
+    counter = TiktokenCounter()
+    plain = Message.tool("Taken.", tool_call_id="c1")
+    added = counter.count_messages([_tool_exchange()[2]]) - counter.count_messages([plain])
+    moved = counter.count_messages([plain, *from_openai(wire[4:5])]) - counter.count_messages(
+        [plain]
+    )
+    assert added >= moved
+
+
+def test_memory_keeps_a_stand_in_for_a_tool_results_image() -> None:
+    [_, shot, listing, _] = tasks_from_messages(_tool_exchange())
+    assert shot.result == "Taken.\n[image: https://example.com/shot.png]"
+    assert listing.result == "a.txt"

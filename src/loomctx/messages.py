@@ -5,8 +5,8 @@ a user message, images and files: `loomctx.parts`):
 
 - `system`, `user` and `assistant` messages hold `content` text; a `user` or `assistant`
   message may name its participant. A `user` message may also hold `parts`, its whole content
-  in order (`TextPart`, `ImagePart`, `FilePart`); its `content` is then the text of its text
-  parts.
+  in order (`TextPart`, `ImagePart`, `FilePart`, `AudioPart`); its `content` is then the text
+  of its text parts. A `tool` result may hold parts too: text, images and files.
 - An `assistant` message may also request tools: `tool_calls` holds one `ToolCall` (id, tool
   name, parsed JSON arguments) per requested call.
 - A `tool` message is the result of one call: `tool_call_id` says which, `is_error` says the
@@ -48,6 +48,7 @@ from typing import Any, Final, Literal, NoReturn, get_args
 
 from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.parts import (
+    AudioPart,
     FilePart,
     ImagePart,
     Part,
@@ -62,6 +63,8 @@ from loomctx.parts import (
 __all__ = [
     "CACHE_CONTROL",
     "MAX_ARGUMENT_DEPTH",
+    "AudioPart",
+    "CacheMarks",
     "FilePart",
     "ImagePart",
     "Message",
@@ -75,11 +78,13 @@ __all__ = [
     "from_openai",
     "mark_anthropic_cache",
     "parse_arguments",
+    "responses_input_to_openai",
     "split_units",
     "to_anthropic",
     "to_anthropic_tools",
     "to_openai",
     "to_openai_tools",
+    "tool_parts_note",
     "tool_spec",
     "valid_text",
 ]
@@ -253,10 +258,11 @@ class Message:
 
     `tool_calls` is allowed on `assistant` messages only; `tool_call_id` is required on `tool`
     messages and forbidden elsewhere; `is_error` is only meaningful on `tool` messages. A list
-    passed as `tool_calls` is stored as a tuple. `parts` (user messages only) holds the whole
-    content in order when it has an image or a file: `content` is then the text of its text
-    parts (given alone beside other parts, it becomes the first part); parts that are all text
-    are folded into `content`. Violations raise `MessageFormatError`.
+    passed as `tool_calls` is stored as a tuple. `parts` (user messages, and tool results:
+    images and files, no audio) holds the whole content in order when it has an image, a file
+    or audio: `content` is then the text of its text parts (given alone beside other parts,
+    it becomes the first part); parts that are all text are folded into `content`.
+    Violations raise `MessageFormatError`.
     """
 
     role: Role
@@ -334,11 +340,23 @@ class Message:
 
     @classmethod
     def tool(
-        cls, content: str, *, tool_call_id: str, name: str | None = None, is_error: bool = False
+        cls,
+        content: str,
+        *,
+        tool_call_id: str,
+        name: str | None = None,
+        is_error: bool = False,
+        parts: Iterable[Part] = (),
     ) -> Message:
-        """The result of the tool call `tool_call_id`; `is_error=True` if the tool failed."""
+        """The result of the tool call `tool_call_id`; `is_error=True` if the tool failed;
+        `parts` (images, files) follow `content`."""
         return cls(
-            role="tool", content=content, tool_call_id=tool_call_id, name=name, is_error=is_error
+            role="tool",
+            content=content,
+            tool_call_id=tool_call_id,
+            name=name,
+            is_error=is_error,
+            parts=tuple(parts),
         )
 
 
@@ -388,17 +406,39 @@ def _joined_text(content: Any, what: str, sep: str = "") -> str:
     return sep.join(_text_part(j, raw) for j, raw in enumerate(content))
 
 
-def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
+def tool_parts_note(call_id: str | None) -> str:
+    """The text before a tool result's images and files where they must travel in a user
+    message of their own (`to_openai(..., strict=True)`)."""
+    return f"Images and files returned by tool call {call_id}:"
+
+
+def to_openai(messages: Iterable[Message], *, strict: bool = False) -> list[dict[str, Any]]:
     """Convert to OpenAI chat-completions messages.
 
     An assistant message with tool calls and no text gets `"content": None`, as OpenAI sends
     it. OpenAI has no field for two things, which are dropped: `name` on a tool message, and
     `is_error` (an error result's content, which should say what failed, is sent as is).
+
+    A tool result's images and files stay in its message as content parts (Loom's own wire
+    form, which `from_openai` reads back). With `strict`, the form OpenAI's API accepts: a
+    tool message carries text only, so they follow the run of tool results, in one user
+    message, each result's after `tool_parts_note` naming its call (as agent frameworks send
+    a tool's screenshot).
     """
     out: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # the parts of the tool results just converted
     for m in messages:
+        if held and m.role != "tool":
+            out.append({"role": "user", "content": held})
+            held = []
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            content: Any = m.content
+            if m.parts and strict:
+                held.append({"type": "text", "text": tool_parts_note(m.tool_call_id)})
+                held += [part_to_openai(p) for p in m.parts if not isinstance(p, TextPart)]
+            elif m.parts:
+                content = [part_to_openai(p) for p in m.parts]
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
             continue
         wire: dict[str, Any] = {"role": m.role, "content": m.content}
         if m.parts:
@@ -416,6 +456,8 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
         if m.name is not None:
             wire["name"] = m.name
         out.append(wire)
+    if held:
+        out.append({"role": "user", "content": held})
     return out
 
 
@@ -468,6 +510,16 @@ def _from_openai_message(raw: Any) -> Message:
             part_from_openai(j, _mapping(p, f"content part {j}")) for j, p in enumerate(content)
         ]
         return Message(role="user", parts=tuple(parts), name=wire.get("name"))
+    if role == "tool" and isinstance(content, list):
+        parts = [
+            part_from_openai(j, _mapping(p, f"content part {j}")) for j, p in enumerate(content)
+        ]
+        return Message(
+            role="tool",
+            parts=tuple(parts),
+            tool_call_id=wire.get("tool_call_id"),
+            name=wire.get("name"),
+        )
     return Message(
         role="system" if role == "developer" else role,
         content=_joined_text(content, "`content`"),
@@ -481,10 +533,11 @@ def from_openai(payload: Iterable[Mapping[str, Any]]) -> list[Message]:
     """Convert OpenAI chat-completions messages to Loom messages.
 
     `content` may be a string, None, or a list of `text` parts (joined with ""); a user
-    message's images and files (`image_url`, `file`, and the Responses API's `input_*` parts)
-    become its `parts`, and other parts (audio) raise. The `developer` role becomes
-    `system`. Tool-call arguments are parsed from their JSON string ("" means `{}`). Fields with
-    no counterpart in the model (`refusal`, `annotations`, ...) are ignored.
+    message's images, files and audio (`image_url`, `file`, `input_audio`, and the Responses
+    API's `input_*` parts) become its `parts`, as do a tool result's images and files. The
+    `developer` role becomes `system`. Tool-call arguments are parsed from their JSON string
+    ("" means `{}`). Fields with no counterpart in the model (`refusal`, `annotations`, ...)
+    are ignored.
     """
     out: list[Message] = []
     for i, raw in enumerate(payload):
@@ -500,6 +553,10 @@ def _anthropic_blocks(m: Message) -> list[dict[str, Any]]:
             "tool_use_id": m.tool_call_id,
             "content": m.content,
         }
+        if m.parts:  # text, images and documents, in order
+            block["content"] = [
+                part_to_anthropic(p) for p in m.parts if not isinstance(p, TextPart) or p.text
+            ]
         if m.is_error:
             block["is_error"] = True
         return [block]
@@ -543,38 +600,89 @@ def to_anthropic(messages: Iterable[Message]) -> tuple[str | None, list[dict[str
 
 
 CACHE_CONTROL: Final = {"type": "ephemeral"}
+_LONG_TTL: Final = "1h"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheMarks:
+    """Prompt-cache breakpoints a client placed itself, each with its ``cache_control``
+    value (``{"type": "ephemeral"}``, with a ``ttl`` of ``"5m"`` or ``"1h"`` if it gave one):
+    on the system prompt (`system`), on tools by name (`tools`), and after message counts
+    (`ends`, as `mark_anthropic_cache` reads them). `mark_anthropic_cache` places them before
+    its own breakpoints, which fill what is left of Anthropic's four."""
+
+    system: Mapping[str, Any] | None = None
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ends: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return (self.system is not None) + len(self.tools) + len(self.ends)
 
 
 def mark_anthropic_cache(
-    messages: Sequence[Message], ends: Iterable[int], *, tools: Sequence[Any] = ()
+    messages: Sequence[Message],
+    ends: Iterable[int],
+    *,
+    tools: Sequence[Any] = (),
+    marks: CacheMarks | None = None,
 ) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """`to_anthropic(messages)` with prompt-cache breakpoints: `(system, messages, tools)`.
 
-    The system prompt (or, without one, the last tool) and the last block of each prefix
-    ``messages[:end]`` for `end` in `ends` get ``cache_control``, at most four breakpoints in
-    all (Anthropic's limit), the longest prefixes kept. `tools` are Anthropic tools. A
-    system prompt with a breakpoint becomes a list of one text block.
+    At most four breakpoints in all (Anthropic's limit), in this order of precedence: the
+    client's `marks` (on the tools they name, the system prompt, and the last block of each
+    prefix ``messages[:end]``), then the system prompt (or, without one, the last tool), then
+    the last block of each prefix ``messages[:end]`` for `end` in `ends`, the longest prefixes
+    kept. Anthropic wants a breakpoint with a one-hour ``ttl`` before any with the default
+    five minutes: Loom's own breakpoints placed before a client's one-hour mark take its
+    ``ttl``. `tools` are Anthropic tools. A system prompt with a breakpoint becomes a list of
+    one text block.
     """
     text, converted = to_anthropic(messages)
-    system: Any = text
+    marks = marks or CacheMarks()
     marked_tools = list(tools)
-    budget = 4
+    # (where in the prompt's order: tools, system, messages) -> (cache_control, Loom's own)
+    placed: dict[tuple[int, int], tuple[Mapping[str, Any], bool]] = {}
+    for i, tool in enumerate(marked_tools):
+        control = marks.tools.get(str(tool.get("name"))) if isinstance(tool, Mapping) else None
+        if control is not None:
+            placed[(0, i)] = (control, False)
+    if marks.system is not None and text is not None:
+        placed[(1, 0)] = (marks.system, False)
+    for end, control in marks.ends.items():
+        if 0 < end <= len(messages):
+            placed[(2, end)] = (control, False)
+    for key in sorted(placed)[: max(0, len(placed) - 4)]:  # the client's longest prefixes
+        del placed[key]
     if text is not None:
-        system = [{"type": "text", "text": text, "cache_control": CACHE_CONTROL}]
-        budget -= 1
-    elif marked_tools:
-        marked_tools[-1] = {**marked_tools[-1], "cache_control": CACHE_CONTROL}
-        budget -= 1
-    wanted = sorted({e for e in ends if 0 < e <= len(messages)})
-    for end in wanted[max(0, len(wanted) - budget) :]:
-        _, head = to_anthropic(messages[:end])
-        if not head:
-            continue
-        # Converting a prefix gives a prefix of the conversion: its last block is in place.
-        message = converted[len(head) - 1]
-        blocks = message["content"] = list(message["content"])
-        index = len(head[-1]["content"]) - 1
-        blocks[index] = {**blocks[index], "cache_control": CACHE_CONTROL}
+        own_head: tuple[int, int] | None = (1, 0)
+    else:
+        own_head = (0, len(marked_tools) - 1) if marked_tools else None
+    if own_head is not None and own_head not in placed and len(placed) < 4:
+        placed[own_head] = (CACHE_CONTROL, True)
+    wanted = sorted({e for e in ends if 0 < e <= len(messages) and (2, e) not in placed})
+    for end in wanted[max(0, len(wanted) - (4 - len(placed))) :]:
+        placed[(2, end)] = (CACHE_CONTROL, True)
+    long_after = False
+    for key in sorted(placed, reverse=True):
+        control, own = placed[key]
+        if own and long_after:
+            placed[key] = ({**control, "ttl": _LONG_TTL}, True)
+        long_after = long_after or control.get("ttl") == _LONG_TTL
+    system: Any = text
+    for (kind, at), (control, _) in sorted(placed.items()):
+        if kind == 0:
+            marked_tools[at] = {**marked_tools[at], "cache_control": dict(control)}
+        elif kind == 1:
+            system = [{"type": "text", "text": text, "cache_control": dict(control)}]
+        else:
+            _, head = to_anthropic(messages[:at])
+            if not head:
+                continue
+            # Converting a prefix gives a prefix of the conversion: its last block is in place.
+            message = converted[len(head) - 1]
+            blocks = message["content"] = list(message["content"])
+            index = len(head[-1]["content"]) - 1
+            blocks[index] = {**blocks[index], "cache_control": dict(control)}
     return system, converted, marked_tools
 
 
@@ -606,6 +714,20 @@ def _iter_blocks(role: str, content: Any) -> Iterator[tuple[int, str, Mapping[st
         if kind not in _KEPT_BLOCKS[role]:
             raise _not_text(j, kind, " and ".join(f"`{k}`" for k in _KEPT_BLOCKS[role]))
         yield j, kind, block
+
+
+def _tool_result_content(content: Any) -> dict[str, Any]:
+    """A `tool_result` block's content as a tool message's: text, or parts when it holds an
+    image or a document."""
+    media = ("image", "document")
+    if isinstance(content, Sequence) and not isinstance(content, str):
+        blocks = [_mapping(b, f"content part {j}") for j, b in enumerate(content)]
+        if any(b.get("type") in media for b in blocks):
+            for j, b in enumerate(blocks):
+                if b.get("type") not in ("text", *media):
+                    raise _not_text(j, b.get("type"), "`text`, `image` and `document`")
+            return {"parts": tuple(part_from_anthropic(j, b) for j, b in enumerate(blocks))}
+    return {"content": _joined_text(content, "`content` of a tool_result")}
 
 
 def _from_anthropic_message(raw: Any) -> list[Message]:
@@ -649,7 +771,7 @@ def _from_anthropic_message(raw: Any) -> list[Message]:
             out.append(
                 Message(
                     role="tool",
-                    content=_joined_text(block.get("content"), "`content` of a tool_result"),
+                    **_tool_result_content(block.get("content")),
                     tool_call_id=block.get("tool_use_id"),
                     is_error=bool(block.get("is_error", False)),
                 )
@@ -669,7 +791,8 @@ def from_anthropic(
     becomes one leading system message when non-empty. In a user message each `tool_result`
     block becomes a tool message (its content a string or `text` blocks joined with "") and
     each text block a user message, in block order; an assistant message becomes one assistant
-    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`. Text,
+    message, its text blocks joined with "" and each `tool_use` block a `ToolCall`; a
+    `tool_result` that holds images or documents keeps them as its `parts`. Text,
     `image` and `document` blocks of a user message that hold an image or a document become
     one user message with `parts`. `thinking` and `redacted_thinking` blocks are dropped, as
     the model has no place for them; any other block raises.
@@ -680,6 +803,97 @@ def from_anthropic(
     for i, raw in enumerate(messages):
         with _at(f"Anthropic message {i}"):
             out.extend(_from_anthropic_message(raw))
+    return out
+
+
+_RESPONSES_TEXT: Final = frozenset({"input_text", "output_text", "text", "refusal"})
+
+
+def _responses_content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: text, or parts when it holds an image or file."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise MessageFormatError(f"`{where}.content` must be a string or a list of content parts")
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in _RESPONSES_TEXT:
+            text = part.get("text", part.get("refusal"))
+            if not isinstance(text, str):
+                raise MessageFormatError(f"`{where}.content[{j}]` needs a string `text`")
+            parts.append({"type": "text", "text": text})
+        elif kind == "input_image":
+            image: dict[str, Any] = {"url": part.get("image_url") or part.get("file_id")}
+            if part.get("detail"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            file = {k: part[k] for k in ("file_data", "file_id", "filename") if k in part}
+            parts.append({"type": "file", "file": file})
+        else:
+            raise MessageFormatError(
+                f"`{where}.content[{j}]` has type {kind!r:.40}; Loom takes "
+                "`input_text`, `output_text`, `input_image` and `input_file` parts"
+            )
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def responses_input_to_openai(items: Any) -> list[dict[str, Any]]:
+    """OpenAI Responses API `input` (a string, or a list of items) as chat-completions
+    messages: ``message`` items (`input_text` / `output_text` parts; `input_image` and
+    `input_file` as the chat format's image and file parts), ``function_call`` items as the
+    tool calls of an assistant message, ``function_call_output`` items as their results;
+    ``reasoning`` items are dropped (the model has no place for them). Anything else raises
+    `MessageFormatError` naming the item."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise MessageFormatError("`input` must be a string or a list of input items")
+    out: list[dict[str, Any]] = []
+    calling = False  # the last message is an assistant message that function calls extend
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, Mapping):
+            raise MessageFormatError(f"`{where}` must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise MessageFormatError(
+                    f"`{where}.role` must be user, assistant, system or developer, got {role!r:.40}"
+                )
+            out.append({"role": role, "content": _responses_content(item.get("content"), where)})
+            calling = role == "assistant"
+        elif kind == "function_call":
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+                raise MessageFormatError(f"`{where}` needs a `call_id` and a `name`")
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": item.get("arguments") or ""},
+            }
+            if not calling:
+                out.append({"role": "assistant", "content": None})
+                calling = True
+            out[-1].setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str) or not call_id:
+                raise MessageFormatError(f"`{where}` needs the `call_id` of the call it answers")
+            content = output if isinstance(output, str) else _responses_content(output, where)
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            calling = False
+        elif kind == "reasoning":
+            continue
+        else:
+            raise MessageFormatError(
+                f"`{where}` has type {kind!r:.40}; Loom takes `message`, "
+                "`function_call`, `function_call_output` and `reasoning` items"
+            )
     return out
 
 
@@ -768,15 +982,17 @@ def flatten_units(units: Iterable[MessageUnit]) -> list[Message]:
 
 
 def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
-    """(name, description, JSON schema) of a tool definition in OpenAI's function format or
-    Anthropic's format; `ConfigError` when it has no name."""
+    """(name, description, JSON schema) of a tool definition in OpenAI's function format
+    (chat completions' or the Responses API's flat one) or Anthropic's format; `ConfigError`
+    when it has no name."""
     if not isinstance(tool, Mapping):
         raise ConfigError(
             f"a tool definition must be a JSON object, got {type(tool).__name__} {tool!r:.60}; "
             'use OpenAI\'s {"type": "function", "function": {"name", "description", '
             '"parameters"}} or Anthropic\'s {"name", "description", "input_schema"}'
         )
-    spec = tool.get("function") if tool.get("type") == "function" else tool
+    nested = tool.get("type") == "function" and "function" in tool  # else Responses' flat form
+    spec = tool.get("function") if nested else tool
     if not isinstance(spec, Mapping):
         raise ConfigError(
             f"a function tool's `function` must be a JSON object with `name`, `description` and "
@@ -802,11 +1018,17 @@ def tool_spec(tool: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
 
 
 def to_openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Tools as OpenAI function tools; OpenAI-style definitions pass through unchanged."""
+    """Tools as OpenAI chat-completions function tools; chat-style definitions pass through
+    unchanged, the Responses API's flat function tools are nested as chat's."""
     out: list[dict[str, Any]] = []
     for tool in tools:
         kind = tool.get("type")
-        if kind == "function":
+        if kind == "function" and "function" not in tool:
+            tool_spec(tool)  # checks that it has a name
+            keys = ("name", "description", "parameters", "strict")
+            flat = {k: tool[k] for k in keys if tool.get(k) is not None}
+            out.append({"type": "function", "function": flat})
+        elif kind == "function":
             tool_spec(tool)  # checks that it has a name
             out.append(dict(tool))
         elif kind is not None and "input_schema" not in tool:

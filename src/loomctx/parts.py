@@ -1,17 +1,20 @@
 """Content parts beyond text: images and files inside a message, their wire forms and costs.
 
 A `Message` (`loomctx.messages`) holds its text in `content`. A user message may also hold
-`parts`: its whole content in order, `TextPart`, `ImagePart` and `FilePart` values, so that a
-screenshot or a document travels with the words around it. `content` is then the text of its
-text parts, which is what search, memory and most code read.
+`parts`: its whole content in order, `TextPart`, `ImagePart`, `FilePart` and `AudioPart`
+values, so that a screenshot, a document or a recording travels with the words around it; a
+tool result may hold text, images and files (a screenshot a tool took). `content` is then the
+text of its text parts, which is what search, memory and most code read.
 
 Wire forms (`part_from_openai`, `part_to_openai`, `part_from_anthropic`, `part_to_anthropic`):
 
 - OpenAI chat completions: ``image_url`` (``{"url", "detail"}``; a ``data:`` URL carries
-  base64 data and its media type) and ``file`` (``{"file_data", "file_id", "filename"}``);
-  the Responses API's ``input_text``, ``input_image`` and ``input_file`` are read too.
+  base64 data and its media type), ``file`` (``{"file_data", "file_id", "filename"}``) and
+  ``input_audio`` (``{"data", "format"}``); the Responses API's ``input_text``,
+  ``input_image`` and ``input_file`` are read too.
 - Anthropic: ``image`` and ``document`` blocks with a ``base64``, ``url``, ``text`` or
-  ``file`` source (a document's ``title`` is kept as its file name).
+  ``file`` source (a document's ``title`` is kept as its file name). Anthropic's API takes no
+  audio: `part_to_anthropic` refuses an `AudioPart`.
 
 **What a part costs** (`part_tokens`), by the providers' published rules:
 
@@ -26,6 +29,13 @@ is not known (a URL, or a format not read) costs the most its rule allows: 1445 
 OpenAI's high detail (a 768 x 2048 image, 8 tiles), 85 for low, 1600 for Anthropic. A PDF
 costs `PDF_PAGE_TOKENS` per page (counted in its data; one page when it is not known), a text
 document what its text costs.
+
+Audio (`audio_tokens`) is billed by OpenAI in audio tokens by duration: the estimate is
+`AUDIO_TOKENS_PER_SECOND` (10: one token per 100 ms, OpenAI's published rate for user audio)
+per second, rounded up. The duration is read from a WAV header (its data size over its byte
+rate), or from an MP3's first frame header (its bit rate, over the data's size); audio whose
+duration cannot be read is taken at `AUDIO_FALLBACK_BYTES_PER_SECOND` (8 kB/s: 64 kbit/s,
+lower than most recordings use, so the estimate errs high).
 """
 
 from __future__ import annotations
@@ -43,14 +53,19 @@ from loomctx.errors import MessageFormatError
 
 __all__ = [
     "ANTHROPIC",
+    "AUDIO_FALLBACK_BYTES_PER_SECOND",
+    "AUDIO_TOKENS_PER_SECOND",
     "OPENAI",
     "PDF_PAGE_TOKENS",
+    "AudioPart",
     "FilePart",
     "ImagePart",
     "ImageRule",
     "Part",
     "TextPart",
     "anthropic_image_tokens",
+    "audio_seconds",
+    "audio_tokens",
     "fewer_parts",
     "image_size",
     "openai_image_tokens",
@@ -154,26 +169,64 @@ class FilePart:
         return self._pages
 
 
-Part = TextPart | ImagePart | FilePart
+AUDIO_TOKENS_PER_SECOND: Final = 10
+"""What a second of input audio is counted as (OpenAI: one audio token per 100 ms)."""
+
+AUDIO_FALLBACK_BYTES_PER_SECOND: Final = 8000
+"""The data rate assumed for audio whose duration cannot be read (64 kbit/s)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioPart:
+    """A recording: base64 `data` in `format` (``wav`` or ``mp3``, as OpenAI's
+    ``input_audio`` takes them). `seconds` is its duration, read once from the data (an
+    estimate when it cannot be read: `audio_seconds`)."""
+
+    data: str
+    format: str
+    seconds: float = field(default=0.0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, str) or not self.data:
+            raise MessageFormatError(
+                f"an audio part needs its base64 `data`, got {self.data!r:.60}"
+            )
+        if self.format not in _AUDIO_FORMATS:
+            raise MessageFormatError(
+                f"an audio part's `format` must be `wav` or `mp3`, got {self.format!r:.40}"
+            )
+        object.__setattr__(self, "seconds", audio_seconds(self.data, self.format))
+
+
+_AUDIO_FORMATS: Final = ("wav", "mp3")
+
+Part = TextPart | ImagePart | FilePart | AudioPart
 
 
 def settle_parts(role: str, content: Any, parts: Any) -> tuple[Any, tuple[Part, ...]]:
     """A message's checked `(content, parts)` from what it was given: `content` becomes the
     text of the text parts (or, given beside parts without text, their first part); parts
-    that are all text fold into `content`; only a user message may hold other parts."""
+    that are all text fold into `content`; only a user message may hold other parts, and a
+    tool result images and files."""
     parts = tuple(parts)
     for part in parts:
-        if not isinstance(part, TextPart | ImagePart | FilePart):
+        if not isinstance(part, TextPart | ImagePart | FilePart | AudioPart):
             raise MessageFormatError(
-                f"`parts` must hold `TextPart`, `ImagePart` or `FilePart` values, got "
-                f"{type(part).__name__}"
+                f"`parts` must hold `TextPart`, `ImagePart`, `FilePart` or `AudioPart` values, "
+                f"got {type(part).__name__}"
             )
     texts = [p.text for p in parts if isinstance(p, TextPart)]
     if len(texts) == len(parts):
         parts = ()  # text only: `content` says it all
-    elif role != "user":
+    elif role == "tool" and any(isinstance(p, AudioPart) for p in parts):
         raise MessageFormatError(
-            f"a `{role}` message cannot carry images or files; only `user` messages do"
+            "a `tool` result cannot carry audio (no provider takes it there); describe it in "
+            "text, or send it in a user message"
+        )
+    elif role not in ("user", "tool"):
+        raise MessageFormatError(
+            f"a `{role}` message cannot carry images or files; only `user` messages and "
+            "`tool` results do"
         )
     if not texts:
         if isinstance(content, str) and content and parts:
@@ -302,6 +355,55 @@ def anthropic_image_tokens(size: tuple[int, int] | None) -> int:
     return min(_ANTHROPIC_MAX, math.ceil(w * h / 750))
 
 
+_MP3_BITRATES: Final = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+
+
+def _wav_seconds(raw: bytes, size: int) -> float | None:
+    """A WAV's duration: its ``data`` chunk's size (or the rest of the file) over the byte
+    rate of its ``fmt `` chunk."""
+    if not (raw.startswith(b"RIFF") and raw[8:12] == b"WAVE"):
+        return None
+    i, rate = 12, 0
+    while i + 8 <= len(raw):
+        chunk, length = raw[i : i + 4], struct.unpack("<I", raw[i + 4 : i + 8])[0]
+        if chunk == b"fmt " and i + 20 <= len(raw):
+            rate = struct.unpack("<I", raw[i + 16 : i + 20])[0]
+        elif chunk == b"data":
+            return min(length, size - i - 8) / rate if rate else None
+        i += 8 + length + (length & 1)
+    return None
+
+
+def _mp3_seconds(raw: bytes, size: int) -> float | None:
+    """An MP3's duration at the bit rate of its first frame (an ID3 tag skipped)."""
+    start = 0
+    if raw.startswith(b"ID3") and len(raw) >= 10:
+        start = 10 + ((raw[6] << 21) | (raw[7] << 14) | (raw[8] << 7) | raw[9])
+    head = raw[start : start + 4]
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return None
+    index = head[2] >> 4
+    if (head[1] >> 3) & 3 != 3 or not 0 < index < len(_MP3_BITRATES):  # MPEG-1 table
+        return None
+    return (size - start) * 8 / (_MP3_BITRATES[index] * 1000)
+
+
+def audio_seconds(data: str, fmt: str) -> float:
+    """The duration of base64 audio `data` in `fmt` (``wav`` or ``mp3``), read from its
+    header, else estimated at `AUDIO_FALLBACK_BYTES_PER_SECOND`."""
+    size = len(data.strip()) * 3 // 4  # decoded bytes, near enough
+    raw = _decoded(data, 65_536)
+    seconds = _wav_seconds(raw, size) if fmt == "wav" else _mp3_seconds(raw, size)
+    if seconds is None or seconds <= 0:
+        return size / AUDIO_FALLBACK_BYTES_PER_SECOND
+    return seconds
+
+
+def audio_tokens(part: AudioPart) -> int:
+    """What `part` is counted as: `AUDIO_TOKENS_PER_SECOND` per second, rounded up."""
+    return max(1, math.ceil(round(part.seconds * AUDIO_TOKENS_PER_SECOND, 6)))
+
+
 _JPEG_SCAN: Final = 1_400_000  # base64 characters: about 1 MB
 _PAGE_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]{0,200}?/Count\s+(\d{1,6})")
 
@@ -328,6 +430,8 @@ def part_tokens(part: Part, rule: ImageRule, count: Callable[[str], int]) -> int
         if rule == ANTHROPIC:
             return anthropic_image_tokens(part.size)
         return openai_image_tokens(part.size, part.detail)
+    if isinstance(part, AudioPart):
+        return audio_tokens(part)
     if part.text is not None:
         return count(part.text)
     return PDF_PAGE_TOKENS * part.pages
@@ -344,6 +448,8 @@ def stand_in(part: Part) -> str:
         if part.url is not None and not part.url.startswith("data:"):
             facts.append(part.url[:200])
         return "[image: " + " ".join(f for f in facts if f).strip() + "]"
+    if isinstance(part, AudioPart):
+        return f"[audio: {part.format} {part.seconds:.1f} s]"
     facts = [part.filename or "", part.media_type or ""]
     return "[file: " + (" ".join(f for f in facts if f) or "attached") + "]"
 
@@ -439,9 +545,18 @@ def part_from_openai(j: int, raw: Mapping[str, Any]) -> Part:
             media_type=media_type,
             filename=_field(spec, "filename", what),
         )
+    if kind == "input_audio":
+        audio = raw.get("input_audio")
+        if not isinstance(audio, Mapping):
+            raise MessageFormatError(
+                f'audio part {j} needs `input_audio`: {{"data": ..., "format": "wav" or "mp3"}}'
+            )
+        recording: Any = audio.get("data")
+        fmt: Any = audio.get("format")
+        return AudioPart(data=recording, format=fmt)
     raise MessageFormatError(
-        f"content part {j} has type `{kind}`; Loom carries `text`, `image_url` and `file` parts "
-        "(audio is not carried): describe it in text, or drop it"
+        f"content part {j} has type `{kind}`; Loom carries `text`, `image_url`, `file` and "
+        "`input_audio` parts: describe it in text, or drop it"
     )
 
 
@@ -455,6 +570,8 @@ def part_to_openai(part: Part) -> dict[str, Any]:
         if part.detail is not None:
             image["detail"] = part.detail
         return {"type": "image_url", "image_url": image}
+    if isinstance(part, AudioPart):
+        return {"type": "input_audio", "input_audio": {"data": part.data, "format": part.format}}
     spec: dict[str, Any] = {}
     if part.data is not None:
         spec["file_data"] = f"data:{part.media_type or 'application/pdf'};base64,{part.data}"
@@ -505,7 +622,7 @@ def part_from_anthropic(j: int, block: Mapping[str, Any]) -> Part:
 
 
 def part_to_anthropic(part: Part) -> dict[str, Any]:
-    """`part` as an Anthropic content block."""
+    """`part` as an Anthropic content block (`MessageFormatError` for audio)."""
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
@@ -514,6 +631,11 @@ def part_to_anthropic(part: Part) -> dict[str, Any]:
         else:
             source = {"type": "url", "url": part.url}
         return {"type": "image", "source": source}
+    if isinstance(part, AudioPart):
+        raise MessageFormatError(
+            "Anthropic's API takes no audio: send this recording to an OpenAI audio model, or "
+            "its transcript as text"
+        )
     if part.data is not None:
         media_type = part.media_type or "application/pdf"
         source = {"type": "base64", "media_type": media_type, "data": part.data}

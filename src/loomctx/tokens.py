@@ -20,7 +20,9 @@ chat models (the same rule is applied by every counter; for Claude it is part of
 - each tool call costs 4 tokens of framing plus its function name and its JSON arguments;
 - each image or file of a message costs what its provider's published rule says
   (`loomctx.parts`): OpenAI's tiles for most counters, Anthropic's ``width * height / 750``
-  for `HeuristicCounter` (the Claude estimate), as its `image_rule` says;
+  for `HeuristicCounter` (the Claude estimate), as its `image_rule` says; audio its
+  duration at 10 tokens a second. A tool result's images and files also cost the user
+  message that carries them to an OpenAI model (`loomctx.messages.to_openai`, `strict`);
 - the reply is primed with 3 tokens;
 - tool definitions are billed as the text the provider renders them into: a TypeScript-like
   `namespace functions { ... }` block (see `render_tool_definitions`), plus 12 tokens.
@@ -54,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
 
 from loomctx.errors import ConfigError, MissingExtraError, TokenizerError
-from loomctx.messages import tool_spec
+from loomctx.messages import tool_parts_note, tool_spec
 from loomctx.parts import ImageRule, TextPart, part_tokens
 
 if TYPE_CHECKING:
@@ -192,6 +194,9 @@ class BaseTokenCounter(ABC):
             for part in m.parts:
                 if not isinstance(part, TextPart):  # its text is in `content`
                     total += part_tokens(part, self.image_rule, self.count)
+            if m.role == "tool" and m.parts:  # OpenAI's wire moves them to a user message
+                note = tool_parts_note(m.tool_call_id)
+                total += TOKENS_PER_MESSAGE + self.count("user") + self.count(note)
             if m.name:
                 total += TOKENS_PER_NAME + self.count(m.name)
             for call in m.tool_calls:

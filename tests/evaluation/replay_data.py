@@ -1,6 +1,8 @@
 """A recorded log of chat requests made from a LoCoMo conversation, as a client that re-sends
-its whole history would log it: every other request in OpenAI's chat-completions shape
-(wrapped as a gateway exports it), the others in Anthropic's Messages shape.
+its whole history would log it: the requests take in turn OpenAI's chat-completions shape
+(wrapped as a gateway exports it), Anthropic's Messages shape and OpenAI's Responses shape
+(`instructions` and `input` items, as a client that does not store its responses sends
+them).
 
 The conversation is the first of LoCoMo's dev file where it is (`LOCOMO`), else the small
 conversation in LoCoMo's format that the retrieval benches' tests use."""
@@ -33,14 +35,30 @@ def exchanges(turns: int) -> list[tuple[str, str]]:
 
 
 def requests(pairs: Sequence[tuple[str, str]], *, model: str = "gpt-4o") -> list[str]:
-    """One JSON line a user turn, its whole history sent with it, the shapes alternating."""
+    """One JSON line a user turn, its whole history sent with it, the shapes in turn."""
     lines: list[str] = []
     history: list[dict[str, Any]] = []
     for i, (asked, said) in enumerate(pairs):
         history.append({"role": "user", "content": asked})
-        if i % 2 == 0:
+        if i % 3 == 0:
             body = {"model": model, "messages": [{"role": "system", "content": SYSTEM}, *history]}
             lines.append(json.dumps({"request": body}))
+        elif i % 3 == 2:
+            items = [
+                {
+                    "type": "message",
+                    "role": m["role"],
+                    "content": [
+                        {
+                            "type": "input_text" if m["role"] == "user" else "output_text",
+                            "text": m["content"],
+                        }
+                    ],
+                }
+                for m in history
+            ]
+            body = {"model": model, "instructions": SYSTEM, "input": items, "store": False}
+            lines.append(json.dumps(body))
         else:
             blocks = [
                 {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}

@@ -38,7 +38,7 @@ def test_a_client_resending_its_history_in_either_shape_is_one_conversation(log:
     assert len(logged) == TURNS
     (conversation,) = group_conversations(logged)
     assert [r.line for r in conversation] == [r.line for r in logged]
-    # The two shapes convert to the same conversation: each extends the one before.
+    # The three shapes convert to the same conversation: each extends the one before.
     assert [len(r.conversation) for r in conversation] == [2 * k + 1 for k in range(TURNS)]
 
 
@@ -192,3 +192,37 @@ def test_windows_of_known_models() -> None:
     assert model_window("gpt-4.1-mini") == 1_047_576
     assert model_window("claude-3-5-sonnet-latest") == 200_000
     assert model_window("my-llama") == 128_000
+
+
+def test_a_responses_tool_round_trip_is_replayed_with_its_unit(tmp_path: Path) -> None:
+    responses = {
+        "model": "gpt-4.1",
+        "instructions": "Look before you answer.",
+        "tools": [
+            {"type": "function", "name": "look", "parameters": {"type": "object"}},
+            {"type": "web_search"},  # built in: no schema the client sends
+        ],
+        "input": [
+            {"role": "user", "content": "What is in the box?"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "look", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a cat"},
+        ],
+    }
+    chained = {"model": "gpt-4.1", "previous_response_id": "resp_1", "input": "And now?"}
+    path = tmp_path / "responses.jsonl"
+    path.write_text(json.dumps({"body": responses}) + "\n" + json.dumps(chained) + "\n")
+    logged, skipped = read_log(path)
+    [request] = logged
+    assert request.system == "Look before you answer."
+    assert [m["role"] for m in request.conversation] == ["user", "assistant", "tool"]
+    assert request.conversation[1]["tool_calls"][0]["function"]["name"] == "look"
+    assert request.tools == (
+        {"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}},
+    )
+    [chain] = skipped
+    assert chain.line == 2
+    assert "`previous_response_id`" in chain.reason
+    result = replay_log(path)
+    first = result["calls"][0]
+    assert first["loom"]["sent"] == first["client"]["sent"]  # the tool and its unit, whole

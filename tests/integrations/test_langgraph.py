@@ -8,9 +8,6 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
-
-pytest.importorskip("langgraph")
-
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult

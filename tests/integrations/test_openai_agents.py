@@ -7,9 +7,6 @@ import itertools
 from typing import Any
 
 import pytest
-
-pytest.importorskip("agents")
-
 from agents import Agent, ModelResponse, Runner, function_tool, set_tracing_disabled
 from agents.models.interface import Model
 from agents.usage import Usage

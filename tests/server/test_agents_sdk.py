@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import agents
+import openai
 import pytest
 
 from tests.agent._servers import (
@@ -15,9 +17,6 @@ from tests.agent._servers import (
     openai_usage_chunk,
 )
 from tests.server.conftest import ACME_KEY
-
-agents = pytest.importorskip("agents")
-openai = pytest.importorskip("openai")
 
 
 def _weather_call() -> object:

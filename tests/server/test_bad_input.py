@@ -219,7 +219,7 @@ _TOOL = '{"type": "function", "function": {"name": "f", "description": %s}}'
         (_hello(metadata="[" * 100_000 + "]" * 100_000), "nested too deeply"),
         (_hello(seed="1" * 5000), "not valid JSON"),
         (_hello(tools='["x"]'), "`tools[0]`: a tool definition must be a JSON object"),
-        (_hello(tools='[{"type": "function"}]'), "`tools[0]`: a function tool's `function`"),
+        (_hello(tools='[{"type": "function"}]'), "`tools[0]`: a tool definition has no `name`"),
         (
             _hello(tools='[{"type": "function", "function": {"name": "f", "parameters": 3}}]'),
             "parameters must be a JSON schema object",

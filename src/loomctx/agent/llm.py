@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from loomctx.errors import ConfigError, ProviderError
-from loomctx.messages import Message
+from loomctx.messages import CacheMarks, Message
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
@@ -106,6 +106,8 @@ class LLMOptions:
     - `cache_breakpoints`: message counts after which the prompt repeats the conversation's
       next call (the end of the history, say); the Anthropic provider marks them, and the
       system prompt, with ``cache_control`` (at most four in all). `Agent` sets both.
+    - `cache_marks`: breakpoints a client placed itself (`loomctx.messages.CacheMarks`,
+      the proxy's Messages API passes them on), marked before those above.
     """
 
     model: str | None = None
@@ -117,8 +119,13 @@ class LLMOptions:
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
     cache_key: str | None = None
     cache_breakpoints: tuple[int, ...] = ()
+    cache_marks: CacheMarks | None = None
 
     def __post_init__(self) -> None:
+        if self.cache_marks is not None and not isinstance(self.cache_marks, CacheMarks):
+            raise ConfigError(
+                f"`cache_marks` must be a CacheMarks, got {type(self.cache_marks).__name__}"
+            )
         if isinstance(self.stop, str):
             raise ConfigError(
                 f"`stop` must be a sequence of strings, got the string {self.stop!r}; "

@@ -2,7 +2,8 @@
 
 `replay_log` reads a JSONL file of chat requests as gateways and SDK loggers record them, one
 request per line: OpenAI's chat-completions shape (``model``, ``messages``, ``tools``) or
-Anthropic's Messages shape (``system``, ``messages`` of content blocks), bare or wrapped as
+Anthropic's Messages shape (``system``, ``messages`` of content blocks), or OpenAI's Responses
+shape (``instructions``, ``input`` items, function ``tools``), bare or wrapped as
 ``{"request": {...}}`` or ``{"body": {...}}``. A line it cannot read is reported with its
 number and the reason, and the rest is replayed: one bad line does not hide a day of traffic.
 
@@ -47,6 +48,7 @@ from loomctx.messages import (
     Message,
     from_anthropic,
     from_openai,
+    responses_input_to_openai,
     split_units,
     to_openai,
     to_openai_tools,
@@ -135,6 +137,33 @@ def _is_anthropic(request: Mapping[str, Any], messages: Sequence[Any]) -> bool:
     return False
 
 
+def _holds_request(request: Mapping[str, Any]) -> bool:
+    return "messages" in request or "input" in request
+
+
+def _of_responses(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses API request (`instructions`, `input` items, flat function `tools`) as a
+    chat-completions one. Built-in tools (web search, file search...) have no schema the
+    client sends: they are left out. A request that continues a stored response
+    (`previous_response_id`) holds only its new input: the log cannot say what came before."""
+    if request.get("previous_response_id") is not None:
+        raise ConfigError(
+            "a Responses request with `previous_response_id` holds only its new `input`, not "
+            "the conversation it continues; log requests that send their whole `input` (as "
+            "with `store: false`) to replay them"
+        )
+    messages = responses_input_to_openai(request["input"])
+    instructions = request.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.insert(0, {"role": "system", "content": instructions})
+    elif instructions is not None and not isinstance(instructions, str):
+        raise ConfigError("`instructions` must be a string")
+    tools = request.get("tools") or []
+    if isinstance(tools, list):
+        tools = [t for t in tools if isinstance(t, Mapping) and t.get("type") == "function"]
+    return {"model": request.get("model"), "messages": messages, "tools": tools}
+
+
 def _parse(line: int, raw: Any) -> LoggedRequest:
     """One decoded line as a request; `ConfigError` (a `MessageFormatError` for messages)
     naming what is wrong."""
@@ -142,11 +171,16 @@ def _parse(line: int, raw: Any) -> LoggedRequest:
         raise ConfigError(f"expected a JSON object, got {type(raw).__name__}")
     request: Mapping[str, Any] = raw
     for key in _WRAPPERS:
-        if "messages" not in request and isinstance(request.get(key), Mapping):
+        if not _holds_request(request) and isinstance(request.get(key), Mapping):
             request = request[key]
+    if "messages" not in request and "input" in request:
+        request = _of_responses(request)
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ConfigError("no `messages` list (nor a `request` or `body` object holding one)")
+        raise ConfigError(
+            "no `messages` list nor Responses `input` (nor a `request` or `body` object "
+            "holding one)"
+        )
     model = request.get("model")
     model = model if isinstance(model, str) and model else "unknown"
     tools = request.get("tools") or []

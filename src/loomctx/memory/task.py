@@ -447,8 +447,8 @@ def tasks_from_messages(
     messages: Sequence[Message], *, agent: str = "agent", session_id: str | None = None
 ) -> list[Task]:
     """Tasks for a message history: user and assistant messages, and each tool call with
-    its result (assistant text beside tool calls becomes its own assistant task). A user
-    message's images and files are kept as text that stands for them, such as
+    its result (assistant text beside tool calls becomes its own assistant task). The images
+    and files of a user message or a tool result are kept as text that stands for them, such as
     ``[image: image/png 800x600]`` (`loomctx.parts.stand_in`): memory is searched as text.
 
     Timestamps increase by a microsecond per task so the order survives a store round trip.
@@ -478,14 +478,15 @@ def tasks_from_messages(
         results = {m.tool_call_id: m for m in unit.messages[1:]}
         for call in first.tool_calls:
             res = results[call.id]
+            output = "\n".join(stand_in(p) for p in res.parts) if res.parts else res.content
             add(
                 source_agent=agent,
                 target_agent=call.name,
                 action=call.name,
                 parameters=dict(call.arguments),
                 status=TaskStatus.FAILED if res.is_error else TaskStatus.COMPLETED,
-                result=None if res.is_error else res.content,
-                error=res.content if res.is_error else None,
+                result=None if res.is_error else output,
+                error=output if res.is_error else None,
                 metadata={"tool_call_id": call.id},
             )
     return out

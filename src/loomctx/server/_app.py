@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -50,7 +51,12 @@ from loomctx.server._faces import ChatFace, Face
 from loomctx.server._input import int_param, read_body, read_json
 from loomctx.server._inspector import service_inspector
 from loomctx.server._mcp import SESSION_SCOPE_KEY, http_resolver, make_mcp_server
-from loomctx.server._messages_api import MessagesFace, anthropic_error, chat_body_of_messages
+from loomctx.server._messages_api import (
+    MessagesFace,
+    anthropic_error,
+    chat_body_of_messages,
+    client_marks,
+)
 from loomctx.server._openapi import OPENAPI
 from loomctx.server._otel import ChatSpan
 from loomctx.server._proxy import ChatProxy, ChatRequest, Prepared, parse_chat_request
@@ -197,6 +203,7 @@ class _Server:
         chat = self._chat_request(
             request, chat_body_of_messages(body), request.headers.get(SESSION_HEADER)
         )
+        chat = replace(chat, cache_marks=client_marks(body))
         return await self._proxied(request, tenant, chat, MessagesFace(chat.model.name))
 
     def _chat_request(self, request: Request, body: Any, session: str | None) -> ChatRequest:
@@ -258,6 +265,8 @@ class _Server:
                 request.state.log["report"] = prepared.report_id
             if window is None:
                 headers["X-Loom-Passthrough"] = "true"
+            if prepared.cache_marks is not None:
+                headers["X-Loom-Cache-Marks"] = prepared.cache_marks
             return headers
 
         chunks = self.proxy.chunks(prepared)

@@ -1,9 +1,10 @@
 """``POST /v1/messages``: Anthropic's Messages API, converted at the edge.
 
 The request (`system` as a string or text blocks, `messages` with content blocks,
-`tool_use` / `tool_result`, `tools` in Anthropic's shape, `max_tokens`, `stream`) becomes a
-chat-completions body (`from_anthropic`, then `to_openai`) that goes through the proxy's one
-pipeline, to whichever upstream the model is configured with; the reply comes back as a
+`tool_use` / `tool_result` (a result may hold images and documents), `tools` in Anthropic's
+shape, `max_tokens`, `stream`) becomes a chat-completions body (`from_anthropic`, then
+`to_openai`) that goes through the proxy's one pipeline, to whichever upstream the model is
+configured with; the reply comes back as a
 ``message`` object, or as Anthropic's events (``message_start``, ``content_block_start``,
 ``content_block_delta`` with ``text_delta`` / ``input_json_delta``, ``content_block_stop``,
 ``message_delta``, ``message_stop``). Errors are in Anthropic's shape,
@@ -12,25 +13,32 @@ pipeline, to whichever upstream the model is configured with; the reply comes ba
 What does not carry over, refused with a 400 naming it: server tools (``web_search``,
 ``bash``...: a proxy cannot run them), extended ``thinking`` (Loom's messages have no place
 for signed thinking blocks), and any field this module does not know. ``top_k`` and
-``metadata`` are accepted and not sent on. The client's ``cache_control`` marks are not
-kept: Loom builds the window from the session's memory, not from the client's copy, and
-places the prompt-cache breakpoints itself (at most four, on the window's stable prefix), so
-a client's mark would point at a message the window may not hold where the client put it.
+``metadata`` are accepted and not sent on. The client's ``cache_control`` marks are read
+into `ClientMarks` and moved onto the matching content of the window Loom sends
+(`loomctx.server._cache_marks` says where each one goes).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from loomctx.errors import ConfigError
-from loomctx.messages import from_anthropic, to_openai, to_openai_tools
+from loomctx.messages import Message, from_anthropic, to_openai, to_openai_tools
+from loomctx.server._cache_marks import (
+    ClientMarks,
+    MarkedMessage,
+    check_count,
+    control_of,
+    message_key,
+)
 from loomctx.server._errors import RequestError
 from loomctx.server._faces import Blocks, arguments_of, body_fields, error_of, sse
 from loomctx.server._upstream import Reply
 
-__all__ = ["MessagesFace", "anthropic_error", "chat_body_of_messages"]
+__all__ = ["MessagesFace", "anthropic_error", "chat_body_of_messages", "client_marks"]
 
 _PASSED: Final = frozenset({"temperature", "top_p"})
 _IGNORED: Final = frozenset({"top_k", "metadata", "cache_control"})
@@ -148,17 +156,83 @@ def chat_body_of_messages(body: Any) -> dict[str, Any]:
     return out
 
 
+def client_marks(body: Mapping[str, Any]) -> ClientMarks:
+    """The ``cache_control`` marks of a Messages API request `body` that
+    `chat_body_of_messages` accepted (a 400 for a malformed mark, or too many): a mark on a
+    message's block stands for the Loom message that block became."""
+    system = body.get("system")
+    on_system = None
+    count = 0
+    if isinstance(system, list):
+        for j, block in enumerate(system):
+            control = control_of(block, f"system[{j}]")
+            count += control is not None
+            on_system = control or on_system
+    tools = {
+        str(tool.get("name")): control
+        for i, tool in enumerate(body.get("tools") or ())
+        if (control := control_of(tool, f"tools[{i}]")) is not None
+    }
+    found: list[tuple[int, int, Mapping[str, Any]]] = []  # (message, block, mark)
+    for i, raw in enumerate(body["messages"]):
+        content = raw.get("content")
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            control = control_of(block, f"messages[{i}].content[{j}]")
+            for k, inner in enumerate(_inner_blocks(block)):
+                where = f"messages[{i}].content[{j}].content[{k}]"
+                control = control_of(inner, where) or control
+            if control is not None:
+                found.append((i, j, control))
+    check_count(count + len(tools) + len(found))
+    marks = ClientMarks(system=on_system, tools=tools)
+    if not found:
+        return marks
+    converted: list[Message] = []
+    starts: list[int] = []  # where each message's conversion begins in `converted`
+    for raw in body["messages"]:
+        starts.append(len(converted))
+        converted += from_anthropic([raw])
+    marked: list[tuple[int, Mapping[str, Any]]] = []  # (index in `converted`, mark)
+    for i, j, control in found:
+        raw = body["messages"][i]
+        # The message that block became: the last one its message's blocks up to it make.
+        upto = len(from_anthropic([{**raw, "content": raw["content"][: j + 1]}]))
+        if upto:
+            marked.append((starts[i] + upto - 1, control))
+    keys = [message_key(m) for m in converted]
+    return replace(
+        marks,
+        messages=tuple(
+            MarkedMessage(key=keys[at], later=keys[at + 1 :].count(keys[at]), control=control)
+            for at, control in marked
+        ),
+    )
+
+
+def _inner_blocks(block: Any) -> list[Any]:
+    """The blocks inside a `tool_result` block's content (none for other blocks)."""
+    if isinstance(block, Mapping) and block.get("type") == "tool_result":
+        inner = block.get("content")
+        if isinstance(inner, list):
+            return inner
+    return []
+
+
 def _usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Chat usage as Anthropic's: `input_tokens` without the cached ones, as Anthropic
+    """Chat usage as Anthropic's: the cache's reads and writes as the upstream reported them
+    (``prompt_tokens_details``: `cached_tokens`, `cache_write_tokens`; an OpenAI upstream
+    that reports no writes wrote none), and `input_tokens` without either, as Anthropic
     counts them."""
     usage = usage or {}
     prompt = int(usage.get("prompt_tokens") or 0)
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
+    written = int(details.get("cache_write_tokens") or 0)
     return {
-        "input_tokens": prompt - cached,
+        "input_tokens": max(0, prompt - cached - written),
         "output_tokens": int(usage.get("completion_tokens") or 0),
         "cache_read_input_tokens": cached,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": written,
     }
 
 

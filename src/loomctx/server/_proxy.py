@@ -69,7 +69,8 @@ from loomctx.context.turns import Split, split_request
 from loomctx.errors import ConfigError, ConflictError, LoomError
 from loomctx.memory.core import same_view
 from loomctx.messages import Message, from_openai, split_units, to_openai, tool_spec
-from loomctx.parts import fewer_parts
+from loomctx.parts import AudioPart, fewer_parts
+from loomctx.server._cache_marks import ClientMarks, header_of
 from loomctx.server._config import ModelConfig, TenantConfig
 from loomctx.server._errors import RequestError
 from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
@@ -104,6 +105,7 @@ class ChatRequest:
     session: str
     new_session: bool
     idempotency_key: str | None = None  # the ``Idempotency-Key`` header, if sent
+    cache_marks: ClientMarks | None = None  # the client's own (`POST /v1/messages`)
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -126,6 +128,7 @@ class Prepared:
     complete: bool = False
     recorded: bool = False  # the request's turn is in memory: its reply goes there too
     saving: asyncio.Future[None] | None = None  # the write of step 5, running
+    cache_marks: str | None = None  # the ``X-Loom-Cache-Marks`` header, with client marks
 
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -298,6 +301,15 @@ class ChatProxy:
         current = [Message.system(system)] if system else []
         if split.turn_message is not None:  # with its images and files
             current.append(split.turn_message)
+        if request.model.provider == "anthropic" and any(
+            isinstance(p, AudioPart) for m in current for p in m.parts
+        ):
+            raise RequestError(
+                f"the last user message holds audio, and model `{request.model.name}` is "
+                "served by Anthropic, whose API takes no audio: send its transcript as text",
+                param="messages",
+                code="unsupported_content",
+            )
         self._check_fits(tenant, request, [*current, *split.in_flight], "current turn")
 
     def _check_fits(
@@ -572,20 +584,32 @@ class ChatProxy:
         reply = Reply(request.model.name)
         instructions = prepared.tenant.instructions
         if isinstance(upstream, OpenAIUpstream):
-            if window is not None:
-                messages = to_openai(window.messages)
+            if window is not None:  # a tool result's images follow it in a user message
+                messages = to_openai(window.messages, strict=True)
             else:  # passthrough: the client's messages as sent, after the tenant's policy
                 messages = list(request.body["messages"])
+                if any(
+                    m.get("role") == "tool" and isinstance(m.get("content"), list) for m in messages
+                ):
+                    messages = to_openai(from_openai(messages), strict=True)  # tool images
                 if instructions:
                     messages.insert(0, {"role": "system", "content": instructions})
             parts = upstream.stream(messages, fields=fields, breakpoints=breakpoints)
+            if request.cache_marks:  # OpenAI caches prefixes by itself: no marks to send
+                prepared.cache_marks = header_of(request.cache_marks, 0, sent=False)
         else:
             fields.pop("tools", None)
             if window is not None:
                 msgs, tools = list(window.messages), list(window.tools)
             else:
                 msgs, tools = self.passthrough_messages(prepared), list(request.tools)
-            parts = upstream.stream(msgs, tools=tools, fields=fields, breakpoints=breakpoints)
+            marks = None
+            if request.cache_marks:
+                marks, left_out = request.cache_marks.resolve(msgs)
+                prepared.cache_marks = header_of(request.cache_marks, left_out, sent=True)
+            parts = upstream.stream(
+                msgs, tools=tools, fields=fields, breakpoints=breakpoints, marks=marks
+            )
         prepared.reply = reply
         async for chunk in parts:
             reply.add(chunk)

@@ -6,8 +6,9 @@ The request becomes a chat-completions body that goes through the proxy's one pi
 - `input` (a string, or a list of items) becomes the conversation: messages (`input_text`
   / `output_text` parts; image and file parts as the chat format's), ``function_call``
   items as the tool calls of an assistant message, ``function_call_output`` items as their
-  results (a tool unit); ``reasoning`` items are dropped (no place for them in Loom's
-  messages);
+  results (a tool unit; an `output` list may hold ``input_image`` and ``input_file`` parts);
+  ``reasoning`` items are dropped (no place for them in Loom's messages). The conversion is
+  `loomctx.messages.responses_input_to_openai`, which `loomctx replay` reads logs with too;
 - `tools`: function tools (``{"type": "function", "name", "parameters", ...}``) only;
   built-in tools (``web_search``, ``file_search``, ``computer_use``...) are refused: a proxy
   cannot run them;
@@ -33,6 +34,8 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
+from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.messages import responses_input_to_openai, to_openai_tools
 from loomctx.server._errors import RequestError
 from loomctx.server._faces import Blocks, body_fields, error_of, sse
 from loomctx.server._upstream import Reply
@@ -50,7 +53,6 @@ _HANDLED: Final = frozenset(
     {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
     | {"previous_response_id", "text", "reasoning"}
 )
-_TEXT_PARTS: Final = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
 def _refuse(message: str, param: str, code: str | None = None) -> RequestError:
@@ -96,91 +98,12 @@ def previous_response(store: MemoryStore, tenant: str, response_id: Any) -> dict
     }
 
 
-def _text(content: Any, where: str) -> str | list[dict[str, Any]]:
-    """A message's content as chat content: text, or parts when it holds an image or file."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _refuse(f"`{where}.content` must be a string or a list of content parts", "input")
-    parts: list[dict[str, Any]] = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind in _TEXT_PARTS:
-            text = part.get("text", part.get("refusal"))
-            if not isinstance(text, str):
-                raise _refuse(f"`{where}.content[{j}]` needs a string `text`", "input")
-            parts.append({"type": "text", "text": text})
-        elif kind == "input_image":
-            image: dict[str, Any] = {"url": part.get("image_url") or part.get("file_id")}
-            if part.get("detail"):
-                image["detail"] = part["detail"]
-            parts.append({"type": "image_url", "image_url": image})
-        elif kind == "input_file":
-            file = {k: part[k] for k in ("file_data", "file_id", "filename") if k in part}
-            parts.append({"type": "file", "file": file})
-        else:
-            raise _refuse(
-                f"`{where}.content[{j}]` has type {kind!r:.40}; Loom's /v1/responses takes "
-                "`input_text`, `output_text`, `input_image` and `input_file` parts",
-                "input",
-            )
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
-
-
 def _messages(items: Any) -> list[dict[str, Any]]:
-    """Responses input items as chat messages."""
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
-    if not isinstance(items, list):
-        raise _refuse("`input` must be a string or a list of input items", "input")
-    out: list[dict[str, Any]] = []
-    calling = False  # the last message is an assistant message that function calls extend
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if not isinstance(item, Mapping):
-            raise _refuse(f"`{where}` must be an object", "input")
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise _refuse(
-                    f"`{where}.role` must be user, assistant, system or developer, got "
-                    f"{role!r:.40}",
-                    "input",
-                )
-            out.append({"role": role, "content": _text(item.get("content"), where)})
-            calling = role == "assistant"
-        elif kind == "function_call":
-            call_id, name = item.get("call_id"), item.get("name")
-            if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-                raise _refuse(f"`{where}` needs a `call_id` and a `name`", "input")
-            call = {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": item.get("arguments") or ""},
-            }
-            if not calling:
-                out.append({"role": "assistant", "content": None})
-                calling = True
-            out[-1].setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            call_id, output = item.get("call_id"), item.get("output")
-            if not isinstance(call_id, str) or not call_id:
-                raise _refuse(f"`{where}` needs the `call_id` of the call it answers", "input")
-            content = output if isinstance(output, str) else _text(output, where)
-            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
-            calling = False
-        elif kind == "reasoning":
-            continue
-        else:
-            raise _refuse(
-                f"`{where}` has type {kind!r:.40}; Loom's /v1/responses takes `message`, "
-                "`function_call`, `function_call_output` and `reasoning` items",
-                "input",
-            )
-    return out
+    """Responses input items as chat messages (a 400 naming what is wrong)."""
+    try:
+        return responses_input_to_openai(items)
+    except MessageFormatError as exc:
+        raise _refuse(str(exc), "input") from None
 
 
 def _tools(raw: Any) -> list[dict[str, Any]]:
@@ -198,14 +121,12 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
                 '({"type": "function", "name", "parameters"}) only',
                 "tools",
             )
-        function = {
-            k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool
-        }
-        if not isinstance(function.get("name"), str) or not function["name"]:
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise _refuse(f"`tools[{i}]` needs a `name`", "tools")
-        if function.get("strict") is None:
-            function.pop("strict", None)
-        out.append({"type": "function", "function": function})
+        try:
+            out += to_openai_tools([tool])
+        except ConfigError as exc:
+            raise _refuse(f"`tools[{i}]`: {exc}", "tools") from None
     return out
 
 

@@ -9,7 +9,9 @@ yield OpenAI ``chat.completion.chunk`` dicts:
   calls come back exactly as the model streamed them.
 - `AnthropicUpstream` sends through Loom's `AnthropicLLM` (the official `anthropic` SDK, with
   the window's prompt-cache breakpoints) and turns its chunks into OpenAI's: text deltas,
-  tool-call deltas (id and name first, then argument fragments), the finish reason, usage.
+  tool-call deltas (id and name first, then argument fragments), the finish reason, usage
+  (the cache's reads as ``prompt_tokens_details.cached_tokens`` and its writes as
+  ``prompt_tokens_details.cache_write_tokens``, as OpenAI's newer models report them).
 
 Every chunk carries the model name the client asked for (the configured alias, never the
 upstream's id). Each call is bounded by the model's timeouts (`ModelConfig`): an upstream that
@@ -42,11 +44,12 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from dataclasses import replace
 from typing import Any, Final
 
 from loomctx.agent.llm import LLMOptions, check_model_requests_allowed
 from loomctx.errors import LoomError, ProviderError
-from loomctx.messages import Message
+from loomctx.messages import CacheMarks, Message
 from loomctx.server._config import ModelConfig
 from loomctx.server._errors import error_body
 
@@ -472,9 +475,13 @@ class AnthropicUpstream:
         tools: Sequence[Mapping[str, Any]],
         fields: Mapping[str, Any],
         breakpoints: Sequence[int] = (),
+        marks: CacheMarks | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """OpenAI chunks for Anthropic's stream of `messages`, within the model's timeouts."""
-        chunks = self._stream(messages, tools=tools, fields=fields, breakpoints=breakpoints)
+        """OpenAI chunks for Anthropic's stream of `messages`, within the model's timeouts;
+        the client's own cache `marks` go before Loom's `breakpoints`."""
+        chunks = self._stream(
+            messages, tools=tools, fields=fields, breakpoints=breakpoints, marks=marks
+        )
         return _bounded(chunks, self.config, self._secrets)
 
     async def _stream(
@@ -484,8 +491,9 @@ class AnthropicUpstream:
         tools: Sequence[Mapping[str, Any]],
         fields: Mapping[str, Any],
         breakpoints: Sequence[int],
+        marks: CacheMarks | None,
     ) -> AsyncGenerator[dict[str, Any]]:
-        options = _anthropic_options(fields, breakpoints)
+        options = replace(_anthropic_options(fields, breakpoints), cache_marks=marks)
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         model = self.config.name
@@ -531,7 +539,10 @@ class AnthropicUpstream:
                                 "prompt_tokens": u.input_tokens,
                                 "completion_tokens": u.output_tokens,
                                 "total_tokens": u.input_tokens + u.output_tokens,
-                                "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+                                "prompt_tokens_details": {
+                                    "cached_tokens": u.cached_input_tokens,
+                                    "cache_write_tokens": u.cache_write_tokens,
+                                },
                             },
                         }
         except ProviderError as exc:

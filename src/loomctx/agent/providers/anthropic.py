@@ -181,9 +181,12 @@ class AnthropicLLM(SDKProvider):
     ) -> dict[str, Any]:
         anthropic_tools = to_anthropic_tools(tools) if tools else []
         system: Any
-        if options.cache_breakpoints:
+        if options.cache_breakpoints or options.cache_marks:
             system, wire, anthropic_tools = mark_anthropic_cache(
-                messages, options.cache_breakpoints, tools=anthropic_tools
+                messages,
+                options.cache_breakpoints,
+                tools=anthropic_tools,
+                marks=options.cache_marks,
             )
         else:
             system, wire = to_anthropic(messages)
