@@ -35,7 +35,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -60,7 +60,12 @@ SESSION_KIND: Final = "chat_session"
 
 _KEY_CACHE: Final = 4096  # messages whose key a log keeps (L1 holds 50 tasks a session)
 
+# A full report has every field without a default (later fields have defaults: older
+# reports lack them and still load whole).
 _FULL: Final = frozenset(f.name for f in fields(ContextReport))
+_REQUIRED: Final = frozenset(
+    f.name for f in fields(ContextReport) if f.default is MISSING and f.default_factory is MISSING
+)
 _SOURCE: Final = frozenset(f.name for f in fields(SourceReport))
 _BLOCK: Final = frozenset(f.name for f in fields(BlockReport))
 
@@ -73,7 +78,7 @@ def report_from_payload(data: Mapping[str, Any], *, window: int | None = None) -
     """A report from its JSON form, or from a `context_assembled` event's `report` payload
     (`window`: the model's window, needed only for the summary form, which has no blocks)."""
     try:
-        if data.keys() >= _FULL:
+        if data.keys() >= _REQUIRED:
             full = _only(data, _FULL)
             full["sources"] = [_only(source_fields(s), _SOURCE) for s in data["sources"]]
             full["blocks"] = [_only(b, _BLOCK) for b in data["blocks"]]
