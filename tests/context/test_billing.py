@@ -32,9 +32,7 @@ from .test_orchestrator import DocsSource
 COUNTER = TiktokenCounter()
 
 
-def test_anthropic_reads_the_previous_entry_writes_to_the_last_breakpoint_and_bills_the_rest_plain() -> (
-    None
-):  # noqa: E501
+def test_anthropic_reads_the_last_entry_writes_to_the_last_breakpoint_bills_the_rest() -> None:
     p = ANTHROPIC.predict(tokens=5000, reused=4200, marks=(1500, 4100, 4600),
                           previous_marks=(1500, 3000, 4100))  # fmt: skip
     assert (p.cached, p.written, p.plain) == (4100, 500, 400)
@@ -70,7 +68,8 @@ def test_pricing_by_provider_and_model_family() -> None:
     assert pricing_for("openai", "gpt-4o-mini") is OPENAI
     assert pricing_for("openai", "gpt-5.1").read == 0.1
     assert pricing_for("openai", "gpt-4.1-mini").read == 0.25
-    assert ANTHROPIC_1H.write == 2.0 and ANTHROPIC_1H.lifetime == 3600
+    assert ANTHROPIC_1H.write == 2.0
+    assert ANTHROPIC_1H.lifetime == 3600
     assert ANTHROPIC.with_lifetime(60).lifetime == 60
     with pytest.raises(ConfigError, match="unknown provider 'gemini'"):
         pricing_for("gemini")
@@ -108,7 +107,8 @@ async def test_a_build_predicts_its_bill_from_its_breakpoints() -> None:
         state=LayoutState(clock=clock),
     )  # fmt: skip
     first = await orch.build(query="Where is order 21?")
-    assert first.layout is not None and first.layout.tail_start < len(first.messages)
+    assert first.layout is not None
+    assert first.layout.tail_start < len(first.messages)
     r1 = first.report
     # Nothing cached on a session's first call; written up to the last breakpoint, which
     # ends right before the dynamic tail; the tail and the user turn are billed plain.
@@ -131,7 +131,8 @@ async def test_a_build_predicts_its_bill_from_its_breakpoints() -> None:
     clock.now += ANTHROPIC.lifetime + 1  # idle past the cache's lifetime
     third = await orch.build(query="Thanks. Order 35?")
     r3 = third.report
-    assert r3.cache_cold and r3.predicted_cached == 0
+    assert r3.cache_cold
+    assert r3.predicted_cached == 0
     assert r3.predicted_written == r3.cache_marks[-1]
     assert r3.reused_prefix_tokens > 0  # the prompt repeats, but the cache has expired
 
@@ -147,7 +148,8 @@ async def test_an_openai_build_predicts_its_repeated_prefix_cached_and_nothing_w
     await orch.build(query="first")
     history.extend([Message.user("first"), Message.assistant("ok")])
     report = (await orch.build(query="second")).report
-    assert report.pricing == "openai" and report.predicted_written == 0
+    assert report.pricing == "openai"
+    assert report.predicted_written == 0
     assert 0 < report.predicted_cached <= report.reused_prefix_tokens
     assert report.reused_prefix_tokens - report.predicted_cached < 128
 
@@ -162,6 +164,7 @@ async def test_the_prediction_round_trips_and_old_reports_without_it_still_load(
     old = {k: v for k, v in data.items() if k not in {"pricing", "predicted_cached",
            "predicted_written", "predicted_plain", "cache_cold", "cache_marks"}}  # fmt: skip
     for loaded in (ContextReport.from_dict(old), report_from_payload(old)):
-        assert loaded.pricing == "" and loaded.cache_marks == ()
+        assert loaded.pricing == ""
+        assert loaded.cache_marks == ()
         assert loaded.blocks == report.blocks  # the whole report, not its summary form
         assert loaded.predicted_plain == loaded.token_count
