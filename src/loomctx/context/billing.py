@@ -33,21 +33,24 @@ all use this one model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
 from loomctx.errors import ConfigError
 
 __all__ = [
     "ANTHROPIC",
     "ANTHROPIC_1H",
+    "MISS_FLOOR",
     "OPENAI",
     "OPENAI_GPT5",
     "PROVIDERS",
     "CachePrediction",
     "CachePricing",
+    "ReportedUsage",
     "pricing_for",
+    "unexpected_miss",
 ]
 
 _OPENAI_STEP: Final = 128  # OpenAI's cache hits grow in steps of this many tokens
@@ -157,6 +160,45 @@ class CachePrediction:
     def tokens(self) -> int:
         """The whole prompt."""
         return self.cached + self.written + self.plain
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportedUsage:
+    """What a provider reported for one call's prompt, to set beside the prediction:
+    `input` every prompt token (read and written ones included), `cache_read` those read
+    from its cache, `cache_write` those written to it (Anthropic's
+    ``cache_creation_input_tokens``; 0 where a provider does not report writes)."""
+
+    input: int
+    cache_read: int = 0
+    cache_write: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """Plain JSON."""
+        return {"input": self.input, "cache_read": self.cache_read, "cache_write": self.cache_write}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReportedUsage:
+        """The inverse of `to_dict` (missing counts are 0)."""
+        return cls(
+            input=int(data.get("input") or 0),
+            cache_read=int(data.get("cache_read") or 0),
+            cache_write=int(data.get("cache_write") or 0),
+        )
+
+
+MISS_FLOOR: Final = 1024
+"""Below this many predicted cached tokens, a miss is not flagged (too small to matter, and
+below the providers' shortest cached prefix)."""
+
+
+def unexpected_miss(predicted_cached: int, reported: ReportedUsage | None) -> bool:
+    """Whether the provider's cache missed unexpectedly: more than `MISS_FLOOR` tokens were
+    predicted cached and the provider reported reading under half of them (the cache was
+    evicted early, the prompt's prefix changed, or its breakpoints were not sent)."""
+    if reported is None or predicted_cached <= MISS_FLOOR:
+        return False
+    return reported.cache_read < 0.5 * predicted_cached
 
 
 ANTHROPIC: Final = CachePricing(name="anthropic", read=0.1, write=1.25)
