@@ -300,7 +300,11 @@ def inspect(
     ] = True,
     port: Annotated[int, typer.Option("--port", help="--web: the port.", min=1)] = 8701,
     pricing: Annotated[
-        str, typer.Option("--pricing", help="--web: cost as billed by `anthropic` or `openai`.")
+        str,
+        typer.Option(
+            "--pricing",
+            help="--web: the cache pricing (`anthropic`, `openai`, `openai-gpt-5`, ...).",
+        ),
     ] = "anthropic",
     price: Annotated[
         float | None,
