@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loomctx import (
     ConfigError,
@@ -22,6 +24,7 @@ from loomctx.context.billing import (
     ANTHROPIC_1H,
     OPENAI,
     OPENAI_GPT5,
+    PROVIDERS,
     CachePricing,
     pricing_for,
 )
@@ -168,3 +171,34 @@ async def test_the_prediction_round_trips_and_old_reports_without_it_still_load(
         assert loaded.cache_marks == ()
         assert loaded.blocks == report.blocks  # the whole report, not its summary form
         assert loaded.predicted_plain == loaded.token_count
+
+
+@given(
+    tokens=st.integers(0, 20_000),
+    reused=st.integers(-5, 20_000),
+    marks=st.lists(st.integers(0, 20_000), max_size=4),
+    previous=st.lists(st.integers(0, 20_000), max_size=4),
+    cold=st.booleans(),
+    pricing=st.sampled_from(sorted(PROVIDERS.values(), key=lambda p: p.name)),
+)
+def test_a_prediction_splits_the_whole_prompt_and_reads_no_more_than_it_repeats(
+    tokens: int,
+    reused: int,
+    marks: list[int],
+    previous: list[int],
+    cold: bool,
+    pricing: CachePricing,
+) -> None:
+    p = pricing.predict(
+        tokens=tokens, reused=reused, marks=marks, previous_marks=previous, cold=cold
+    )
+    assert min(p.cached, p.written, p.plain) >= 0
+    assert p.tokens == tokens
+    assert p.cached <= max(0, reused)
+    if cold:
+        assert p.cached == 0
+    if not pricing.breakpoints:
+        assert p.written == 0
+    # Never billed above writing all of it, never below reading all of it.
+    bill = pricing.bill(p)
+    assert pricing.read * tokens - 1e-9 <= bill <= max(pricing.write, pricing.plain) * tokens + 1e-9
