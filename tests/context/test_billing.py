@@ -17,6 +17,7 @@ from loomctx import (
     Message,
     PromptSource,
     TiktokenCounter,
+    ToolSource,
     UserInputSource,
 )
 from loomctx.context.billing import (
@@ -28,6 +29,7 @@ from loomctx.context.billing import (
     CachePricing,
     pricing_for,
 )
+from loomctx.context.orchestrator import cache_marks
 from loomctx.session.windows import report_from_payload
 
 from .test_orchestrator import DocsSource
@@ -202,3 +204,24 @@ def test_a_prediction_splits_the_whole_prompt_and_reads_no_more_than_it_repeats(
     # Never billed above writing all of it, never below reading all of it.
     bill = pricing.bill(p)
     assert pricing.read * tokens - 1e-9 <= bill <= max(pricing.write, pricing.plain) * tokens + 1e-9
+
+
+async def test_cache_marks_agree_with_counting_each_prefix_whole() -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "find", "description": "Find an order.",
+            "parameters": schema}}  # fmt: skip
+    history = HistorySource(_conversation(10))
+    orch = ContextOrchestrator(
+        token_counter=COUNTER,
+        sources=[PromptSource("Rules."), ToolSource([tool]), history,
+                 DocsSource(["doc " * 80]), UserInputSource()],
+        model_context_window=8000,
+    )  # fmt: skip
+    window = await orch.build(query="order 3?")
+    assert window.layout is not None
+    ends = {window.layout.prefix_end, *window.layout.breakpoints()}
+    whole = {COUNTER.count_messages(window.messages[:e], tools=window.tools) for e in ends}
+    assert window.report.cache_marks == tuple(sorted(whole))
+    assert cache_marks(COUNTER, window.messages, window.tools, window.layout) == tuple(
+        sorted(whole)
+    )

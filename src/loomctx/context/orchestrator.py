@@ -53,7 +53,7 @@ from loomctx.messages import (
     to_openai,
     to_openai_tools,
 )
-from loomctx.tokens import TiktokenCounter, TokenCounter
+from loomctx.tokens import TOKENS_REPLY_PRIMING, TiktokenCounter, TokenCounter
 
 __all__ = [
     "ContextOrchestrator",
@@ -95,17 +95,28 @@ def cache_marks(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
     layout: Layout,
+    total: int | None = None,
 ) -> tuple[int, ...]:
     """The prompt's sizes (tools, then messages) up to each cache breakpoint Loom marks: the
     stable prefix (the system message, or the tools without one), then `layout`'s
-    `breakpoints` (as `ContextWindow.to_anthropic` marks them); ascending, distinct. Counts
-    of texts the counter has seen are look-ups, so this re-tokenizes nothing."""
-    ends = sorted({layout.prefix_end, *layout.breakpoints()})
-    out = [
-        counter.count_messages(messages[:end], tools=tools)
-        for end in ends
-        if end > 0 or (end == 0 and tools)
-    ]
+    `breakpoints` (as `ContextWindow.to_anthropic` marks them); ascending, distinct.
+
+    `total` is the prompt's whole count, if known. A breakpoint in the second half of the
+    prompt is measured as `total` less what follows it (message counts add up: each message
+    is counted on its own, the reply priming once), so a build counts a few messages again,
+    never its whole history."""
+    if total is None:
+        total = counter.count_messages(messages, tools=tools)
+    out = []
+    for end in sorted({layout.prefix_end, *layout.breakpoints()}):
+        if end == 0 and not tools:
+            continue
+        if end >= len(messages):
+            out.append(total)
+        elif 2 * end > len(messages):
+            out.append(total - counter.count_messages(messages[end:]) + TOKENS_REPLY_PRIMING)
+        else:
+            out.append(counter.count_messages(messages[:end], tools=tools))
     return tuple(sorted(set(out)))
 
 
@@ -352,7 +363,7 @@ class ContextOrchestrator:
         )
         now = self.state.clock()
         cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
-        marks = cache_marks(counter, messages, tools, layout)
+        marks = cache_marks(counter, messages, tools, layout, token_count)
         prediction = self.pricing.predict(
             tokens=token_count,
             reused=reused,
