@@ -12,7 +12,8 @@ import pytest
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import CallCost, bill_calls, evaluate_cost, load_exchanges
-from tests.evaluation.test_evaluate import locomo_data, write
+from loomctx.evaluation.retrieval import load_longmemeval
+from tests.evaluation.test_evaluate import lme_data, locomo_data, write
 
 # The test conversation's prompts are a few hundred tokens, under the providers' shortest
 # cached prefix: these pricings cache any prefix, so that the bill shows the cache at work.
@@ -132,3 +133,14 @@ def test_a_cold_cache_at_each_session_s_start_reads_less(locomo: Path) -> None:
     # The whole history's second session opens on 30 turns its cache no longer holds.
     whole = result["strategies"]["whole history"]
     assert whole["cached_share_cold"] < whole["cached_share"]
+
+
+def test_each_longmemeval_haystack_session_opens_on_a_cold_cache(tmp_path: Path) -> None:
+    path = write(tmp_path / "longmemeval_s.json", lme_data())
+    (question,) = load_longmemeval(path)[:1]
+    result = evaluate_cost(path, window=600, reserve=100, pricings=SMALL)
+    whole = result["strategies"]["whole history"]
+    # Sessions days apart: each opens with nothing read, so cold reads less than warm.
+    assert len(question.sessions) > 1
+    assert whole["cached_share_cold"] < whole["cached_share"]
+    assert whole["billed_anthropic_cold"] > whole["billed_anthropic"]

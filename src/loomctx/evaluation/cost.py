@@ -133,9 +133,15 @@ def _replays(path: str | Path, limit: int | None) -> list[_Replay]:
     exchanges that open a session (days apart: a provider's cache, minutes to an hour, has
     expired by then)."""
     if "longmemeval" in Path(path).name.lower():
-        return [
-            (f"question-{i}", ex, {}, {0}) for i, ex in enumerate(load_exchanges(path, limit=limit))
-        ]
+        out: list[_Replay] = []
+        for i, q in enumerate(load_longmemeval(path)[: limit or 1]):
+            exchanges: list[Exchange] = []
+            starts: set[int] = set()
+            for session in q.sessions:  # each haystack session opens on a cold cache
+                starts.add(len(exchanges))
+                exchanges += _pair(list(session), user="user")
+            out.append((f"question-{i}", exchanges, {}, starts))
+        return out
     return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
 
 
