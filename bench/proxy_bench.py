@@ -25,9 +25,12 @@ folder; the upstream and the clients run in this process.
 3. Input tokens billed, replaying one LoCoMo conversation through the proxy with the client
    re-sending its whole history each turn, against the client calling the model directly
    (the whole history each time): tokens counted with o200k_base on what the upstream got.
-   Billed as well under prompt-cache pricing (`loomctx.evaluation.cost.PRICES`: Anthropic
-   0.1 x cached + 1.25 x new, OpenAI 0.5 x cached + 1 x new), a call's cached tokens being
-   the leading messages it repeats of the previous call's prompt.
+   Billed as well under each provider's prompt cache (`loomctx.context.billing`, the pricings
+   of `loomctx.evaluation.cost.HEADLINE`): the direct client marks the end of its prompt
+   (Anthropic: 0.1 x read, 1.25 x what is new, written); Loom's windows as Loom marks them,
+   read from the windows the proxy saved (their breakpoints, and the dynamic tail after the
+   last one at the plain price); a call's cached tokens are the leading messages it repeats
+   of the previous call's prompt.
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ from typing import Any
 from _common import LOCOMO, locomo_turns, p95_ms
 
 from loomctx.context.orchestrator import repeated_prefix_tokens
-from loomctx.evaluation.cost import PRICES
+from loomctx.evaluation.cost import HEADLINE, CallCost, bill_calls
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message, from_openai
 from loomctx.server import LoomService, hash_key, load_serve_config
+from loomctx.session.windows import WindowLog, report_from_payload
+from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TiktokenCounter
 
 KEY = "sk-bench"
@@ -378,6 +383,14 @@ def billed() -> None:
             messages.append({"role": "assistant", "content": text})
         conn.close()
         server.stop()
+        store = SQLiteStore(Path(tmp) / "loom.db")
+        try:  # the windows the proxy saved: their reports hold their breakpoints
+            saved = [
+                report_from_payload(r.data["report"])
+                for r in WindowLog(store, ("bench",)).records("locomo")
+            ]
+        finally:
+            store.close()
     through = upstream.tokens
     print(
         f"3. billed input tokens, LoCoMo conversation {conv['sample_id']} ({len(whole)} calls, "
@@ -394,12 +407,26 @@ def billed() -> None:
         f"   cached (repeating the previous call's prompt): direct {sum(direct_cached):,}, "
         f"loom {sum(loom_cached):,}"
     )
-    for provider, (read, write) in PRICES.items():
-        d = billed_tokens(whole, direct_cached, read, write)
-        lo = billed_tokens(through, loom_cached, read, write)
+    direct = [
+        CallCost(prompt_tokens=t, cached_tokens=c, over_budget=False)
+        for t, c in zip(whole, direct_cached, strict=True)
+    ]
+    loom = [
+        CallCost(
+            prompt_tokens=r.token_count,
+            cached_tokens=r.reused_prefix_tokens,
+            over_budget=False,
+            marks=r.cache_marks,
+        )
+        for r in saved
+    ]
+    for provider, pricing in HEADLINE.items():
+        d = sum(pricing.bill(p) for p in bill_calls(direct, pricing))
+        lo = sum(pricing.bill(p) for p in bill_calls(loom, pricing))
         print(
-            f"   billed under {provider}'s cache pricing ({read} x cached + {write} x new): "
-            f"direct {d:,.0f}, loom {lo:,.0f} = {lo / d:.1%} of direct"
+            f"   billed under {provider}'s cache ({pricing.read} x read, {pricing.write} x "
+            f"written, {pricing.plain} x plain): direct {d:,.0f}, loom {lo:,.0f} = "
+            f"{lo / d:.1%} of direct"
         )
 
 
@@ -410,11 +437,6 @@ def cached_tokens(prompts: list[list[Message]]) -> list[int]:
         out.append(repeated_prefix_tokens(COUNTER, previous, prompt, ()))
         previous = (prompt, ())
     return out
-
-
-def billed_tokens(total: list[int], cached: list[int], read: float, write: float) -> float:
-    """Input tokens billed: cached ones at `read`, the rest at `write`."""
-    return sum(read * c + write * (t - c) for t, c in zip(total, cached, strict=True))
 
 
 def main() -> None:

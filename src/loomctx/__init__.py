@@ -25,6 +25,7 @@ from loomctx.agent.retriever import (
 )
 from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loomctx.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
+from loomctx.context.billing import CachePrediction, CachePricing, ReportedUsage, pricing_for
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
 from loomctx.context.budget import AdaptiveBudgetManager, BudgetManager
 from loomctx.context.collector import ContextCollector
@@ -146,6 +147,8 @@ __all__ = [
     "BusClosedError",
     "BusLoopError",
     "CachePolicy",
+    "CachePrediction",
+    "CachePricing",
     "CallableCounter",
     "CompactionNote",
     "Completed",
@@ -216,6 +219,7 @@ __all__ = [
     "Recall",
     "Recalled",
     "Record",
+    "ReportedUsage",
     "Reranker",
     "RetrievalInjector",
     "RetrievalSettings",
@@ -268,6 +272,7 @@ __all__ = [
     "load_skills",
     "open_bus",
     "open_store",
+    "pricing_for",
     "result_reader",
     "run_tool_calls",
     "split_units",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from loomctx.agent.events import (
 )
 from loomctx.agent.llm import Usage
 from loomctx.agent.tools import ToolResult
+from loomctx.context.billing import CachePrediction, ReportedUsage, unexpected_miss
 from loomctx.context.report import BlockReport, ContextReport, SourceReport
 from loomctx.messages import ToolCall
 
@@ -79,6 +81,7 @@ EVENTS: list[tuple[AgentEvent, AgentEventType, dict[str, Any]]] = [
                 "cache_write_tokens": 0,
             },
             "finish_reason": "tool_calls",
+            "predicted": None,
         },
     ),
     (
@@ -155,6 +158,19 @@ def test_at_defaults_to_now_and_events_are_slotted() -> None:
     assert before <= event.at <= time.time()
     assert not hasattr(event, "__dict__")
     assert LLMTextDelta(**BASE, text="x", at=1.0).at == 1.0
+
+
+def test_a_completed_call_sets_the_provider_s_usage_beside_the_prediction() -> None:
+    predicted = CachePrediction(cached=3000, written=400, plain=600)
+    usage = Usage(
+        input_tokens=4000, output_tokens=9, cached_input_tokens=0, cache_write_tokens=3400
+    )
+    event = LLMCompleted(**BASE, text="t", usage=usage, finish_reason="stop", predicted=predicted)
+    assert event.reported == ReportedUsage(input=4000, cache_read=0, cache_write=3400)
+    assert event.to_dict()["predicted"] == {"cached": 3000, "written": 400, "plain": 600}
+    assert unexpected_miss(predicted.cached, event.reported)  # 0 read of 3,000 predicted
+    assert not unexpected_miss(predicted.cached, replace(event.reported, cache_read=2900))
+    assert LLMCompleted(**BASE, text="t", finish_reason="stop").reported is None
 
 
 def test_sequences_are_stored_as_tuples() -> None:

@@ -276,7 +276,8 @@ async def test_report_is_json_and_round_trips() -> None:
     assert set(data) == {
         "window", "output_reserve", "available", "token_count", "overhead_tokens",
         "token_counter", "sources", "blocks", "utilization", "reused_prefix_tokens",
-        "new_tokens", "compactions",
+        "new_tokens", "compactions", "pricing", "predicted_cached", "predicted_written",
+        "predicted_plain", "cache_cold", "cache_marks",
     }  # fmt: skip
     assert ContextReport.from_dict(data) == window.report
     assert data["sources"][0]["name"] == "system_prompt"

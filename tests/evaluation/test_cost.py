@@ -4,13 +4,20 @@ bill a prefix cache."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import PRICES, evaluate_cost, load_exchanges
-from tests.evaluation.test_evaluate import locomo_data, write
+from loomctx.evaluation.cost import CallCost, bill_calls, evaluate_cost, load_exchanges
+from loomctx.evaluation.retrieval import load_longmemeval
+from tests.evaluation.test_evaluate import lme_data, locomo_data, write
+
+# The test conversation's prompts are a few hundred tokens, under the providers' shortest
+# cached prefix: these pricings cache any prefix, so that the bill shows the cache at work.
+SMALL = [replace(p, min_tokens=0) for p in PROVIDERS.values()]
 
 
 @pytest.fixture
@@ -25,7 +32,7 @@ def test_exchanges_pair_each_user_stretch_with_the_replies_after_it(locomo: Path
 
 
 def test_every_strategy_is_measured_and_loom_stays_within_budget(locomo: Path) -> None:
-    result = evaluate_cost(locomo, window=600, reserve=100)
+    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
     json.dumps(result)
     whole, sliding, loom = (result["strategies"][s] for s in STRATEGY_NAMES)
     calls = len(load_exchanges(locomo)[0])
@@ -36,12 +43,46 @@ def test_every_strategy_is_measured_and_loom_stays_within_budget(locomo: Path) -
     # Sending everything is all prefix; dropping the oldest turn moves the prefix each call.
     assert whole["cached_share"] > 0.9
     assert loom["cached_share"] > sliding["cached_share"]
-    for s in (whole, sliding, loom):
-        read, write_ = PRICES["anthropic"]
-        cached = s["cached_share"] * s["mean_prompt_tokens"]
-        billed = read * cached + write_ * (s["mean_prompt_tokens"] - cached)
-        assert s["billed_anthropic"] == pytest.approx(billed, rel=0.01)
+    # A client marks the end of its prompt: the whole history reads the previous prompt and
+    # writes what is new at 1.25x; nothing is billed at the plain price.
+    cached = whole["cached_share"] * whole["mean_prompt_tokens"]
+    billed = 0.1 * cached + 1.25 * (whole["mean_prompt_tokens"] - cached)
+    assert whole["billed_anthropic"] == pytest.approx(billed, rel=0.01)
+    assert whole["providers"]["anthropic"]["plain"] == 0
+    # Loom's dynamic tail follows its last breakpoint: billed plain, not written.
+    anthropic = loom["providers"]["anthropic"]
+    assert anthropic["plain"] > 0
+    assert anthropic["cached"] + anthropic["written"] + anthropic["plain"] == pytest.approx(
+        loom["mean_prompt_tokens"], abs=0.2
+    )
+    cached = loom["cached_share"] * loom["mean_prompt_tokens"]
+    assert loom["billed_anthropic"] < 0.1 * cached + 1.25 * (loom["mean_prompt_tokens"] - cached)
     assert loom["billed_anthropic"] < sliding["billed_anthropic"]
+    # OpenAI writes at no premium; its newest family reads at a tenth.
+    assert all(s["providers"]["openai"]["written"] == 0 for s in (whole, sliding, loom))
+    assert loom["providers"]["openai-gpt-5"]["billed"] < loom["billed_openai"]
+
+
+def test_the_real_providers_cache_no_prefix_shorter_than_their_minimum(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100, only=["conv-x"])
+    for s in result["strategies"].values():  # every prompt is under 1,024 tokens
+        assert s["providers"]["anthropic"]["cached"] == 0
+        assert s["billed_anthropic"] == s["billed_openai"] == s["mean_prompt_tokens"]
+
+
+def test_calls_are_billed_where_they_are_marked() -> None:
+    calls = [
+        CallCost(prompt_tokens=3000, cached_tokens=0, over_budget=False, marks=(1200, 2500)),
+        CallCost(prompt_tokens=3600, cached_tokens=2500, over_budget=False, marks=(1200, 3100)),
+        CallCost(prompt_tokens=3700, cached_tokens=3100, over_budget=False, cold=True),
+    ]
+    first, second, third = bill_calls(calls, ANTHROPIC)
+    assert (first.cached, first.written, first.plain) == (0, 2500, 500)
+    assert (second.cached, second.written, second.plain) == (2500, 600, 500)
+    # No marks: one breakpoint at the end, as a client marks it.
+    assert (third.cached, third.written, third.plain) == (3100, 600, 0)
+    assert bill_calls(calls, ANTHROPIC, cold=True)[2].cached == 0
+    assert [p.written for p in bill_calls(calls, OPENAI)] == [0, 0, 0]
 
 
 STRATEGY_NAMES = ("whole history", "sliding window", "loom")
@@ -85,10 +126,21 @@ def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
 
 
 def test_a_cold_cache_at_each_session_s_start_reads_less(locomo: Path) -> None:
-    result = evaluate_cost(locomo, window=600, reserve=100)
+    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
     for s in result["strategies"].values():
         assert s["cached_share_cold"] <= s["cached_share"]
         assert s["billed_anthropic_cold"] >= s["billed_anthropic"]
     # The whole history's second session opens on 30 turns its cache no longer holds.
     whole = result["strategies"]["whole history"]
     assert whole["cached_share_cold"] < whole["cached_share"]
+
+
+def test_each_longmemeval_haystack_session_opens_on_a_cold_cache(tmp_path: Path) -> None:
+    path = write(tmp_path / "longmemeval_s.json", lme_data())
+    (question,) = load_longmemeval(path)[:1]
+    result = evaluate_cost(path, window=600, reserve=100, pricings=SMALL)
+    whole = result["strategies"]["whole history"]
+    # Sessions days apart: each opens with nothing read, so cold reads less than warm.
+    assert len(question.sessions) > 1
+    assert whole["cached_share_cold"] < whole["cached_share"]
+    assert whole["billed_anthropic_cold"] > whole["billed_anthropic"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from loomctx.agent.llm import Usage
+from loomctx.context.billing import CachePrediction, ReportedUsage
 from loomctx.messages import ToolCall
 
 if TYPE_CHECKING:
@@ -162,16 +163,33 @@ class LLMTextDelta(AgentEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMCompleted(AgentEvent):
-    """The LLM call ended: the whole text, the tool calls, the usage and the finish reason."""
+    """The LLM call ended: the whole text, the tool calls, the usage and the finish reason.
+
+    `predicted` is what the call's window predicted the provider's cache would bill
+    (`ContextReport.predicted_cached` and the rest, `loomctx.context.billing`), set beside
+    what the provider reported (`usage`; `reported` is it as the cache's receipt)."""
 
     type: AgentEventType = field(default=AgentEventType.LLM_COMPLETED, init=False)
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     finish_reason: str
+    predicted: CachePrediction | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    @property
+    def reported(self) -> ReportedUsage | None:
+        """The provider's `usage` of the prompt: all of it, read from and written to the
+        cache (None when the provider reported no usage)."""
+        if self.usage is None:
+            return None
+        return ReportedUsage(
+            input=self.usage.input_tokens,
+            cache_read=self.usage.cached_input_tokens,
+            cache_write=self.usage.cache_write_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

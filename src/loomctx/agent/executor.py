@@ -65,6 +65,7 @@ from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
 from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
 from loomctx.agent.turns import ExcerptingOrchestrator, Requery, TurnSource
 from loomctx.context.assembler import ComponentPriority, ContextAssembler
+from loomctx.context.billing import ANTHROPIC, CachePrediction, CachePricing
 from loomctx.context.block import BuildContext, ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.context.compactor import CachePolicy
@@ -181,6 +182,12 @@ class Agent:
     None, else the share of `max_turns` used before the call; `BuildContext.turn_index`
     counts this agent's model calls over all its runs (`turns_taken`), continued from what
     its memory recorded when the agent is made again on the same memory.
+
+    **Cost.** Each window's report predicts what the call's prompt is billed under the
+    provider's cache (`loomctx.context.billing`): `pricing` is the `llm`'s ``pricing`` where
+    it has one (Anthropic's and OpenAI's providers do, by model family), else `ANTHROPIC`;
+    set the attribute to another `CachePricing` to change it. Each `LLMCompleted` event
+    carries the prediction beside the usage the provider reported.
     """
 
     def __init__(
@@ -236,6 +243,8 @@ class Agent:
         self.budget_manager = budget_manager or BudgetManager()
         self.progress = progress
         self.llm = llm
+        pricing = getattr(llm, "pricing", None)
+        self.pricing: CachePricing = pricing if isinstance(pricing, CachePricing) else ANTHROPIC
         self.name = name
         self.system_instructions = system_instructions
         self.tools = [t if isinstance(t, Tool) else tool(t) for t in tools]
@@ -503,7 +512,7 @@ class Agent:
             extra=extra,
             turn=turn,
         )
-        return window_orchestrator(
+        orchestrator = window_orchestrator(
             sources,
             counter=self.counter,
             window=self._window(),
@@ -514,6 +523,8 @@ class Agent:
             state=self._layout if run.lineage is None else None,
             kind=ExcerptingOrchestrator,
         )
+        orchestrator.pricing = self.pricing
+        return orchestrator
 
     def _settings(self) -> WindowSettings:
         """The window recipe's settings for this agent's windows."""
@@ -614,6 +625,11 @@ class Agent:
                     tool_calls=reply.tool_calls,
                     usage=completed.usage,
                     finish_reason=completed.finish_reason,
+                    predicted=CachePrediction(
+                        cached=window.report.predicted_cached,
+                        written=window.report.predicted_written,
+                        plain=window.report.predicted_plain,
+                    ),
                 )
                 if not reply.tool_calls:
                     self._record([self._task(ASSISTANT_MESSAGE, reply.content, run)])

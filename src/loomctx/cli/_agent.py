@@ -14,12 +14,19 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from loomctx.agent.events import AgentEvent, ContextAssembled, LLMTextDelta, RunCompleted
+from loomctx.agent.events import (
+    AgentEvent,
+    ContextAssembled,
+    LLMCompleted,
+    LLMTextDelta,
+    RunCompleted,
+)
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import LLM, LLMChunk, LLMOptions
 from loomctx.agent.providers import llm_from_env
 from loomctx.cli._offline import OfflineResponder
 from loomctx.cli._reports import report_from_payload
+from loomctx.context.billing import ReportedUsage
 from loomctx.context.report import ContextReport
 from loomctx.messages import Message
 
@@ -69,11 +76,13 @@ class RecordingLLM:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SentWindow:
-    """One model call of a turn: its window's report and what was sent."""
+    """One model call of a turn: its window's report, what was sent, and the prompt's usage
+    as the provider reported it (None if it reported none)."""
 
     report: ContextReport
     messages: tuple[Message, ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
+    usage: ReportedUsage | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +114,7 @@ async def ask(
     # Each window's report, and the index in `recorder.sent` of the call it was built for:
     # the call right after its event (a sub-agent's calls come later, during tool calls).
     built: list[tuple[ContextReport, int]] = []
+    reported: dict[int, ReportedUsage] = {}  # by the index in `built` of the call's window
     async for event in agent.stream(prompt):
         if events is not None:
             events.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
@@ -116,16 +126,19 @@ async def ask(
             windows += 1
             report = report_from_payload(event.report, window=agent.model_context_window)
             built.append((report, len(recorder.sent) if recorder is not None else -1))
+        elif isinstance(event, LLMCompleted) and event.reported is not None and built:
+            reported[len(built) - 1] = event.reported
         elif isinstance(event, LLMTextDelta) and on_text is not None:
             on_text(event.text)
         elif isinstance(event, RunCompleted):
             text = event.output
     assert report is not None, "every run builds a window before its first model call"
     calls = []
-    for r, at in built:
+    for k, (r, at) in enumerate(built):
+        usage = reported.get(k)
         if recorder is not None and 0 <= at < len(recorder.sent):
             messages, tools = recorder.sent[at]
-            calls.append(SentWindow(report=r, messages=messages, tools=tools))
+            calls.append(SentWindow(report=r, messages=messages, tools=tools, usage=usage))
         else:  # no recorder, or the run ended before the call (a failed build)
-            calls.append(SentWindow(report=r))
+            calls.append(SentWindow(report=r, usage=usage))
     return Answer(text=text, report=report, windows=windows, calls=tuple(calls))

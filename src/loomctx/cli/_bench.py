@@ -275,7 +275,8 @@ def cost(
         ),
     ] = None,
 ) -> None:
-    """Billed tokens per call under prompt caching: whole history, sliding window, Loom; on
+    """Billed tokens per call under prompt caching (`loomctx.context.billing`: Anthropic,
+    OpenAI gpt-4o, gpt-5): whole history, sliding window, Loom; on
     LoCoMo also the evidence in Loom's window after each question's evidence and at the end,
     and every conversation apart."""
     result = evaluate_cost(
@@ -288,7 +289,7 @@ def cost(
         max_dynamic=max_dynamic,
         progress=_progress,
     )
-    columns = ["calls", "prompt", "over", "cached", "anthropic", "openai"]
+    columns = ["calls", "prompt", "over", "cached", "anthropic", "openai", "gpt-5"]
     if "evidence_after" in result["strategies"]["loom"]:
         columns += ["ev after", "ev end"]
 
@@ -300,6 +301,7 @@ def cost(
             "cached": v["cached_share"],
             "anthropic": round(v["billed_anthropic"]),
             "openai": round(v["billed_openai"]),
+            "gpt-5": round(v["providers"]["openai-gpt-5"]["billed"]),
         }
         if "evidence_after" in v:
             out["ev after"] = v["evidence_after"]
@@ -318,12 +320,13 @@ def cost(
                 "cached": v["cached_share_cold"],
                 "anthropic": round(v["billed_anthropic_cold"]),
                 "openai": round(v["billed_openai_cold"]),
+                "gpt-5": round(v["providers"]["openai-gpt-5"]["billed_cold"]),
             },
         )
         for name, v in result["strategies"].items()
     ]
     title = "The cache cold at each session's start"
-    print_table(out_console(), title, cold, ["cached", "anthropic", "openai"])
+    print_table(out_console(), title, cold, ["cached", "anthropic", "openai", "gpt-5"])
     _write(json_out, result)
 
 

@@ -209,6 +209,7 @@ class _Chat:
                     report=sent.report,
                     messages=sent.messages,
                     tools=sent.tools,
+                    usage=sent.usage,
                 )
             if self.bus is not None:
                 await self.bus.publish(

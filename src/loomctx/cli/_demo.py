@@ -41,7 +41,7 @@ from loomctx.cli._workspace import (
     open_memory,
     pending_embeddings,
 )
-from loomctx.evaluation.cost import PRICES
+from loomctx.context.billing import ANTHROPIC
 from loomctx.knowledge import IngestProgress, KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message, from_openai
@@ -106,25 +106,25 @@ def _ingest(
 
 
 def _billed(cached: int, total: int) -> int:
-    """Input tokens billed at Anthropic's cache prices: reads 0.1x, the rest written 1.25x."""
-    read, write = PRICES["anthropic"]
-    return round(read * cached + write * (total - cached))
+    """Input tokens billed at Anthropic's cache prices (`loomctx.context.billing`), as a
+    client marks a prompt: reads 0.1x, the rest written 1.25x."""
+    return round(ANTHROPIC.billed_marked_at_end(prompt=total, cached=cached))
 
 
 def _summary(
-    console: Console, rows: list[tuple[int, int, int, int, int]], kept: str | None
+    console: Console, rows: list[tuple[int, int, int, int, int, int]], kept: str | None
 ) -> None:
     """The cost table, then where to look next: `kept` is the store the user gave (as it may
     be shown: a URL's password redacted), None for the temporary one."""
     table = Table(title="cost per turn", title_justify="left", header_style="bold")
     for name in ("turn", "sent by Loom", "cached", "billed", "whole history", "billed"):
         table.add_column(name, justify="right")
-    for turn, sent, cached, full, full_cached in rows:
+    for turn, sent, cached, billed, full, full_cached in rows:
         table.add_row(
             str(turn),
             f"{sent:,}",
             f"{cached:,}",
-            f"{_billed(cached, sent):,}",
+            f"{billed:,}",
             f"{full:,}",
             f"{_billed(full_cached, full):,}",
         )
@@ -152,7 +152,7 @@ async def _turns(
     counter = agent.counter
     store = agent.memory.store
     first = next_turn(store, SESSION)  # a kept store counts on from its earlier runs
-    rows: list[tuple[int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int]] = []
     previous_full = 0
     for turn, question in enumerate(QUESTIONS, 1):
         console.print(Rule(f"turn {turn}", style="dim"))
@@ -169,13 +169,24 @@ async def _turns(
                 report=sent.report,
                 messages=sent.messages,
                 tools=sent.tools,
+                usage=sent.usage,
             )
         console.print(Text.assemble(("loom  ", "bold green"), answer.text))
         full = counter.count_messages([Message.system(INSTRUCTIONS), *history])
         history.append(Message.assistant(answer.text))
         console.print(report_view(answer.report, width=console.width, full_history=full))
         report = answer.report
-        rows.append((turn, report.token_count, report.reused_prefix_tokens, full, previous_full))
+        # Loom's window as Loom marks it: its dynamic tail after the last breakpoint (plain).
+        billed = round(
+            ANTHROPIC.billed(
+                cached=report.predicted_cached,
+                written=report.predicted_written,
+                plain=report.predicted_plain,
+            )
+        )
+        rows.append(
+            (turn, report.token_count, report.predicted_cached, billed, full, previous_full)
+        )
         previous_full = full  # the next request repeats this one, the reply after it is new
     console.print(Rule(style="dim"))
     _summary(console, rows, kept)

@@ -12,6 +12,11 @@
   ``loomctx inspect --session ID --turn 7 --text``.
 - ``loomctx inspect --web`` serves the web inspector over the store (loopback only) and
   opens it in the browser (``--no-browser``: print the address only); see docs/inspector.md.
+- ``loomctx inspect --session ID --cache`` lists each model call of the session with its
+  cache receipt: the tokens its window predicted the provider's cache would read, write and
+  bill plain, beside what the provider reported reading and writing; a call whose cache
+  missed unexpectedly (over 1,024 tokens predicted read, under half of them reported) is
+  flagged ``MISS``, with the likely causes.
 - ``--json`` prints the report (with ``--text``: the window, messages included) as JSON.
 """
 
@@ -37,8 +42,10 @@ from loomctx.cli._reports import (
     load_reports,
     load_window,
 )
+from loomctx.context.billing import MISS_FLOOR, unexpected_miss
 from loomctx.errors import ConfigError
 from loomctx.messages import to_openai, to_openai_tools
+from loomctx.session.windows import WindowLog, report_from_payload, usage_of
 from loomctx.stores import open_store
 
 __all__ = ["inspect"]
@@ -132,6 +139,102 @@ def _text_view(saved: SavedWindow) -> Group:
     return Group(*parts)
 
 
+def _receipts(store_path: str, session: str) -> list[dict[str, Any]]:
+    """Each saved call of `session`: its predicted and reported cache use, and whether its
+    cache missed unexpectedly (`loomctx.context.billing.unexpected_miss`)."""
+    store = _open(store_path)
+    try:
+        records = WindowLog(store, ("cli",)).records(session)
+    finally:
+        store.close()
+    if not records:
+        raise ConfigError(
+            f"session {session!r} has no saved window in {store_path!r}; list the sessions "
+            "with `loomctx inspect --list`"
+        )
+    out = []
+    for r in records:
+        report = report_from_payload(r.data["report"])
+        usage = usage_of(r.data)
+        out.append(
+            {
+                "turn": int(r.data["turn"]),
+                "call": int(r.data["call"]),
+                "tokens": report.token_count,
+                "pricing": report.pricing,
+                "predicted": {
+                    "cached": report.predicted_cached,
+                    "written": report.predicted_written,
+                    "plain": report.predicted_plain,
+                },
+                "reported": usage.to_dict() if usage is not None else None,
+                "missed": unexpected_miss(report.predicted_cached, usage),
+            }
+        )
+    return out
+
+
+def _cache_view(session: str, receipts: list[dict[str, Any]]) -> Group:
+    table = Table(
+        title=f"cache per call, session {session}: predicted by Loom, reported by the provider",
+        title_justify="left",
+        header_style="bold",
+        box=None,
+    )
+    for name in ("call", "tokens", "cached", "written", "plain", "read", "wrote", ""):
+        table.add_column(name, justify="left" if name in ("call", "") else "right")
+    for c in receipts:
+        p, r = c["predicted"], c["reported"]
+        table.add_row(
+            f"{c['turn']}.{c['call']}",
+            f"{c['tokens']:,}",
+            f"{p['cached']:,}",
+            f"{p['written']:,}",
+            f"{p['plain']:,}",
+            f"{r['cache_read']:,}" if r else "-",
+            f"{r['cache_write']:,}" if r else "-",
+            Text("MISS", style="bold red") if c["missed"] else "",
+        )
+    missed = sum(c["missed"] for c in receipts)
+    unknown = sum(c["reported"] is None for c in receipts)
+    parts: list[Any] = [table]
+    if missed:
+        parts.append(
+            Text(
+                f"{missed} call(s) read under half of the {MISS_FLOOR:,}+ tokens predicted "
+                "cached: the provider's cache expired or was evicted early, the prompt's "
+                "prefix changed outside Loom, or its breakpoints were not sent",
+                style="red",
+            )
+        )
+    else:
+        parts.append(Text("no call missed the cache unexpectedly", style="dim"))
+    if unknown:
+        parts.append(Text(f"{unknown} call(s) have no reported usage", style="dim"))
+    return Group(*parts)
+
+
+def _receipt_line(saved: SavedWindow) -> Text:
+    """One call's predicted cache use beside the provider's report, flagged on a miss."""
+    r = saved.report
+    line = Text.assemble(
+        ("cache ", "dim"),
+        f"predicted {r.predicted_cached:,} read, {r.predicted_written:,} written, "
+        f"{r.predicted_plain:,} plain",
+        (f" ({r.pricing})" if r.pricing else " (no prediction: an older report)", "dim"),
+    )
+    if saved.usage is None:
+        line.append("; the provider's usage is not known", style="dim")
+        return line
+    line.append(
+        f"; reported {saved.usage.cache_read:,} read, {saved.usage.cache_write:,} written "
+        f"of {saved.usage.input:,}"
+    )
+    if unexpected_miss(r.predicted_cached, saved.usage):
+        line.append("  MISS: the cache missed unexpectedly", style="bold red")
+    return line
+
+
 def _window_json(saved: SavedWindow) -> dict[str, Any]:
     return {
         "session": saved.session,
@@ -140,6 +243,7 @@ def _window_json(saved: SavedWindow) -> dict[str, Any]:
         "prompt": saved.prompt,
         "saved_at": saved.saved_at,
         "report": saved.report.to_dict(),
+        "usage": saved.usage.to_dict() if saved.usage is not None else None,
         "messages": to_openai(saved.messages),
         "tools": to_openai_tools(saved.tools) if saved.tools else [],
     }
@@ -180,6 +284,13 @@ def inspect(
         bool,
         typer.Option("--text", help="--session: print the exact messages and tools sent."),
     ] = False,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache",
+            help="--session: each call's predicted vs reported cache use; flags misses.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     web: Annotated[
         bool, typer.Option("--web", help="Serve the web inspector over the store (loopback).")
@@ -189,7 +300,11 @@ def inspect(
     ] = True,
     port: Annotated[int, typer.Option("--port", help="--web: the port.", min=1)] = 8701,
     pricing: Annotated[
-        str, typer.Option("--pricing", help="--web: cost as billed by `anthropic` or `openai`.")
+        str,
+        typer.Option(
+            "--pricing",
+            help="--web: the cache pricing (`anthropic`, `openai`, `openai-gpt-5`, ...).",
+        ),
     ] = "anthropic",
     price: Annotated[
         float | None,
@@ -216,8 +331,8 @@ def inspect(
         return
     if sum((path is not None, session is not None, listing)) != 1:
         raise typer.BadParameter("give a FILE, `--session ID`, `--list` or `--web` (one of them)")
-    if path is not None and (call is not None or text):
-        raise typer.BadParameter("`--call` and `--text` read a session's saved windows")
+    if path is not None and (call is not None or text or cache):
+        raise typer.BadParameter("`--call`, `--text` and `--cache` read a session's saved windows")
     if listing:
         _listing(settings_from(config, store=store).store, as_json)
         return
@@ -236,6 +351,13 @@ def inspect(
             console.print(report_view(report, width=console.width))
         return
     assert session is not None
+    if cache:
+        receipts = _receipts(settings_from(config, store=store).store, session)
+        if as_json:
+            typer.echo(json.dumps(receipts, indent=2))
+        else:
+            console.print(_cache_view(session, receipts))
+        return
     saved = _window(settings_from(config, store=store).store, session, turn, call)
     if as_json:
         data = _window_json(saved) if text else saved.report.to_dict()
@@ -255,3 +377,4 @@ def inspect(
             )
         )
         console.print(report_view(saved.report, width=console.width))
+        console.print(_receipt_line(saved))

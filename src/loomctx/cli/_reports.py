@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from loomctx.context.billing import ReportedUsage
 from loomctx.context.report import ContextReport
 from loomctx.errors import ConfigError
 from loomctx.messages import Message
@@ -96,9 +97,11 @@ def save_window(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
     model: str = "",
+    usage: ReportedUsage | None = None,
 ) -> None:
-    """Keep one model call's window (its report and the exact messages and tools sent) in
-    the ``("cli",)`` scope of `store`; the layout is `loomctx.session.windows`'s."""
+    """Keep one model call's window (its report, the exact messages and tools sent, and the
+    `usage` the provider reported) in the ``("cli",)`` scope of `store`; the layout is
+    `loomctx.session.windows`'s."""
     WindowLog(store, ("cli",)).save(
         SavedWindow(
             session=session,
@@ -110,6 +113,7 @@ def save_window(
             messages=tuple(messages),
             tools=tuple(tools),
             model=model,
+            usage=usage,
         )
     )
 

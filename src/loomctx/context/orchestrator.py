@@ -24,11 +24,13 @@ history stays append-only across them.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loomctx.context.billing import ANTHROPIC, CachePricing
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.context.collector import Collected, ContextCollector
@@ -51,9 +53,15 @@ from loomctx.messages import (
     to_openai,
     to_openai_tools,
 )
-from loomctx.tokens import TiktokenCounter, TokenCounter
+from loomctx.tokens import TOKENS_REPLY_PRIMING, TiktokenCounter, TokenCounter
 
-__all__ = ["ContextOrchestrator", "ContextWindow", "LayoutState", "repeated_prefix_tokens"]
+__all__ = [
+    "ContextOrchestrator",
+    "ContextWindow",
+    "LayoutState",
+    "cache_marks",
+    "repeated_prefix_tokens",
+]
 
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
@@ -82,17 +90,53 @@ def repeated_prefix_tokens(
     return counter.count_messages(messages[:k], tools=tools)
 
 
+def cache_marks(
+    counter: TokenCounter,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]],
+    layout: Layout,
+    total: int | None = None,
+) -> tuple[int, ...]:
+    """The prompt's sizes (tools, then messages) up to each cache breakpoint Loom marks: the
+    stable prefix (the system message, or the tools without one), then `layout`'s
+    `breakpoints` (as `ContextWindow.to_anthropic` marks them); ascending, distinct.
+
+    `total` is the prompt's whole count, if known. A breakpoint in the second half of the
+    prompt is measured as `total` less what follows it (message counts add up: each message
+    is counted on its own, the reply priming once), so a build counts a few messages again,
+    never its whole history."""
+    if total is None:
+        total = counter.count_messages(messages, tools=tools)
+    out = []
+    for end in sorted({layout.prefix_end, *layout.breakpoints()}):
+        if end == 0 and not tools:
+            continue
+        if end >= len(messages):
+            out.append(total)
+        elif 2 * end > len(messages):
+            out.append(total - counter.count_messages(messages[end:]) + TOKENS_REPLY_PRIMING)
+        else:
+            out.append(counter.count_messages(messages[:end], tools=tools))
+    return tuple(sorted(set(out)))
+
+
 class LayoutState:
     """What builds remember of a session's previous windows: where each history source's
-    kept history starts and its frozen summary (`HistoryMark`), and the previous window's
-    messages and tools (to measure how much of the next one repeats it). At most
-    `max_sessions` sessions are remembered, the least recently built forgotten first (a
+    kept history starts and its frozen summary (`HistoryMark`), the previous window's
+    messages and tools (to measure how much of the next one repeats it), the sizes of its
+    prefixes up to each cache breakpoint and when it was built (to predict what the
+    provider's cache reads: nothing once the session was idle past the cache's lifetime).
+    `clock` gives that time in seconds (default `time.monotonic`; a test passes its own). At
+    most `max_sessions` sessions are remembered, the least recently built forgotten first (a
     forgotten session's next window starts its history afresh)."""
 
-    def __init__(self, *, max_sessions: int = 1024) -> None:
+    def __init__(
+        self, *, max_sessions: int = 1024, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ConfigError(f"`max_sessions` must be an int >= 1, got {max_sessions!r}")
         self.max_sessions = max_sessions
+        self.clock = clock
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
 
     def _session(self, session_id: str) -> _Session:
@@ -116,6 +160,8 @@ class _Session:
     marks: dict[str, HistoryMark] = field(default_factory=dict)
     messages: tuple[Message, ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
+    cache_marks: tuple[int, ...] = ()
+    built_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +219,9 @@ class ContextOrchestrator:
     `output_reserve_ratio` (default 0.2) or `max_output_tokens` sets what is kept free for the
     reply. Each source is given `source_timeout` seconds. `cache_policy` says when history is
     compacted (see `CachePolicy`); `state` is what builds remember of a session's previous
-    windows (default: a `LayoutState` of this orchestrator's own).
+    windows (default: a `LayoutState` of this orchestrator's own). `pricing` is the provider's
+    cache (`loomctx.context.billing`, default `ANTHROPIC`): each report predicts what the
+    call's prompt is billed under it.
     """
 
     def __init__(
@@ -189,6 +237,7 @@ class ContextOrchestrator:
         source_timeout: float = 2.0,
         cache_policy: CachePolicy | None = None,
         state: LayoutState | None = None,
+        pricing: CachePricing | None = None,
     ) -> None:
         self.token_counter = token_counter or TiktokenCounter()
         self.budget_manager = budget_manager or BudgetManager()
@@ -201,6 +250,7 @@ class ContextOrchestrator:
         self.compactor = compactor or ContextCompactor()
         self.cache_policy = cache_policy or CachePolicy()
         self.state = state if state is not None else LayoutState()
+        self.pricing = pricing or ANTHROPIC
         self.collector = ContextCollector(timeout=source_timeout)
         self.sources: list[ContextSource] = []
         self._message_costs: OrderedDict[int, tuple[tuple[Message, ...], int]] = OrderedDict()
@@ -311,9 +361,28 @@ class ContextOrchestrator:
         reused = repeated_prefix_tokens(
             self.token_counter, (session.messages, session.tools), messages, tools
         )
+        now = self.state.clock()
+        cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
+        marks = cache_marks(counter, messages, tools, layout, token_count)
+        prediction = self.pricing.predict(
+            tokens=token_count,
+            reused=reused,
+            marks=marks,
+            previous_marks=session.cache_marks,
+            cold=cold,
+        )
         session.marks = compaction.marks
         session.messages, session.tools = tuple(messages), tuple(tools)
+        session.cache_marks, session.built_at = marks, now
         report = self._report(collected, shares, compaction, token_count, demands, reused)
+        report = replace(
+            report,
+            cache_marks=marks,
+            cache_cold=cold,
+            pricing=self.pricing.name,
+            predicted_cached=prediction.cached,
+            predicted_written=prediction.written,
+        )
         return ContextWindow(
             messages=tuple(messages),
             tools=tuple(tools),

@@ -109,6 +109,13 @@ class ContextReport:
     built for the same session (tools, then messages): what a provider's prompt cache can
     read instead of processing anew (0 for a session's first window); `new_tokens` the rest.
     `compactions` notes the history compacted in this build (or a compaction deferred).
+
+    The prediction of the bill (`loomctx.context.billing`, under the cache named `pricing`;
+    "" in reports saved before predictions were made): `predicted_cached` tokens read from
+    the provider's cache, `predicted_written` written to it (up to the last breakpoint), and
+    `predicted_plain` the rest; `cache_cold` when the session was idle longer than the
+    cache's lifetime, so nothing is read; `cache_marks` the prompt's sizes up to each cache
+    breakpoint (what lets the same window be priced under another provider).
     """
 
     window: int
@@ -121,11 +128,23 @@ class ContextReport:
     blocks: tuple[BlockReport, ...]
     reused_prefix_tokens: int = 0
     compactions: tuple[CompactionNote, ...] = ()
+    pricing: str = ""
+    predicted_cached: int = 0
+    predicted_written: int = 0
+    cache_cold: bool = False
+    cache_marks: tuple[int, ...] = ()
 
     @property
     def new_tokens(self) -> int:
         """Tokens of the window that do not repeat the previous window's prefix."""
         return self.token_count - self.reused_prefix_tokens
+
+    @property
+    def predicted_plain(self) -> int:
+        """Tokens predicted to be billed at the plain input price (after the last
+        breakpoint, or not cached): the window less `predicted_cached` and
+        `predicted_written`."""
+        return self.token_count - self.predicted_cached - self.predicted_written
 
     @property
     def utilization(self) -> float:
@@ -151,6 +170,8 @@ class ContextReport:
             "reused_prefix_tokens": self.reused_prefix_tokens,
             "compacted": any(n.action == "compacted" for n in self.compactions),
             "unembedded": max((s.unembedded for s in self.sources), default=0),
+            "predicted_cached": self.predicted_cached,
+            "predicted_written": self.predicted_written,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,14 +181,17 @@ class ContextReport:
         out["sources"] = [{n: getattr(s, n) for n in _SOURCE_FIELDS} for s in self.sources]
         out["blocks"] = [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in self.blocks]
         out["compactions"] = [{n: getattr(c, n) for n in _NOTE_FIELDS} for c in self.compactions]
+        out["cache_marks"] = list(self.cache_marks)
         out["utilization"] = round(self.utilization, 4)
         out["new_tokens"] = self.new_tokens
+        out["predicted_plain"] = self.predicted_plain
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ContextReport:
         """The inverse of `to_dict` (for reports saved as JSON)."""
-        values = {k: v for k, v in data.items() if k not in ("utilization", "new_tokens")}
+        values = {k: v for k, v in data.items() if k not in _DERIVED}
+        values["cache_marks"] = tuple(data.get("cache_marks", ()))
         values["compactions"] = tuple(CompactionNote(**c) for c in data.get("compactions", ()))
         values["sources"] = tuple(SourceReport(**source_fields(s)) for s in data["sources"])
         values["blocks"] = tuple(BlockReport(**b) for b in data["blocks"])
@@ -181,6 +205,7 @@ def source_fields(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+_DERIVED = frozenset({"utilization", "new_tokens", "predicted_plain"})
 _BLOCK_FIELDS = tuple(f.name for f in fields(BlockReport))
 _SOURCE_FIELDS = tuple(f.name for f in fields(SourceReport))
 _NOTE_FIELDS = tuple(f.name for f in fields(CompactionNote))

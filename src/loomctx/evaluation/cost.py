@@ -11,8 +11,13 @@ prompt (tools, then messages, in order) against the previous call's:
 
 Per strategy: mean prompt tokens, calls over the input budget, the share of prompt tokens
 cached (the leading messages identical to the previous call's, in tokens: what a provider's
-exact-prefix cache reads), and billed input tokens per call under Anthropic's prices (0.1 x
-cached + 1.25 x new, the cache write) and OpenAI's (0.5 x cached + 1 x new).
+exact-prefix cache can read), and billed input tokens per call under each provider's cache
+(`loomctx.context.billing`): ``billed_anthropic`` (reads 0.1x, writes 1.25x up to the last
+breakpoint, 1.0x after it), ``billed_openai`` (gpt-4o family: reads 0.5x, no write premium)
+and, under ``providers``, every pricing of `PROVIDERS` with its cached, written and plain
+tokens per call. Loom's calls are billed where Loom marks them (its dynamic tail follows the
+last breakpoint: plain price; the history it appends is written); the baselines as a client
+marks them, with one breakpoint at the end of the prompt (all that is new is written).
 
 On LoCoMo, also Loom's evidence in the window: for each question, the share of its gold turns
 whose text is inside the window Loom builds for the question (a build that is not sent and
@@ -23,7 +28,7 @@ of a choice made on the others.
 
 The cache is warm between calls; the ``_cold`` figures (`cached_share_cold`,
 ``billed_<provider>_cold``) have it expire before each session's first call instead, as it
-does between LoCoMo's sessions days apart (a provider keeps a prefix minutes to an hour).
+does between LoCoMo's sessions days apart (longer than any provider's cache `lifetime`).
 
 LoCoMo conversations are replayed with `speaker_a`'s turns as the user's and `speaker_b`'s as
 the replies (consecutive turns of one speaker joined); a LongMemEval question's haystack
@@ -40,8 +45,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from loomctx.agent.events import ContextAssembled
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS, CachePrediction, CachePricing
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.errors import ConfigError
@@ -51,11 +58,12 @@ from loomctx.messages import Message
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
-__all__ = ["PRICES", "STRATEGIES", "CallCost", "evaluate_cost", "load_exchanges"]
+__all__ = ["PROVIDERS", "STRATEGIES", "CallCost", "bill_calls", "evaluate_cost", "load_exchanges"]
 
 STRATEGIES = ("whole history", "sliding window", "loom")
-PRICES: Mapping[str, tuple[float, float]] = {"anthropic": (0.1, 1.25), "openai": (0.5, 1.0)}
-"""Per provider, what a cached and a new prompt token are billed, in input tokens."""
+HEADLINE: Mapping[str, CachePricing] = {"anthropic": ANTHROPIC, "openai": OPENAI}
+"""The pricings of the ``billed_<name>`` figures (every one of `PROVIDERS` is under
+``providers``)."""
 
 SYSTEM = (
     "You are a helpful assistant in a long-running conversation with one user. Answer from "
@@ -68,12 +76,38 @@ Probe = tuple[str, tuple[str, ...]]  # (a question, the texts of its gold turns)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallCost:
-    """One model call: its prompt's tokens and how many of them repeat the previous call's."""
+    """One model call: its prompt's tokens, how many of them repeat the previous call's, and
+    its sizes up to each cache breakpoint (`marks`; a client's one breakpoint at the end of
+    the prompt when empty)."""
 
     prompt_tokens: int
     cached_tokens: int
     over_budget: bool
     cold: bool = False  # a session's first call: the provider's cache has expired since
+    marks: tuple[int, ...] = ()
+
+
+def bill_calls(
+    calls: Sequence[CallCost], pricing: CachePricing, *, cold: bool = False
+) -> list[CachePrediction]:
+    """Each call of a conversation (in order) split into cached, written and plain tokens
+    under `pricing` (`loomctx.context.billing`): a call reads the previous call's cache
+    entries within the prefix it repeats; with `cold`, calls marked `cold` read nothing."""
+    out = []
+    previous: tuple[int, ...] = ()
+    for c in calls:
+        marks = c.marks or (c.prompt_tokens,)
+        out.append(
+            pricing.predict(
+                tokens=c.prompt_tokens,
+                reused=c.cached_tokens,
+                marks=marks,
+                previous_marks=previous,
+                cold=cold and c.cold,
+            )
+        )
+        previous = marks
+    return out
 
 
 def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[Exchange]]:
@@ -99,9 +133,15 @@ def _replays(path: str | Path, limit: int | None) -> list[_Replay]:
     exchanges that open a session (days apart: a provider's cache, minutes to an hour, has
     expired by then)."""
     if "longmemeval" in Path(path).name.lower():
-        return [
-            (f"question-{i}", ex, {}, {0}) for i, ex in enumerate(load_exchanges(path, limit=limit))
-        ]
+        out: list[_Replay] = []
+        for i, q in enumerate(load_longmemeval(path)[: limit or 1]):
+            exchanges: list[Exchange] = []
+            starts: set[int] = set()
+            for session in q.sessions:  # each haystack session opens on a cold cache
+                starts.add(len(exchanges))
+                exchanges += _pair(list(session), user="user")
+            out.append((f"question-{i}", exchanges, {}, starts))
+        return out
     return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
 
 
@@ -248,10 +288,13 @@ async def _loom(
         return hits, total
 
     after = (0, 0)
+    marks: list[tuple[int, ...]] = []
     try:
         for k, (asked, said) in enumerate(exchanges):
             model.reply = said
-            await agent.run(asked)
+            async for event in agent.stream(asked):
+                if isinstance(event, ContextAssembled):
+                    marks.append(tuple(event.report.get("cache_marks", ())))
             if k in probes:
                 hits, total = await found(probes[k])
                 after = (after[0] + hits, after[1] + total)
@@ -261,13 +304,14 @@ async def _loom(
         store.close()
     calls: list[CallCost] = []
     previous = None
-    for messages, tools in model.prompts:
+    for (messages, tools), at in zip(model.prompts, marks, strict=True):
         tokens = counter.count_messages(messages, tools=tools)
         calls.append(
             CallCost(
                 prompt_tokens=tokens,
                 cached_tokens=repeated_prefix_tokens(counter, previous, messages, tools),
                 over_budget=tokens > available,
+                marks=at,
             )
         )
         previous = (messages, tools)
@@ -279,7 +323,14 @@ def _cold(calls: list[CallCost], starts: set[int]) -> list[CallCost]:
     return [replace(c, cold=True) if k in starts else c for k, c in enumerate(calls)]
 
 
-def _summarize(calls: Sequence[CallCost], evidence: Sequence[_Evidence] = ()) -> dict[str, Any]:
+def _summarize(
+    runs: Sequence[Sequence[CallCost]],
+    evidence: Sequence[_Evidence] = (),
+    pricings: Sequence[CachePricing] = tuple(PROVIDERS.values()),
+) -> dict[str, Any]:
+    """The figures of one strategy over its conversations (`runs`, each its calls in order)
+    under each of `pricings`."""
+    calls = [c for run in runs for c in run]
     prompt = sum(c.prompt_tokens for c in calls)
     cached = sum(c.cached_tokens for c in calls)
     out: dict[str, Any] = {
@@ -288,15 +339,25 @@ def _summarize(calls: Sequence[CallCost], evidence: Sequence[_Evidence] = ()) ->
         "over_budget": sum(c.over_budget for c in calls),
         "cached_share": round(cached / prompt, 4) if prompt else 0.0,
     }
-    for provider, (read, write) in PRICES.items():
-        billed = read * cached + write * (prompt - cached)
-        out[f"billed_{provider}"] = round(billed / len(calls), 1)
     # Cold at each session's start: its first call reads nothing from the cache.
     warm = sum(c.cached_tokens for c in calls if not c.cold)
     out["cached_share_cold"] = round(warm / prompt, 4) if prompt else 0.0
-    for provider, (read, write) in PRICES.items():
-        billed = read * warm + write * (prompt - warm)
-        out[f"billed_{provider}_cold"] = round(billed / len(calls), 1)
+    providers: dict[str, dict[str, float]] = {}
+    for pricing in pricings:
+        figures: dict[str, float] = {}
+        for suffix, cold in (("", False), ("_cold", True)):
+            split = [p for run in runs for p in bill_calls(run, pricing, cold=cold)]
+            billed = sum(pricing.bill(p) for p in split)
+            figures[f"billed{suffix}"] = round(billed / len(calls), 1)
+            for part in ("cached", "written", "plain"):
+                total = sum(getattr(p, part) for p in split)
+                figures[f"{part}{suffix}"] = round(total / len(calls), 1)
+        providers[pricing.name] = figures
+    for name in HEADLINE:
+        if name in providers:
+            out[f"billed_{name}"] = providers[name]["billed"]
+            out[f"billed_{name}_cold"] = providers[name]["billed_cold"]
+    out["providers"] = providers
     for key in ("after", "end"):
         hits = sum(getattr(e, key)[0] for e in evidence)
         total = sum(getattr(e, key)[1] for e in evidence)
@@ -315,13 +376,16 @@ def evaluate_cost(
     only: Sequence[str] = (),
     max_dynamic: float | None = None,
     progress: Callable[[str], None] | None = None,
+    pricings: Sequence[CachePricing] = tuple(PROVIDERS.values()),
 ) -> dict[str, Any]:
     """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
     (LoCoMo: the first `limit` conversations, all by default, or those named in `only`;
     LongMemEval: the first `limit` questions, one by default) at a `window`-token context
     window with `reserve` kept for the reply. `l1_size` is the agent memory's L1 (the tier
     held in memory; the window's history reads the conversation beyond it); `max_dynamic`, if
-    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`). Returns
+    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`).
+    `pricings` are the caches every call is billed under (default: every one of
+    `PROVIDERS`; ``billed_anthropic`` and ``billed_openai`` are those named so). Returns
     ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
@@ -338,7 +402,7 @@ def evaluate_cost(
                 f"it has {', '.join(map(repr, names))}"
             )
         conversations = [c for c in conversations if c[0] in only]
-    pooled: dict[str, list[CallCost]] = {name: [] for name in STRATEGIES}
+    pooled: dict[str, list[list[CallCost]]] = {name: [] for name in STRATEGIES}
     evidence: list[_Evidence] = []
     apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
@@ -360,18 +424,19 @@ def evaluate_cost(
                 )
             }
             apart[name] = {
-                s: _summarize(calls, [found] if s == "loom" else [])
+                s: _summarize([calls], [found] if s == "loom" else [], pricings)
                 for s, calls in own.items()
                 if calls
             }
             for s, calls in own.items():
-                pooled[s] += calls
+                if calls:
+                    pooled[s].append(calls)
             evidence.append(found)
     return {
         "strategies": {
-            name: _summarize(calls, evidence if name == "loom" else [])
-            for name, calls in pooled.items()
-            if calls
+            name: _summarize(runs, evidence if name == "loom" else [], pricings)
+            for name, runs in pooled.items()
+            if runs
         },
         "conversations": apart,
         "config": {
@@ -382,5 +447,16 @@ def evaluate_cost(
             "max_dynamic": max_dynamic,
             "conversations": len(conversations),
             "counter": counter.name,
+            "pricings": {
+                p.name: {
+                    "read": p.read,
+                    "write": p.write,
+                    "plain": p.plain,
+                    "lifetime": p.lifetime,
+                    "min_tokens": p.min_tokens,
+                    "breakpoints": p.breakpoints,
+                }
+                for p in pricings
+            },
         },
     }

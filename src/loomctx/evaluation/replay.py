@@ -19,9 +19,13 @@ prompt, every tool, the turn's tool exchange and the user's turn.
 Per call, both prompts are measured as `loomctx bench cost` measures them
 (`loomctx.evaluation.cost`): tokens sent, tokens a provider's exact-prefix cache reads (the
 leading part identical to the conversation's previous prompt) and billed input tokens under
-`PRICES`; and whether the prompt is longer than the model's context window, which the
-provider would refuse. A request Loom cannot build a window for (the client's tools alone do
-not fit it) is counted as the client sent it, as the proxy would forward it, with a ``note``.
+each provider's cache (`loomctx.context.billing`, the ``billed_<name>`` pricings of
+`loomctx.evaluation.cost.HEADLINE`): the client's prompt as a client marks it (one
+breakpoint at its end), Loom's where Loom marks it (its dynamic tail after the last
+breakpoint, at the plain price); and whether the prompt is longer than the model's context
+window, which the provider would refuse. A request Loom cannot build a window for (the
+client's tools alone do not fit it) is counted as the client sent it, as the proxy would
+forward it, with a ``note``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from loomctx.context.recipe import memory_sources, window_orchestrator, window_s
 from loomctx.context.sources import TurnSource
 from loomctx.context.turns import Split, fingerprint, split_request
 from loomctx.errors import ConfigError, LoomError, MissingExtraError
-from loomctx.evaluation.cost import PRICES
+from loomctx.evaluation.cost import HEADLINE
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import (
@@ -285,13 +289,19 @@ class _Prompt:
     sent: int
     cached: int
     over_window: bool
+    marks: tuple[int, ...] = ()  # sizes up to each cache breakpoint
+    previous_marks: tuple[int, ...] = ()  # the conversation's previous prompt's
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sent": self.sent, "cached": self.cached}
-        for provider, (read, write) in PRICES.items():
-            out[f"billed_{provider}"] = round(
-                read * self.cached + write * (self.sent - self.cached), 1
+        for name, pricing in HEADLINE.items():
+            split = pricing.predict(
+                tokens=self.sent,
+                reused=self.cached,
+                marks=self.marks,
+                previous_marks=self.previous_marks,
             )
+            out[f"billed_{name}"] = round(pricing.bill(split), 1)
         out["over_window"] = self.over_window
         return out
 
@@ -315,6 +325,8 @@ async def _replay(
     calls: list[dict[str, Any]] = []
     sent_before: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
     loom_before: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None = None
+    client_at: tuple[int, ...] = ()
+    loom_at: tuple[int, ...] = ()
     try:
         for request in requests:
             size = window or model_window(request.model)
@@ -330,7 +342,8 @@ async def _replay(
                 [*old, *(t.evolve(metadata={**t.metadata, "run_id": turn}) for t in now)]
             )
             tools = list(request.tools)
-            client = _measure(counter, sent_before, list(request.sent), tools, size)
+            client = _measure(counter, sent_before, list(request.sent), tools, size, (), client_at)
+            client_at = (client.sent,)  # a client marks the end of its prompt
             sent_before = (request.sent, tools)
             call: dict[str, Any] = {"line": request.line, "model": request.model, "window": size}
             try:
@@ -341,8 +354,8 @@ async def _replay(
                 call["note"] = f"sent as is: {exc}"
                 loom = client
             else:
-                loom = _measure(counter, loom_before, built[0], built[1], size)
-                loom_before = built
+                loom = _measure(counter, loom_before, built[0], built[1], size, built[2], loom_at)
+                loom_before, loom_at = (built[0], built[1]), built[2]
             memory.promote_tasks()
             calls.append({**call, "client": client.to_dict(), "loom": loom.to_dict()})
     finally:
@@ -357,10 +370,20 @@ def _measure(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
     window: int,
+    marks: tuple[int, ...],
+    previous_marks: tuple[int, ...],
 ) -> _Prompt:
+    """A prompt measured against the conversation's `previous` one; `marks` its sizes up to
+    each cache breakpoint (none: one at its end, as a client marks it)."""
     sent = counter.count_messages(messages, tools=tools)
     cached = repeated_prefix_tokens(counter, previous, messages, tools)
-    return _Prompt(sent=sent, cached=cached, over_window=sent > window)
+    return _Prompt(
+        sent=sent,
+        cached=cached,
+        over_window=sent > window,
+        marks=marks or (sent,),
+        previous_marks=previous_marks,
+    )
 
 
 async def _build(
@@ -372,8 +395,9 @@ async def _build(
     counter: TokenCounter,
     window: int,
     output_reserve: float,
-) -> tuple[list[Message], list[Mapping[str, Any]]]:
-    """The window the proxy would send for `request` (see `ChatProxy._build`)."""
+) -> tuple[list[Message], list[Mapping[str, Any]], tuple[int, ...]]:
+    """The window the proxy would send for `request` (see `ChatProxy._build`), and its sizes
+    up to each cache breakpoint."""
     in_flight = TurnSource()
     for unit in split_units(list(split.in_flight)):
         in_flight.add(unit.messages)
@@ -396,12 +420,12 @@ async def _build(
     built = await orchestrator.build(query=split.query, ctx=ctx, prefill=asked)
     if len(built.tools) != len(request.tools):
         raise ConfigError(f"the client's {len(request.tools)} tools do not all fit the window")
-    return list(built.messages), list(built.tools)
+    return list(built.messages), list(built.tools), built.report.cache_marks
 
 
 def _total(calls: Sequence[Mapping[str, Any]], side: str) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": len(calls)}
-    for key in ("sent", "cached", *(f"billed_{p}" for p in PRICES)):
+    for key in ("sent", "cached", *(f"billed_{p}" for p in HEADLINE)):
         out[key] = round(sum(c[side][key] for c in calls), 1)
     out["over_window"] = sum(c[side]["over_window"] for c in calls)
     return out
@@ -443,7 +467,7 @@ def replay_log(
     client, loom = _total(calls, "client"), _total(calls, "loom")
     saved = {
         key: round(1 - loom[key] / client[key], 4) if client[key] else 0.0
-        for key in ("sent", *(f"billed_{p}" for p in PRICES))
+        for key in ("sent", *(f"billed_{p}" for p in HEADLINE))
     }
     return {
         "calls": calls,
@@ -477,7 +501,7 @@ def plot_replay(result: Mapping[str, Any], path: str | Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.2, 6.4), sharex=True)
     for side, label in (("client", "as sent"), ("loom", "through Loom")):
         top.plot(xs, [c[side]["sent"] for c in calls], marker=".", label=label)
-        for provider in PRICES:
+        for provider in HEADLINE:
             running, total = [], 0.0
             for c in calls:
                 total += c[side][f"billed_{provider}"]

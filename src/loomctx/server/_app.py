@@ -71,6 +71,13 @@ __all__ = ["REPORT_HEADER", "SESSION_HEADER", "create_app"]
 
 SESSION_HEADER = "X-Loom-Session"
 REPORT_HEADER = "X-Loom-Report"
+PREDICTED_HEADERS = (
+    "X-Loom-Predicted-Cached",
+    "X-Loom-Predicted-Written",
+    "X-Loom-Predicted-Plain",
+)
+"""The window's predicted prompt tokens read from the provider's cache, written to it, and
+billed at the plain input price (`loomctx.context.billing`, under the model's provider)."""
 
 log = logging.getLogger("loomctx.server")
 
@@ -263,10 +270,15 @@ class _Server:
             if prepared.report_id is not None:
                 headers[REPORT_HEADER] = prepared.report_id
                 request.state.log["report"] = prepared.report_id
-            if window is None:
-                headers["X-Loom-Passthrough"] = "true"
             if prepared.cache_marks is not None:
                 headers["X-Loom-Cache-Marks"] = prepared.cache_marks
+            if window is None:
+                headers["X-Loom-Passthrough"] = "true"
+            else:  # the bill the window predicts; the provider's usage is recorded later
+                report = window.report
+                headers[PREDICTED_HEADERS[0]] = str(report.predicted_cached)
+                headers[PREDICTED_HEADERS[1]] = str(report.predicted_written)
+                headers[PREDICTED_HEADERS[2]] = str(report.predicted_plain)
             return headers
 
         chunks = self.proxy.chunks(prepared)

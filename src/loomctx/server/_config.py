@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from loomctx.context.billing import CachePricing, pricing_for
 from loomctx.errors import ConfigError
 
 __all__ = ["ModelConfig", "ServeConfig", "TenantConfig", "hash_key", "load_serve_config"]
@@ -81,6 +82,13 @@ class ModelConfig:
     def upstream_model(self) -> str:
         """The model name sent upstream."""
         return self.upstream or self.name
+
+    @property
+    def pricing(self) -> CachePricing:
+        """How its provider's prompt cache bills the model (`loomctx.context.billing`; an
+        OpenAI-compatible upstream is billed as OpenAI's model of its family)."""
+        provider = self.provider if self.provider in ("anthropic", "openai") else "openai"
+        return pricing_for(provider, self.upstream_model)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

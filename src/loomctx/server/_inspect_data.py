@@ -1,7 +1,9 @@
 """What the web inspector shows, computed from saved windows (`loomctx.session.windows`):
 a session's timeline rows, the diff of a window against the previous call, text search over
-the messages sent, and billed cost under a pricing. Pure functions over store reads; the
-HTML is `loomctx.server._inspect_html`'s.
+the messages sent, and billed cost under a provider's cache (`loomctx.context.billing`, the
+one cost model): each call's predicted cached, written and plain tokens beside what the
+provider reported, and whether its cache missed unexpectedly. Pure functions over store
+reads; the HTML is `loomctx.server._inspect_html`'s.
 """
 
 from __future__ import annotations
@@ -10,10 +12,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from loomctx.context.billing import (
+    ANTHROPIC,
+    PROVIDERS,
+    CachePrediction,
+    CachePricing,
+    ReportedUsage,
+    unexpected_miss,
+)
+from loomctx.context.report import ContextReport
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import PRICES
 from loomctx.messages import Message
-from loomctx.session.windows import MESSAGE_KIND, SavedWindow, WindowLog, report_from_payload
+from loomctx.session.windows import (
+    MESSAGE_KIND,
+    SavedWindow,
+    WindowLog,
+    report_from_payload,
+    usage_of,
+)
 from loomctx.stores.base import Record, Scan
 
 __all__ = [
@@ -30,29 +46,55 @@ MAX_SEARCH: Final = 200  # calls listed per search; the rest are counted
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pricing:
-    """How a call's prompt is billed: a cached token costs `cached` input tokens, a new one
-    `new` (Anthropic: 0.1 and 1.25, the cache write; OpenAI: 0.5 and 1.0); `usd_per_mtok`
-    (optional) is the model's price of a million input tokens, to show dollars."""
+    """How the inspector bills calls: a provider's cache (`cache`, a `CachePricing` of
+    `loomctx.context.billing`) and, optionally, the model's price of a million input tokens
+    (`usd_per_mtok`), to show dollars."""
 
-    name: str = "anthropic"
-    cached: float = PRICES["anthropic"][0]
-    new: float = PRICES["anthropic"][1]
+    cache: CachePricing = ANTHROPIC
     usd_per_mtok: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The cache's name (``anthropic``, ``openai``, ...)."""
+        return self.cache.name
 
     @classmethod
     def named(cls, name: str, *, usd_per_mtok: float | None = None) -> Pricing:
-        """The pricing of a provider in `loomctx.evaluation.cost.PRICES`."""
-        if name not in PRICES:
-            known = ", ".join(sorted(PRICES))
+        """The pricing of a cache in `loomctx.context.billing.PROVIDERS`."""
+        if name not in PROVIDERS:
+            known = ", ".join(sorted(PROVIDERS))
             raise ConfigError(f"unknown pricing {name!r}; use one of: {known}")
         if usd_per_mtok is not None and usd_per_mtok < 0:
             raise ConfigError(f"a price per million tokens cannot be negative: {usd_per_mtok}")
-        cached, new = PRICES[name]
-        return cls(name=name, cached=cached, new=new, usd_per_mtok=usd_per_mtok)
+        return cls(cache=PROVIDERS[name], usd_per_mtok=usd_per_mtok)
 
     def billed(self, cached_tokens: int, new_tokens: int) -> float:
-        """Input tokens billed, as plain input tokens."""
-        return cached_tokens * self.cached + new_tokens * self.new
+        """Input tokens billed, as plain input tokens, for a prompt marked as a client marks
+        it (one breakpoint at its end: what is new is written)."""
+        return self.cache.billed_marked_at_end(
+            prompt=cached_tokens + new_tokens, cached=cached_tokens
+        )
+
+    def predict(
+        self, report: ContextReport, previous_marks: tuple[int, ...] = ()
+    ) -> CachePrediction:
+        """A window's predicted split under this cache: the report's own prediction when it
+        was made for this cache, else made again from its facts (`previous_marks`: the
+        previous call's sizes at its breakpoints; a report without marks is taken as marked
+        at its end)."""
+        if report.pricing == self.cache.name:
+            return CachePrediction(
+                cached=report.predicted_cached,
+                written=report.predicted_written,
+                plain=report.predicted_plain,
+            )
+        return self.cache.predict(
+            tokens=report.token_count,
+            reused=report.reused_prefix_tokens,
+            marks=report.cache_marks or (report.token_count,),
+            previous_marks=previous_marks,
+            cold=report.cache_cold,
+        )
 
     def label(self, billed: float) -> str:
         """`billed` in words: tokens, and dollars when a price is set."""
@@ -64,7 +106,9 @@ class Pricing:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Row:
-    """One model call of a session's timeline."""
+    """One model call of a session's timeline: its report, the cache's predicted split of
+    its prompt and the bill, and what the provider reported (`reported`, None if not known;
+    `missed`: the cache missed unexpectedly, `unexpected_miss`)."""
 
     turn: int
     call: int
@@ -74,19 +118,31 @@ class Row:
     report: Any  # ContextReport
     billed: float
     seq: int = 0
+    predicted: CachePrediction | None = None
+    reported: ReportedUsage | None = None
 
     @property
     def label(self) -> str:
         """``turn.call``."""
         return f"{self.turn}.{self.call}"
 
+    @property
+    def missed(self) -> bool:
+        """Whether the provider read under half of what was predicted cached."""
+        cached = self.predicted.cached if self.predicted is not None else 0
+        return unexpected_miss(cached, self.reported)
+
 
 def timeline(log: WindowLog, session: str, pricing: Pricing, *, after_seq: int = 0) -> list[Row]:
-    """Every saved call of `session`, in order, with its report and billed cost (only those
-    saved after the store's write `after_seq`, if given)."""
+    """Every saved call of `session`, in order, with its report, its predicted split and
+    billed cost under `pricing`, and the usage the provider reported (only those saved after
+    the store's write `after_seq`, if given)."""
     rows = []
+    previous: tuple[int, ...] = ()
     for r in log.records(session, after_seq=after_seq):
         report = report_from_payload(r.data["report"])
+        predicted = pricing.predict(report, previous)
+        previous = report.cache_marks or (report.token_count,)
         rows.append(
             Row(
                 turn=int(r.data["turn"]),
@@ -95,8 +151,10 @@ def timeline(log: WindowLog, session: str, pricing: Pricing, *, after_seq: int =
                 model=str(r.data.get("model", "")),
                 saved_at=str(r.data.get("saved_at", "")),
                 report=report,
-                billed=pricing.billed(report.reused_prefix_tokens, report.new_tokens),
+                billed=pricing.cache.bill(predicted),
                 seq=r.seq,
+                predicted=predicted,
+                reported=usage_of(r.data),
             )
         )
     return rows

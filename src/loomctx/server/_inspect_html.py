@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
+from loomctx.context.billing import CachePrediction, ReportedUsage, unexpected_miss
 from loomctx.context.render import CONTEXT_PREAMBLE, SUMMARY_PREAMBLE
 from loomctx.context.report import ContextReport
 from loomctx.messages import Message
@@ -183,6 +184,29 @@ def _billed(pricing: Pricing, cached: int, new: int) -> str:
     return pricing.label(pricing.billed(cached, new))
 
 
+def _receipt(predicted: CachePrediction | None, reported: ReportedUsage | None) -> str:
+    """A call's cache receipt: predicted read / written / plain tokens, then what the
+    provider reported, and a badge when its cache missed unexpectedly."""
+    if predicted is None:
+        return ""
+    out = (
+        f'<div class="muted receipt">predicted {predicted.cached:,} read · '
+        f"{predicted.written:,} written · {predicted.plain:,} plain</div>"
+    )
+    if reported is None:
+        return out + '<div class="muted receipt">reported: not known</div>'
+    out += (
+        f'<div class="muted receipt">reported {reported.cache_read:,} read · '
+        f"{reported.cache_write:,} written of {reported.input:,}</div>"
+    )
+    if unexpected_miss(predicted.cached, reported):
+        out += (
+            '<span class="badge status-dropped" title="the provider read under half of the '
+            'tokens predicted cached">cache miss</span>'
+        )
+    return out
+
+
 # --- sessions -------------------------------------------------------------------------------
 
 
@@ -331,7 +355,8 @@ def timeline_rows(
             f'<div class="muted">{_e(r.prompt[:80])}</div></td>'
             f'<td class="barcell">{_bar(rep, scale, r.label)}</td>'
             f'<td class="num">{rep.token_count:,}<div class="muted">'
-            f"{rep.reused_prefix_tokens:,} cached</div></td>"
+            f"{rep.reused_prefix_tokens:,} repeated</div>"
+            f"{_receipt(r.predicted, r.reported)}</td>"
             f'<td class="num">{_e(pricing.label(r.billed))}</td>'
             f"<td>{' '.join(marks)}</td></tr>"
         )
@@ -510,6 +535,7 @@ def window_page(
     """One call: its numbers, what was left out and why, the diff against the previous call,
     and the exact text sent, message by message, coloured by source."""
     rep = window.report
+    predicted = pricing.predict(rep)
     session = f"{base}/s/{_u(window.session)}"
     nav = [f'<a href="{_e(session)}">timeline</a>']
     prev, nxt = neighbours
@@ -543,8 +569,9 @@ def window_page(
         f'<nav aria-label="calls">{" · ".join(nav)}</nav>'
         f'<p class="muted">{_e(window.model or "model")} · {_e(_when(window.saved_at))} · '
         f"{rep.token_count:,} of {rep.available:,} input tokens (window {rep.window:,}, "
-        f"output reserve {rep.output_reserve:,}) · {rep.reused_prefix_tokens:,} cached · "
-        f"{_e(_billed(pricing, rep.reused_prefix_tokens, rep.new_tokens))}</p>"
+        f"output reserve {rep.output_reserve:,}) · {rep.reused_prefix_tokens:,} repeated · "
+        f"{_e(pricing.label(pricing.cache.bill(predicted)))}</p>"
+        f"{_receipt(predicted, window.usage)}"
         f"<p><strong>Prompt:</strong> {_e(window.prompt)}</p>"
         "<h2>Sources</h2><table><thead><tr><th scope='col'>source</th>"
         "<th scope='col' class='num'>allocated</th><th scope='col' class='num'>offered</th>"

@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from loomctx.context.billing import OPENAI
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import PRICES
 from loomctx.server._config import hash_key
 from loomctx.server._errors import RequestError
 from loomctx.server._input import int_param
@@ -398,8 +398,7 @@ def service_inspector(service: LoomService) -> Inspector:
 
     def pricing_for(model: str) -> Pricing:
         config = service.config.models.get(model)
-        provider = config.provider if config is not None else "openai"
-        return Pricing.named(provider if provider in PRICES else "openai")
+        return Pricing(cache=config.pricing if config is not None else OPENAI)
 
     return Inspector(store=service.store, tenant_of=tenant_of, pricing_for=pricing_for)
 

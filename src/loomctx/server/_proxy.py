@@ -24,7 +24,10 @@ One request (`ChatProxy.prepare`, then `ChatProxy.forward`):
    session since its turn (one with tool calls is recorded with its results, when the client
    sends them). The window's report is stored; its id is the `X-Loom-Report` header. The
    window itself (the exact messages and tools sent) is saved for the web inspector
-   (`loomctx.server._windows`), in the same write.
+   (`loomctx.server._windows`), in the same write. The report predicts the bill under the
+   model's provider's cache (`ModelConfig.pricing`): the ``X-Loom-Predicted-Cached``,
+   ``-Written`` and ``-Plain`` headers; the usage the provider reported is added to the saved
+   window when the reply ends (after the headers, on a stream).
 
 With `passthrough` on (the default: availability first), that write (the session's claim,
 the report, the window) runs in a worker thread while the upstream is asked: the
@@ -77,10 +80,10 @@ from loomctx.server._ledger import Turn, record_reply, record_turn, save_state
 from loomctx.server._otel import BuildSpan
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import AnthropicUpstream, OpenAIUpstream, Reply, upstream_for
-from loomctx.server._windows import window_log, window_ops
+from loomctx.server._windows import reported_usage, usage_op, window_log, window_ops
 from loomctx.session.topics import CONTEXT_ASSEMBLED
 from loomctx.session.windows import WindowLog
-from loomctx.stores.base import Put
+from loomctx.stores.base import Put, Record
 
 __all__ = ["ChatProxy", "ChatRequest", "Prepared", "parse_chat_request"]
 
@@ -129,6 +132,7 @@ class Prepared:
     recorded: bool = False  # the request's turn is in memory: its reply goes there too
     saving: asyncio.Future[None] | None = None  # the write of step 5, running
     cache_marks: str | None = None  # the ``X-Loom-Cache-Marks`` header, with client marks
+    window_record: Record | None = None  # the saved window's record, for the reply's usage
 
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -531,6 +535,7 @@ class ChatProxy:
             output_reserve_ratio=request.model.output_reserve,
             state=service.layout,
         )
+        orchestrator.pricing = request.model.pricing  # what its report predicts the bill under
         ctx = BuildContext(
             session_id=f"{tenant.name}/{request.session}",
             agent_id="proxy",
@@ -623,7 +628,29 @@ class ChatProxy:
         reply in its history)."""
         if reply is None:
             reply = prepared.reply if prepared.complete else None
+        if reply is not None:
+            self._record_usage(prepared, reply)
         if reply is None or reply.calls or not reply.text or not prepared.recorded:
             return
         tenant, session = prepared.tenant.name, prepared.request.session
         record_reply(self.service, tenant, session, prepared.key, prepared.turn, reply.text)
+
+    def _record_usage(self, prepared: Prepared, reply: Reply) -> None:
+        """Add the usage the provider reported to the saved window, beside its prediction
+        (the headers left before it was known on a stream). A failed write is logged: the
+        reply is the client's already."""
+        usage = reported_usage(reply.usage)
+        if usage is None or prepared.window_record is None or prepared.report_id is None:
+            return
+        try:
+            self.service.store.batch([usage_op(prepared.window_record, usage)])
+        except Exception as exc:
+            log.warning(
+                "loom could not store the provider's usage of a window",
+                exc_info=not isinstance(exc, LoomError),
+                extra={
+                    "tenant": prepared.tenant.name,
+                    "session": prepared.request.session,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )

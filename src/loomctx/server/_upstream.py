@@ -47,7 +47,7 @@ from collections.abc import (
 from dataclasses import replace
 from typing import Any, Final
 
-from loomctx.agent.llm import LLMOptions, check_model_requests_allowed
+from loomctx.agent.llm import LLMOptions, Usage, check_model_requests_allowed
 from loomctx.errors import LoomError, ProviderError
 from loomctx.messages import CacheMarks, Message
 from loomctx.server._config import ModelConfig
@@ -539,10 +539,7 @@ class AnthropicUpstream:
                                 "prompt_tokens": u.input_tokens,
                                 "completion_tokens": u.output_tokens,
                                 "total_tokens": u.input_tokens + u.output_tokens,
-                                "prompt_tokens_details": {
-                                    "cached_tokens": u.cached_input_tokens,
-                                    "cache_write_tokens": u.cache_write_tokens,
-                                },
+                                "prompt_tokens_details": _details(u),
                             },
                         }
         except ProviderError as exc:
@@ -557,6 +554,16 @@ class AnthropicUpstream:
         close = getattr(self.llm, "aclose", None)
         if close is not None:
             await close()
+
+
+def _details(usage: Usage) -> dict[str, int]:
+    """OpenAI's ``prompt_tokens_details`` of a usage: the cached tokens, and the tokens
+    written to the cache when there are (Anthropic's ``cache_creation_input_tokens``, which
+    OpenAI's shape has no field for)."""
+    out = {"cached_tokens": usage.cached_input_tokens}
+    if usage.cache_write_tokens:
+        out["cache_write_tokens"] = usage.cache_write_tokens
+    return out
 
 
 def _anthropic_options(fields: Mapping[str, Any], breakpoints: Sequence[int]) -> LLMOptions:

@@ -10,19 +10,26 @@ in every window: rewriting it made the write 17x slower, `bench/inspector_bench.
 other is written without asking whether it is stored (a repeat write is the same record).
 The window is written first and the state after it, so the keys never name a message that
 was not written.
+
+The provider's usage of the prompt is known only once the reply ends (on a stream, after the
+response's headers left): `usage_op` adds it to the window's record then, as
+``"usage": {"input", "cache_read", "cache_write"}`` beside the report's prediction, where the
+inspector and `loomctx inspect --cache` read both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
+from loomctx.context.billing import ReportedUsage
 from loomctx.context.orchestrator import ContextWindow
 from loomctx.server._config import ModelConfig
 from loomctx.session.windows import SESSION_KIND, WINDOW_KIND, SavedWindow, WindowLog
-from loomctx.stores.base import MemoryStore, Put
+from loomctx.stores.base import MemoryStore, Put, Record
 
-__all__ = ["window_log", "window_ops"]
+__all__ = ["reported_usage", "usage_op", "window_log", "window_ops"]
 
 
 class ChatRequest(Protocol):
@@ -45,6 +52,7 @@ class Prepared(Protocol):
     window: ContextWindow | None
     turn: str
     report_id: str | None
+    window_record: Record | None
 
 
 def window_log(store: MemoryStore, tenant: str) -> WindowLog:
@@ -98,7 +106,10 @@ def window_ops(
     known = frozenset(seen.get("keys") or ())
     ops = log.ops(saved, index=seen.get("totals"), known=known, report=report)
     totals = next(op.record.data for op in reversed(ops) if op.record.kind == SESSION_KIND)
-    record = next(op.record.data for op in reversed(ops) if op.record.kind == WINDOW_KIND)
+    prepared.window_record = next(
+        op.record for op in reversed(ops) if op.record.kind == WINDOW_KIND
+    )
+    record = prepared.window_record.data
     state["window"] = {
         "turn_id": prepared.turn,
         "turn": turn,
@@ -107,3 +118,22 @@ def window_ops(
         "keys": sorted({*record["messages"], record["tools"]}),  # as `ops` digested them
     }
     return ops
+
+
+def reported_usage(usage: Mapping[str, Any] | None) -> ReportedUsage | None:
+    """The prompt's usage in an OpenAI-shaped ``usage`` (``prompt_tokens``, and under
+    ``prompt_tokens_details`` ``cached_tokens`` and ``cache_write_tokens``, which the
+    Anthropic upstream fills from ``cache_creation_input_tokens``); None without one."""
+    if not isinstance(usage, Mapping) or "prompt_tokens" not in usage:
+        return None
+    details = usage.get("prompt_tokens_details") or {}
+    return ReportedUsage(
+        input=int(usage.get("prompt_tokens") or 0),
+        cache_read=int(details.get("cached_tokens") or 0),
+        cache_write=int(details.get("cache_write_tokens") or 0),
+    )
+
+
+def usage_op(record: Record, usage: ReportedUsage) -> Put:
+    """The write that adds the provider's reported `usage` to a saved window's `record`."""
+    return Put(record=replace(record, data={**record.data, "usage": usage.to_dict()}))

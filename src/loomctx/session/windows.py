@@ -8,7 +8,9 @@ when served, so a tenant's windows are read only under its own name; DESIGN.md i
 - ``(*scope, "windows", session)``, key ``window:<turn 6 digits>:<call 3 digits>``, kind
   ``context_window``: ``{"format", "session", "turn", "call", "prompt", "model",
   "report_id", "saved_at", "report": ContextReport.to_dict(), "messages": [message key, ...],
-  "tools": tools key}``;
+  "tools": tools key}`` and, once the provider answered, ``"usage": {"input", "cache_read",
+  "cache_write"}`` (`loomctx.context.billing.ReportedUsage`: what it reported, to set beside
+  the report's prediction);
 - the same namespace, key ``message:<sha256 of the message, 32 hex>``, kind
   ``window_message``: one message ``{"role", "content", "tool_calls": [{"id", "name",
   "arguments"}], "tool_call_id", "name", "is_error"}`` (and ``"parts"``, OpenAI content
@@ -35,10 +37,11 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from loomctx.context.billing import ReportedUsage
 from loomctx.context.report import BlockReport, ContextReport, SourceReport, source_fields
 from loomctx.errors import ConfigError
 from loomctx.messages import Message, ToolCall
@@ -51,6 +54,7 @@ __all__ = [
     "WindowLog",
     "message_dict",
     "report_from_payload",
+    "usage_of",
 ]
 
 WINDOW_FORMAT: Final = 1
@@ -60,7 +64,12 @@ SESSION_KIND: Final = "chat_session"
 
 _KEY_CACHE: Final = 4096  # messages whose key a log keeps (L1 holds 50 tasks a session)
 
+# A full report has every field without a default (later fields have defaults: older
+# reports lack them and still load whole).
 _FULL: Final = frozenset(f.name for f in fields(ContextReport))
+_REQUIRED: Final = frozenset(
+    f.name for f in fields(ContextReport) if f.default is MISSING and f.default_factory is MISSING
+)
 _SOURCE: Final = frozenset(f.name for f in fields(SourceReport))
 _BLOCK: Final = frozenset(f.name for f in fields(BlockReport))
 
@@ -73,7 +82,7 @@ def report_from_payload(data: Mapping[str, Any], *, window: int | None = None) -
     """A report from its JSON form, or from a `context_assembled` event's `report` payload
     (`window`: the model's window, needed only for the summary form, which has no blocks)."""
     try:
-        if data.keys() >= _FULL:
+        if data.keys() >= _REQUIRED:
             full = _only(data, _FULL)
             full["sources"] = [_only(source_fields(s), _SOURCE) for s in data["sources"]]
             full["blocks"] = [_only(b, _BLOCK) for b in data["blocks"]]
@@ -106,8 +115,9 @@ def report_from_payload(data: Mapping[str, Any], *, window: int | None = None) -
 class SavedWindow:
     """One model call's window: which user `turn` of the session and which model `call` of
     that turn (both from 1), the user's `prompt`, the `report`, the exact `messages` and
-    `tools` sent (empty for windows saved before messages were), the `model` it went to and
-    the proxy's `report_id` (empty when not served)."""
+    `tools` sent (empty for windows saved before messages were), the `model` it went to,
+    the proxy's `report_id` (empty when not served) and the prompt's `usage` as the provider
+    reported it (None: not known, or not yet)."""
 
     session: str
     turn: int
@@ -119,6 +129,13 @@ class SavedWindow:
     tools: tuple[Mapping[str, Any], ...] = ()
     model: str = ""
     report_id: str = ""
+    usage: ReportedUsage | None = None
+
+
+def usage_of(data: Mapping[str, Any]) -> ReportedUsage | None:
+    """The reported usage a window record holds (None if it holds none)."""
+    usage = data.get("usage")
+    return ReportedUsage.from_dict(usage) if isinstance(usage, Mapping) else None
 
 
 def message_dict(m: Message) -> dict[str, Any]:
@@ -256,6 +273,8 @@ class WindowLog:
             "messages": order,
             "tools": tools_key,
         }
+        if window.usage is not None:
+            data["usage"] = window.usage.to_dict()
         puts.append(
             Put(
                 record=Record(
@@ -378,4 +397,5 @@ class WindowLog:
             tools=tuple(loaded[-1].data["tools"]) if loaded[-1] is not None else (),
             model=str(data.get("model", "")),
             report_id=str(data.get("report_id", "")),
+            usage=usage_of(data),
         )

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 from loomctx.agent.llm import LLMChunk, LLMOptions, check_model_requests_allowed
 from loomctx.agent.providers._assembly import Assembler, Truncated
+from loomctx.context.billing import pricing_for
 from loomctx.errors import ConfigError, MissingExtraError, ProviderError
 from loomctx.messages import Message
 
@@ -131,6 +132,8 @@ class SDKProvider(ABC):
         """Which provider and model, e.g. ``"openai:gpt-4o"``."""
         self.default_options = default_options
         """Options applied to every call; a call's own options override them field by field."""
+        self.pricing = pricing_for(self.provider, model)
+        """How the provider's prompt cache bills this model (`loomctx.context.billing`)."""
         self.max_retries = max_retries
         self.timeout = timeout
         self._sdk = sdk

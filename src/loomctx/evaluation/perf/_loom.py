@@ -47,7 +47,7 @@ from loomctx.context.recipe import (
 from loomctx.context.sources import HistorySource, UnifiedRetrievalSource
 from loomctx.embeddings import Embedder, default_embedder
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import PRICES
+from loomctx.evaluation.cost import HEADLINE
 from loomctx.evaluation.perf._spawn import in_subprocess
 from loomctx.evaluation.perf._workload import (
     SYSTEM,
@@ -212,7 +212,8 @@ async def _calls(
 
 def _billed(prompts: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """Per call, over the calls after the first (whose cache is cold for every strategy):
-    mean prompt tokens, the cached share and billed tokens per provider (`cost.PRICES`)."""
+    mean prompt tokens, the cached share and billed tokens per provider (`cost.HEADLINE`, as
+    a client marks a prompt: one breakpoint at its end)."""
     warm = list(prompts[1:]) or list(prompts)
     prompt = sum(p for p, _ in warm)
     cached = sum(c for _, c in warm)
@@ -221,8 +222,8 @@ def _billed(prompts: Sequence[tuple[int, int]]) -> dict[str, Any]:
         "mean_prompt_tokens": round(prompt / len(warm), 1) if warm else 0.0,
         "cached_share": round(cached / prompt, 4) if prompt else 0.0,
     }
-    for provider, (read, write) in PRICES.items():
-        billed = read * cached + write * (prompt - cached)
+    for provider, pricing in HEADLINE.items():
+        billed = sum(pricing.billed_marked_at_end(prompt=p, cached=c) for p, c in warm)
         out[f"billed_{provider}"] = round(billed / len(warm), 1) if warm else 0.0
     return out
 
