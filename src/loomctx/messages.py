@@ -638,21 +638,10 @@ def mark_anthropic_cache(
     one text block.
     """
     text, converted = to_anthropic(messages)
-    marks = marks or CacheMarks()
     marked_tools = list(tools)
-    # (where in the prompt's order: tools, system, messages) -> (cache_control, Loom's own)
-    placed: dict[tuple[int, int], tuple[Mapping[str, Any], bool]] = {}
-    for i, tool in enumerate(marked_tools):
-        control = marks.tools.get(str(tool.get("name"))) if isinstance(tool, Mapping) else None
-        if control is not None:
-            placed[(0, i)] = (control, False)
-    if marks.system is not None and text is not None:
-        placed[(1, 0)] = (marks.system, False)
-    for end, control in marks.ends.items():
-        if 0 < end <= len(messages):
-            placed[(2, end)] = (control, False)
-    for key in sorted(placed)[: max(0, len(placed) - 4)]:  # the client's longest prefixes
-        del placed[key]
+    placed = _client_breakpoints(
+        marks or CacheMarks(), marked_tools, system=text is not None, count=len(messages)
+    )
     if text is not None:
         own_head: tuple[int, int] | None = (1, 0)
     else:
@@ -684,6 +673,29 @@ def mark_anthropic_cache(
             index = len(head[-1]["content"]) - 1
             blocks[index] = {**blocks[index], "cache_control": dict(control)}
     return system, converted, marked_tools
+
+
+def _client_breakpoints(
+    marks: CacheMarks, tools: Sequence[Any], *, system: bool, count: int
+) -> dict[tuple[int, int], tuple[Mapping[str, Any], bool]]:
+    """Where the client's `marks` go, for `mark_anthropic_cache`: (where in the prompt's
+    order: 0 for tools, 1 for the system prompt, 2 for messages; and which) -> (its
+    ``cache_control``, False: not Loom's own). A mark on a tool not sent, on a system prompt
+    there is none of, or after a message count outside 1..`count` is dropped; of more than
+    four, the four latest in the prompt are kept (the client's longest prefixes)."""
+    placed: dict[tuple[int, int], tuple[Mapping[str, Any], bool]] = {}
+    for i, tool in enumerate(tools):
+        control = marks.tools.get(str(tool.get("name"))) if isinstance(tool, Mapping) else None
+        if control is not None:
+            placed[(0, i)] = (control, False)
+    if marks.system is not None and system:
+        placed[(1, 0)] = (marks.system, False)
+    for end, control in marks.ends.items():
+        if 0 < end <= count:
+            placed[(2, end)] = (control, False)
+    for key in sorted(placed)[: max(0, len(placed) - 4)]:
+        del placed[key]
+    return placed
 
 
 # Extended-thinking blocks hold the model's private reasoning, signed so that only Anthropic can

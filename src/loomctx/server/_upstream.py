@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import os
 import time
 import uuid
@@ -40,18 +39,18 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from loomctx.agent.llm import LLMOptions, Usage, check_model_requests_allowed
 from loomctx.errors import LoomError, ProviderError
 from loomctx.messages import CacheMarks, Message
 from loomctx.server._config import ModelConfig
 from loomctx.server._errors import error_body
+from loomctx.server._sse import drain, json_or_none, malformed, sse_data
 
 __all__ = [
     "AnthropicUpstream",
@@ -65,7 +64,6 @@ __all__ = [
 
 _NO_KEY = "no-key-needed"
 _OPENAI_URL = "https://api.openai.com/v1"
-_DRAIN_SECONDS = 1.0  # what follows `[DONE]` is read this long at most (`_drain`)
 
 
 class UpstreamError(LoomError):
@@ -248,15 +246,15 @@ class OpenAIUpstream:
                     raw = (await response.aread()).decode("utf-8", "replace")
                     raise UpstreamError(
                         response.status_code,
-                        _error_of(_json_or_none(raw), raw or response.reason_phrase),
+                        _error_of(json_or_none(raw), raw or response.reason_phrase),
                         secrets=self._secrets,
                     )
-                events = _sse_data(response.aiter_lines())
+                events = sse_data(response.aiter_lines())
                 async for data in events:
                     if data == "[DONE]":
-                        await _drain(events)
+                        await drain(events)
                         break
-                    chunk = _json_or_none(data)
+                    chunk = json_or_none(data)
                     if not isinstance(chunk, dict):
                         raise UpstreamError(
                             502,
@@ -269,7 +267,7 @@ class OpenAIUpstream:
                         )
                     if "error" in chunk:  # an error in the middle of the stream
                         raise UpstreamError(502, _error_of(chunk, data), secrets=self._secrets)
-                    wrong = _malformed(chunk)
+                    wrong = malformed(chunk)
                     if wrong is not None:
                         raise UpstreamError(
                             502,
@@ -355,92 +353,6 @@ def _timed_out(config: ModelConfig, setting: str, detail: str = "") -> UpstreamE
             code="upstream_timeout",
         ),
     )
-
-
-def _malformed(chunk: Mapping[str, Any]) -> str | None:
-    """What in an OpenAI ``chat.completion.chunk`` has a type Loom cannot fold into a reply,
-    or None."""
-    for path, value, types in _chunk_fields(chunk):
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            return f"`{path}` is {_json_type(value)}, not {expected}"
-    return None
-
-
-_OPTIONAL_STR: Final = (str, type(None))
-
-
-def _chunk_fields(chunk: Mapping[str, Any]) -> Iterator[tuple[str, Any, tuple[type, ...]]]:
-    """(path, value, the types it may have) for each field `Reply.add` reads, outer first: a
-    caller stops at the first wrong one, so what follows may read into what came before."""
-    yield "id", chunk.get("id"), _OPTIONAL_STR
-    yield "model", chunk.get("model"), _OPTIONAL_STR
-    yield "created", chunk.get("created"), (int, float, type(None))
-    yield "usage", chunk.get("usage"), (dict, type(None))
-    yield "choices", chunk.get("choices"), (list, type(None))
-    for i, choice in enumerate(chunk.get("choices") or ()):
-        at = f"choices[{i}]"
-        yield at, choice, (dict,)
-        yield f"{at}.finish_reason", choice.get("finish_reason"), _OPTIONAL_STR
-        yield f"{at}.delta", choice.get("delta"), (dict, type(None))
-        delta = choice.get("delta") or {}
-        yield f"{at}.delta.content", delta.get("content"), _OPTIONAL_STR
-        yield f"{at}.delta.tool_calls", delta.get("tool_calls"), (list, type(None))
-        for j, call in enumerate(delta.get("tool_calls") or ()):
-            here = f"{at}.delta.tool_calls[{j}]"
-            yield here, call, (dict,)
-            yield f"{here}.index", call.get("index", 0), (int,)
-            yield f"{here}.id", call.get("id"), _OPTIONAL_STR
-            yield f"{here}.function", call.get("function"), (dict, type(None))
-            function = call.get("function") or {}
-            yield f"{here}.function.name", function.get("name"), _OPTIONAL_STR
-            yield f"{here}.function.arguments", function.get("arguments"), _OPTIONAL_STR
-
-
-def _json_type(value: Any) -> str:
-    """`value`'s JSON type, as an error message names it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "an object"
-    return "an array" if isinstance(value, list) else "a number"
-
-
-async def _drain(events: AsyncIterator[str]) -> None:
-    """Read what follows ``[DONE]`` to the body's end (nothing, from a server that keeps to
-    the protocol): a response closed unread takes its connection with it, and every call
-    would open a new one (a TCP and TLS handshake to a provider). A server that holds the
-    stream open past `_DRAIN_SECONDS` gets its connection closed instead."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            async for _ in events:
-                pass
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The `data` of each server-sent event (its ``data:`` lines joined by newlines)."""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith("data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 class AnthropicUpstream:
