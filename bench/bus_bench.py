@@ -100,7 +100,7 @@ async def latency(n: int, rate: int, subscribers: int) -> tuple[float, float]:
 _CHILD = textwrap.dedent(
     """
     import asyncio, json, sys, time
-    from loomctx.session.redis_bus import RedisStreamsBus
+    from loomctx.session.bus.redis import RedisStreamsBus
 
     async def main(url, prefix, n):
         done = asyncio.Event()
@@ -130,7 +130,7 @@ _CHILD = textwrap.dedent(
 async def redis_across_processes(url: str, n: int, rate: int | None) -> tuple[float, list[float]]:
     """Publish `n` events here (as fast as possible, or at `rate`/s) to a child process that
     subscribes on Redis; returns events/s (first publish to last handled) and the latencies."""
-    from loomctx.session.redis_bus import RedisStreamsBus
+    from loomctx.session.bus.redis import RedisStreamsBus
 
     prefix = f"loombench:{uuid.uuid4().hex[:8]}"
     child = await asyncio.create_subprocess_exec(

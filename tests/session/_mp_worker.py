@@ -19,8 +19,8 @@ from typing import Any
 from loomctx.errors import ConfigError
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus
 from loomctx.session.bus import Event
+from loomctx.session.bus.redis import RedisStreamsBus
 from loomctx.session.controller import ContextController
-from loomctx.session.redis_bus import RedisStreamsBus
 from loomctx.stores import open_store
 from tests.session._helpers import said, text_of
 

@@ -115,7 +115,7 @@ def make_bus(backend: str, request: pytest.FixtureRequest) -> MakeBus:
         return memory
     url = request.getfixturevalue("redis_url")
     prefix = request.getfixturevalue("redis_prefix")
-    from loomctx.session.redis_bus import RedisStreamsBus
+    from loomctx.session.bus.redis import RedisStreamsBus
 
     def redis_bus(**options: Any) -> EventBus:
         options.setdefault("prefix", prefix)

@@ -526,7 +526,7 @@ async def test_close_without_drain_releases_waiting_publishers() -> None:
 
 
 async def test_route_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import loomctx.session.bus_inprocess as bus_module
+    import loomctx.session.bus.inprocess as bus_module
 
     monkeypatch.setattr(bus_module, "_ROUTE_CACHE_SIZE", 2)
     async with InProcessEventBus() as bus:
@@ -801,7 +801,7 @@ def test_each_redis_subscriber_gets_exactly_its_events_in_order(
     publishes: list[tuple[str, int]],
     subs: list[tuple[str, int, int]],
 ) -> None:
-    from loomctx.session.redis_bus import RedisStreamsBus
+    from loomctx.session.bus.redis import RedisStreamsBus
 
     def make() -> RedisStreamsBus:
         # Each example its own prefix under the test's, so that examples cannot see each other.

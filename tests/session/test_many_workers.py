@@ -32,7 +32,7 @@ import redis
 from loomctx.session import topics
 from loomctx.session._layout import Layout
 from loomctx.session.bus import Event
-from loomctx.session.redis_bus import RedisStreamsBus
+from loomctx.session.bus.redis import RedisStreamsBus
 from loomctx.stores import open_store
 from loomctx.stores.base import Scan
 

@@ -15,7 +15,7 @@ import redis
 
 from loomctx.errors import BusClosedError, BusLoopError, ConfigError, MissingExtraError
 from loomctx.session.bus import Event, InProcessEventBus, open_bus
-from loomctx.session.redis_bus import RedisStreamsBus
+from loomctx.session.bus.redis import RedisStreamsBus
 
 SAFETY = 20  # seconds: a safety net, not a measure
 
@@ -383,7 +383,7 @@ async def test_open_bus_picks_the_backend_from_the_url(redis_url: str, redis_pre
 
 
 def test_open_bus_names_the_extra_when_redis_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "loomctx.session.redis_bus")
+    monkeypatch.delitem(sys.modules, "loomctx.session.bus.redis")
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'loomctx\[redis\]'"):
         open_bus("redis://127.0.0.1:6379/0")

@@ -25,8 +25,8 @@ import redis
 from loomctx.errors import ConfigError
 from loomctx.session import topics
 from loomctx.session.bus import Event
+from loomctx.session.bus.redis import RedisStreamsBus
 from loomctx.session.controller import ContextController
-from loomctx.session.redis_bus import RedisStreamsBus
 from loomctx.session.session import SessionState
 from loomctx.stores import open_store
 from tests.session._helpers import note, said
@@ -127,7 +127,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, sys
     from loomctx.session.controller import ContextController
-    from loomctx.session.redis_bus import RedisStreamsBus
+    from loomctx.session.bus.redis import RedisStreamsBus
     from loomctx.stores import open_store
 
     class Slow(ContextController):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import inspect
 import json
@@ -45,8 +44,16 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union, overload
+from typing import TYPE_CHECKING, Any, Final, Union, overload
 
+from loomctx.agent._tool_args import check_object, check_value, describe
+from loomctx.agent._tool_schema import (
+    SUPPORTED,
+    Convert,
+    compile_type,
+    json_default,
+    parse_docstring,
+)
 from loomctx.errors import ConfigError, ToolError
 from loomctx.messages import Message, ToolCall, valid_text
 
@@ -59,19 +66,6 @@ __all__ = ["Tool", "ToolContext", "ToolResult", "run_tool_calls", "tool"]
 logger = logging.getLogger(__name__)
 
 _NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-_SECTION: Final = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Returns?|Yields?|Raises|Examples?|Notes?|Attributes|"
-    r"Warnings?|See Also|Todo):\s*$"
-)
-_ARGS_SECTION: Final = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
-_ARG_LINE: Final = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SUPPORTED: Final = (
-    "str, int, float, bool, None, list[X], tuple[X, ...], dict[str, X], Literal[...], an Enum "
-    "of str or int values, or a union of these (e.g. `str | None`)"
-)
-
-Convert: TypeAlias = Callable[[Any], Any]
-"""Turns a validated JSON value into what the function expects (an Enum member, a tuple)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,101 +121,7 @@ class ToolResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# Schemas from type hints
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
-
-
-_SCALARS: Final[Mapping[Any, str]] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    type(None): "null",
-    None: "null",
-}
-
-
-def _map(convert: Convert | None, wrap: Callable[[Convert], Convert]) -> Convert | None:
-    return None if convert is None else wrap(convert)
-
-
-def _compile(tp: Any, where: str) -> tuple[dict[str, Any], Convert | None]:
-    """The JSON Schema for annotation `tp`, and a converter (None: the JSON value as is)."""
-    if tp in _SCALARS:
-        return {"type": _SCALARS[tp]}, None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        values = [m.value for m in tp]
-        kinds = {_json_type(v) for v in values}
-        if len(kinds) != 1 or not kinds <= {"string", "integer"}:
-            raise ToolError(
-                f"{where} is the Enum `{tp.__name__}`, whose values are not all "
-                "strings or all ints; give it str or int values, or use Literal[...]"
-            )
-        return {"type": kinds.pop(), "enum": values}, tp
-    if origin is Literal:
-        kinds = {_json_type(v) for v in args}
-        if not kinds <= {"string", "integer", "number", "boolean", "null"}:
-            raise ToolError(
-                f"{where} is `{tp}`; a tool's Literal may hold only str, int, "
-                "float, bool and None values"
-            )
-        schema: dict[str, Any] = {"type": kinds.pop()} if len(kinds) == 1 else {}
-        schema["enum"] = list(args)
-        return schema, None
-    if origin is list and len(args) == 1:
-        items, convert = _compile(args[0], where)
-        return {"type": "array", "items": items}, _map(
-            convert, lambda c: lambda v: [c(x) for x in v]
-        )
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        items, convert = _compile(args[0], where)
-        inner = convert or (lambda x: x)
-        return {"type": "array", "items": items}, lambda v: tuple(inner(x) for x in v)
-    if origin is dict and len(args) == 2 and args[0] is str:
-        value_schema, convert = _compile(args[1], where)
-        return {"type": "object", "additionalProperties": value_schema}, _map(
-            convert, lambda c: lambda v: {k: c(x) for k, x in v.items()}
-        )
-    if origin in (Union, types.UnionType):
-        members = [_compile(a, where) for a in args]
-        schemas = [s for s, _ in members]
-        if all(len(s) == 1 and isinstance(s.get("type"), str) for s in schemas):
-            union: dict[str, Any] = {"type": [s["type"] for s in schemas]}
-        else:
-            union = {"anyOf": schemas}
-        if all(c is None for _, c in members):
-            return union, None
-
-        def convert_union(value: Any) -> Any:
-            for schema_, convert_ in members:
-                problems: list[str] = []
-                _check(value, schema_, "", problems)
-                if not problems:
-                    return value if convert_ is None else convert_(value)
-            return value  # pragma: no cover - validation ran before conversion
-
-        return union, convert_union
-    raise ToolError(
-        f"{where} has the annotation `{_type_name(tp)}`, which a tool cannot take; use {_SUPPORTED}"
-    )
+# Tool
 
 
 def _is_context(tp: Any) -> bool:
@@ -229,162 +129,6 @@ def _is_context(tp: Any) -> bool:
     if typing.get_origin(tp) in (Union, types.UnionType):
         return set(typing.get_args(tp)) == {ToolContext, type(None)}
     return tp is ToolContext
-
-
-def _type_name(tp: Any) -> str:
-    return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp)
-
-
-def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The first paragraph (lines joined by spaces) and the ``Args:`` descriptions."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    summary: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line):
-            break
-        summary.append(line.strip())
-    described: dict[str, str] = {}
-    start = next((i for i, line in enumerate(lines) if _ARGS_SECTION.match(line)), None)
-    if start is not None:
-        header_indent = len(lines[start]) - len(lines[start].lstrip())
-        entry_indent: int | None = None
-        current: str | None = None
-        for line in lines[start + 1 :]:
-            if not line.strip():
-                continue
-            indent = len(line) - len(line.lstrip())
-            if indent <= header_indent:
-                break  # the next section
-            if entry_indent is None:
-                entry_indent = indent
-            match = _ARG_LINE.match(line.strip())
-            if indent == entry_indent and match:
-                current = match.group(1).lstrip("*")
-                described[current] = match.group(2).strip()
-            elif current is not None:
-                described[current] = f"{described[current]} {line.strip()}".strip()
-    return " ".join(summary), described
-
-
-def _json_default(value: Any, where: str) -> Any:
-    """A parameter's default as JSON, or a `ToolError` if it has no JSON form."""
-    if isinstance(value, enum.Enum):
-        value = value.value
-    if isinstance(value, tuple):
-        value = list(value)
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ToolError(
-            f"{where} has the default {value!r}, which is not JSON ({exc}); "
-            "use a JSON value (str, number, bool, None, list or dict) or None"
-        ) from exc
-    return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation against the schemas built above
-
-
-_ARTICLE: Final = {
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "a boolean",
-    "null": "null",
-    "array": "an array",
-    "object": "an object",
-}
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _expected(schema: Mapping[str, Any]) -> str:
-    if "anyOf" in schema:
-        return " or ".join(_expected(s) for s in schema["anyOf"])
-    if "enum" in schema:
-        return "one of " + ", ".join(_short(v) for v in schema["enum"])
-    kinds = schema.get("type", [])
-    return " or ".join(_ARTICLE.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds))
-
-
-def _got(value: Any) -> str:
-    kind = _json_type(value)
-    return f"{_short(value)} ({_ARTICLE.get(kind, kind)})"
-
-
-def _same(a: Any, b: Any) -> bool:
-    return _json_type(a) == _json_type(b) and a == b
-
-
-def _check(value: Any, schema: Mapping[str, Any], path: str, problems: list[str]) -> Any:
-    """`value` checked against `schema`, ints made floats where a number is expected; each
-    mismatch is appended to `problems` as a line naming `path`."""
-    if "anyOf" in schema:
-        attempts: list[list[str]] = []
-        for sub in schema["anyOf"]:
-            attempts.append([])
-            checked = _check(value, sub, path, attempts[-1])
-            if not attempts[-1]:
-                return checked
-        # If one alternative took the value's shape (a list, say) and only its insides were
-        # wrong, those are the problems to report: `tags[1]`, rather than all of `tags`.
-        here = f"`{path}`:"
-        inside = [a for a in attempts if not any(p.startswith(here) for p in a)]
-        if len(inside) == 1:
-            problems.extend(inside[0])
-            return value
-        problems.append(f"`{path}`: expected {_expected(schema)}, got {_got(value)}")
-        return value
-    if "enum" in schema:
-        if not any(_same(value, option) for option in schema["enum"]):
-            problems.append(f"`{path}`: expected {_expected(schema)}, got {_got(value)}")
-        return value
-    kinds = schema.get("type")
-    allowed = [kinds] if isinstance(kinds, str) else list(kinds or ())
-    kind = _json_type(value)
-    if allowed and kind not in allowed:
-        if kind == "integer" and "number" in allowed:
-            return float(value)
-        problems.append(f"`{path}`: expected {_expected(schema)}, got {_got(value)}")
-        return value
-    if kind == "array" and "items" in schema:
-        return [_check(x, schema["items"], f"{path}[{i}]", problems) for i, x in enumerate(value)]
-    if kind == "object":
-        return _check_object(value, schema, path, problems)
-    return value
-
-
-def _check_object(
-    value: Mapping[str, Any], schema: Mapping[str, Any], path: str, problems: list[str]
-) -> dict[str, Any]:
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    out: dict[str, Any] = {}
-    for name in schema.get("required", ()):
-        if name not in value:
-            problems.append(
-                f"`{path}{name}`: missing (required; expected {_expected(properties[name])})"
-            )
-    for key, item in value.items():
-        where = f"{path}{key}" if not path else f"{path}[{_short(key)}]"
-        if key in properties:
-            out[key] = _check(item, properties[key], where, problems)
-        elif isinstance(extra, Mapping):
-            out[key] = _check(item, extra, where, problems)
-        elif extra is False:
-            names = ", ".join(f"`{n}`" for n in properties) or "none"
-            problems.append(f"`{where}`: unknown parameter (the parameters are: {names})")
-        else:
-            out[key] = item
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Tool
 
 
 def _to_text(value: Any) -> str:
@@ -464,7 +208,7 @@ class Tool:
                 f"({type(exc).__name__}: {exc}); define the types they name at "
                 "module level"
             ) from exc
-        summary, described = _parse_docstring(inspect.getdoc(function))
+        summary, described = parse_docstring(inspect.getdoc(function))
         properties: dict[str, Any] = {}
         required: list[str] = []
         converters: dict[str, Convert] = {}
@@ -485,19 +229,19 @@ class Tool:
                     "arguments, so remove the `/`"
                 )
             if pname not in hints:
-                raise ToolError(f"{where} has no type annotation; annotate it with {_SUPPORTED}")
+                raise ToolError(f"{where} has no type annotation; annotate it with {SUPPORTED}")
             if _is_context(hints[pname]):
                 context_parameter = pname
                 continue
-            schema, convert = _compile(hints[pname], where)
+            schema, convert = compile_type(hints[pname], where)
             if described.get(pname):
                 schema["description"] = described[pname]
             if param.default is param.empty:
                 required.append(pname)
             else:
-                default = _json_default(param.default, where)
+                default = json_default(param.default, where)
                 problems: list[str] = []
-                _check(default, schema, pname, problems)
+                check_value(default, schema, pname, problems)
                 if problems:
                     raise ToolError(
                         f"{where} has the default {param.default!r}, which does not "
@@ -553,10 +297,10 @@ class Tool:
         if not isinstance(arguments, Mapping):
             raise ToolError(
                 f"invalid arguments for tool `{self.name}`: expected a JSON object, "
-                f"got {_got(arguments)}"
+                f"got {describe(arguments)}"
             )
         problems: list[str] = []
-        checked = _check_object(arguments, self.parameters, "", problems)
+        checked = check_object(arguments, self.parameters, "", problems)
         if problems:
             lines = "\n".join(f"- {p}" for p in problems)
             raise ToolError(

@@ -1,8 +1,8 @@
 """The event bus protocol and its values: `Event`, `EventBus`, `Subscription`, stats.
 
 Every backend implements `EventBus` beside this module: `InProcessEventBus`
-(`loomctx.session.bus_inprocess`, asyncio, one process) and `RedisStreamsBus`
-(`loomctx.session.redis_bus`, Redis Streams, many processes); `open_bus(url)` in
+(`loomctx.session.bus.inprocess`, asyncio, one process) and `RedisStreamsBus`
+(`loomctx.session.bus.redis`, Redis Streams, many processes); `open_bus(url)` in
 `loomctx.session.bus` picks one from a URL. What the protocol promises, whatever the backend:
 
 - **Events are values with ids.** `Event.id` is unique per publish unless the publisher passes

@@ -1,9 +1,10 @@
 """The event bus: one import for the protocol, both backends, and `open_bus(url)`.
 
-The protocol and its values live in `loomctx.session.bus_base` (what every bus promises), the
-asyncio bus of one process in `loomctx.session.bus_inprocess`, the Redis Streams bus of many
-processes in `loomctx.session.redis_bus` (extra ``redis``). Every name importable from here
-before the split still is.
+The protocol and its values live in `loomctx.session.bus.base` (what every bus promises), the
+asyncio bus of one process in `loomctx.session.bus.inprocess`, the Redis Streams bus of many
+processes in `loomctx.session.bus.redis` (extra ``redis``); what both backends do alike
+(subscriptions with a worker, close, stats) is their base, `loomctx.session.bus._lifecycle`.
+The Redis bus is also importable from its earlier path, ``loomctx.session.redis_bus``.
 
 `open_bus(url)` picks the backend from a URL, as the ``bus`` setting of the CLI and
 ``LOOM_BUS`` do:
@@ -24,7 +25,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from loomctx.errors import BusClosedError, BusLoopError, ConfigError
-from loomctx.session.bus_base import (
+from loomctx.session.bus.base import (
     HANDLER_FAILED,
     BusStats,
     Event,
@@ -34,7 +35,7 @@ from loomctx.session.bus_base import (
     Subscription,
     SubscriptionStats,
 )
-from loomctx.session.bus_inprocess import InProcessEventBus, InProcessSubscription
+from loomctx.session.bus.inprocess import InProcessEventBus, InProcessSubscription
 
 __all__ = [
     "HANDLER_FAILED",
@@ -69,7 +70,7 @@ def open_bus(url: str | None = None, **options: Any) -> EventBus:
     if scheme in _MEMORY:
         return InProcessEventBus(**options)
     if scheme in _REDIS:
-        from loomctx.session.redis_bus import RedisStreamsBus  # needs the `redis` extra
+        from loomctx.session.bus.redis import RedisStreamsBus  # needs the `redis` extra
 
         return RedisStreamsBus.from_url(url.strip(), **options)
     raise ConfigError(

@@ -1,4 +1,4 @@
-"""`InProcessEventBus`: the asyncio `EventBus` of one process (protocol: `bus_base`).
+"""`InProcessEventBus`: the asyncio `EventBus` of one process (protocol: `bus.base`).
 
 How `InProcessEventBus` works, and why:
 
@@ -51,22 +51,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
-from types import TracebackType
-from typing import Any, Literal, Self
+from collections.abc import Mapping
+from typing import Any
 
-from loomctx.errors import BusClosedError, BusLoopError, ConfigError
-from loomctx.session.bus_base import (
-    LOG,
-    BusStats,
-    CountedSubscription,
+from loomctx.errors import BusClosedError, BusLoopError
+from loomctx.session.bus._lifecycle import ORIGIN, BusLifecycle, WorkerSubscription
+from loomctx.session.bus.base import (
     Event,
     Handler,
-    HandlerFailure,
     check_capacity,
     check_subscription,
-    failure_event,
     new_id,
 )
 
@@ -74,10 +68,6 @@ __all__ = ["InProcessEventBus", "InProcessSubscription"]
 
 # Topics are few in practice, but may embed ids (`session.<id>.ended`): bound the route cache.
 _ROUTE_CACHE_SIZE = 4096
-
-# The subscription whose worker is running in this context (tasks a handler starts inherit it):
-# how the bus tells a handler's publish from an outside one.
-_ORIGIN: ContextVar[InProcessSubscription | None] = ContextVar("loom_bus_origin", default=None)
 
 
 class _Pending:
@@ -90,13 +80,13 @@ class _Pending:
         self.future = future
 
 
-class InProcessSubscription(CountedSubscription):
+class InProcessSubscription(WorkerSubscription):
     """A subscription of `InProcessEventBus`: a bounded mailbox and the worker that drains it."""
 
     def __init__(
         self, *, bus: InProcessEventBus, name: str, pattern: str, handler: Handler, capacity: int
     ) -> None:
-        super().__init__(name=name, pattern=pattern)
+        super().__init__(bus=bus, name=name, pattern=pattern)
         self._bus = bus
         self._prefix = "" if pattern == "*" else pattern[:-1] if pattern.endswith(".*") else None
         self._handler = handler
@@ -104,7 +94,6 @@ class InProcessSubscription(CountedSubscription):
         self._items: deque[Event] = deque()
         self._waiting: deque[_Pending] = deque()
         self._getter: asyncio.Future[None] | None = None
-        self._worker: asyncio.Task[None] | None = None
         self._handling = False  # the worker is running the handler on an event
         self._stopping = False
         # Mailboxes this worker's handler is waiting to publish into: the wait-for graph.
@@ -155,11 +144,6 @@ class InProcessSubscription(CountedSubscription):
         pending = _Pending(event, future)
         self._waiting.append(pending)
         return pending
-
-    def _start(self) -> None:
-        self._worker = asyncio.get_running_loop().create_task(
-            self._run(), name=f"loom-bus-worker:{self._name}"
-        )
 
     def _rehome(self) -> None:
         """Forget what belonged to the event loop the bus ran on before, now closed, and start
@@ -237,7 +221,7 @@ class InProcessSubscription(CountedSubscription):
         return event
 
     async def _run(self) -> None:
-        _ORIGIN.set(self)
+        ORIGIN.set(self)
         while (event := await self._next()) is not None:
             self._handling = True
             try:
@@ -267,7 +251,7 @@ class InProcessSubscription(CountedSubscription):
             self._delivered += 1
 
 
-class InProcessEventBus:
+class InProcessEventBus(BusLifecycle[InProcessSubscription]):
     """The asyncio `EventBus`: bounded mailboxes, one worker per subscription, in one process.
 
     `max_pending` is the default mailbox size of a subscription (`subscribe(max_pending=...)`
@@ -277,39 +261,12 @@ class InProcessEventBus:
 
     def __init__(self, *, max_pending: int = 1000, failures_kept: int = 100) -> None:
         self._max_pending = check_capacity(max_pending, "max_pending")
-        self.failures: deque[HandlerFailure] = deque(
-            maxlen=check_capacity(failures_kept, "failures_kept")
-        )
-        """The most recent handler failures, oldest first."""
-        self._subs: dict[str, InProcessSubscription] = {}
-        self._retired: dict[str, InProcessSubscription] = {}
+        super().__init__(failures_kept=failures_kept)
         self._routes: dict[str, tuple[InProcessSubscription, ...]] = {}
-        self._state: Literal["open", "closing", "closed"] = "open"
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the bus runs on
         self._abandoned: list[asyncio.Task[None]] = []  # workers of closed loops, see _rehome
-        self._closed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._unfinished = 0
-        self._published = 0
-        self._names = 0
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # After an error in the body, do not wait on handlers that may depend on what failed.
-        await self.close(drain=exc_type is None)
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` has been called."""
-        return self._state != "open"
 
     def subscribe(
         self,
@@ -374,71 +331,27 @@ class InProcessEventBus:
         await self._dispatch(event, origin=origin, exclude=None)
         return event
 
-    async def close(
-        self,
-        *,
-        drain: bool = True,
-        timeout: float | None = None,  # noqa: ASYNC109 - expiry drops and cancels, see module doc
-    ) -> None:
-        """Stop accepting publishes, deliver (or drop) what was accepted, stop every worker.
-
-        Idempotent: a second call waits for the first to finish. Must not be awaited from a
-        handler of this bus (it would wait for itself): `ConfigError`.
-        """
-        if self._origin() is not None:
-            raise ConfigError(
-                "`close()` was awaited from a handler of the same bus, which would wait for "
-                "itself; close the bus from outside its handlers."
-            )
-        self._bind()
-        if self._state != "open":
-            await self._closed.wait()
-            return
-        self._state = "closing"
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        try:
-            drained = False
-            if drain:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        # Handlers may publish while the bus drains; idle means none is running.
-                        while self._unfinished:
-                            await self._idle.wait()
-                    drained = True
-                except TimeoutError:
-                    LOG.warning("event bus: drain timed out after %ss; dropping the rest", timeout)
-            self._state = "closed"
-            subs = list(self._subs.values())
-            for sub in subs:
-                self._retire(sub)
-                if not drained:
-                    sub._drop_all()
-                sub._stop()
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            await self._join(subs, remaining)
-        except asyncio.CancelledError:
-            # Cancelled mid-close: stop everything without waiting, then let it propagate.
-            self._state = "closed"
-            for sub in [*self._subs.values(), *self._retired.values()]:
-                self._retire(sub)
-                sub._drop_all()
-                sub._stop()
-                if sub._worker is not None:
-                    sub._worker.cancel()
-            raise
-        finally:
-            self._closed.set()
-
-    def stats(self) -> BusStats:
-        """Counters: events published, and per subscription (live or retired) their fate."""
-        subs = {**self._retired, **self._subs}
-        return BusStats(
-            published=self._published,
-            subscriptions={name: sub._stats() for name, sub in sorted(subs.items())},
-        )
-
     # -- internals -------------------------------------------------------------------------
+
+    _label = "event bus"
+    _workers = "worker"
+    _on_drain_timeout = "dropping the rest"
+
+    async def _drain(self) -> None:
+        # Handlers may publish while the bus drains; idle means none is running.
+        while self._unfinished:
+            await self._idle.wait()
+
+    def _halt(self, sub: InProcessSubscription, *, drop: bool) -> None:
+        if drop:
+            sub._drop_all()
+        sub._stop()
+
+    def _abandon(self, sub: InProcessSubscription) -> None:
+        sub._drop_all()
+
+    async def _send_failure(self, sub: InProcessSubscription, failure: Event) -> None:
+        await self._dispatch(failure, origin=sub, exclude=sub)
 
     def _bind(self) -> None:
         """Run on the calling event loop: bind to it, or move to it from a closed one (see the
@@ -471,10 +384,6 @@ class InProcessEventBus:
         for sub in subs:
             sub._rehome()
 
-    def _origin(self) -> InProcessSubscription | None:
-        sub = _ORIGIN.get()
-        return sub if sub is not None and sub._bus is self else None
-
     def _route(self, topic: str) -> tuple[InProcessSubscription, ...]:
         subs = self._routes.get(topic)
         if subs is None:
@@ -484,11 +393,8 @@ class InProcessEventBus:
             self._routes[topic] = subs
         return subs
 
-    def _retire(self, sub: InProcessSubscription) -> None:
-        if self._subs.get(sub.name) is sub:
-            del self._subs[sub.name]
-            self._retired[sub.name] = sub
-            self._routes.clear()
+    def _routes_changed(self) -> None:
+        self._routes.clear()
 
     def _started(self, n: int) -> None:
         self._unfinished += n
@@ -550,33 +456,3 @@ class InProcessEventBus:
         finally:
             if origin is not None:
                 origin._blocked_on.subtract(targets)
-
-    def _unnamed(self, label: str) -> str:
-        self._names += 1
-        return f"{label}#{self._names}"
-
-    async def _report(self, sub: InProcessSubscription, event: Event, exc: BaseException) -> None:
-        failure = failure_event(self.failures, sub, event, exc, closed=self._state == "closed")
-        if failure is not None:
-            await self._dispatch(failure, origin=sub, exclude=sub)
-
-    async def _join(self, subs: Iterable[InProcessSubscription], grace: float | None) -> None:
-        """Wait for the workers of `subs` to stop; after `grace` s, drop their queues, cancel."""
-        current = asyncio.current_task()
-        workers = {
-            sub._worker: sub
-            for sub in subs
-            if sub._worker is not None and sub._worker is not current
-        }
-        if not workers:
-            return
-        _, late = await asyncio.wait(workers, timeout=grace)
-        if late:
-            LOG.warning("event bus: %d worker(s) still busy at the timeout; cancelling", len(late))
-            for worker in late:
-                workers[worker]._drop_all()
-                worker.cancel()
-            await asyncio.wait(late)
-        for worker in workers:
-            if not worker.cancelled() and worker.exception() is not None:  # pragma: no cover
-                LOG.error("event bus: worker crashed", exc_info=worker.exception())
