@@ -27,6 +27,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from loomctx.context.block import BuildContext, ContextBlock, ContextSource
@@ -39,6 +40,8 @@ from loomctx.context.compactor import (
     ContextCompactor,
     Decision,
     HistoryMark,
+    held_tasks,
+    task_of,
 )
 from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import BlockReport, ContextReport, SourceReport
@@ -114,6 +117,7 @@ class LayoutState:
 @dataclass(slots=True)
 class _Session:
     marks: dict[str, HistoryMark] = field(default_factory=dict)
+    built_at: datetime | None = None
     messages: tuple[Message, ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
 
@@ -245,6 +249,10 @@ class ContextOrchestrator:
             dynamic_floor=floor,
             history_start={name: mark.sequence for name, mark in session.marks.items()},
         )
+        now = ctx.now or datetime.now(UTC)
+        cold = session.built_at is not None and (
+            (now - session.built_at).total_seconds() > self.cache_policy.cache_lifetime
+        )
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
@@ -262,8 +270,14 @@ class ContextOrchestrator:
                         order=len(candidates),
                     )
                 )
-        sections = {c.block.section for c in candidates}
-        fenced = {c.block.source for c in candidates if c.block.section == "context"}
+        # Framing is charged for what may go in: a dynamic block whose task history holds
+        # goes in as history, so while the whole conversation fits, no fence is charged.
+        held = held_tasks(candidates, session.marks)
+        framed = [
+            c for c in candidates if c.block.section != "context" or task_of(c.block) not in held
+        ]
+        sections = {c.block.section for c in framed}
+        fenced = {c.block.source for c in framed if c.block.section == "context"}
         overhead = section_overhead(sections, counter, fenced)
         # Framing only optional content needs: pinned content may use it if nothing else fits.
         pinned = [c.block for c in candidates if c.block.pinned]
@@ -292,6 +306,7 @@ class ContextOrchestrator:
                 marks=session.marks,
                 policy=self.cache_policy,
                 dynamic_cap=self.budget_manager.dynamic_limit(self.available),
+                cold=cold,
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
             messages, tools, layout = render([d.block for d in kept], source_rank=rank)
@@ -312,6 +327,7 @@ class ContextOrchestrator:
             self.token_counter, (session.messages, session.tools), messages, tools
         )
         session.marks = compaction.marks
+        session.built_at = now
         session.messages, session.tools = tuple(messages), tuple(tools)
         report = self._report(collected, shares, compaction, token_count, demands, reused)
         return ContextWindow(
