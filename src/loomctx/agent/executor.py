@@ -41,6 +41,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from loomctx.agent.discovery import Discoveries
@@ -153,8 +154,8 @@ class Agent:
     agents: it is read for every window (`SharedPoolSource`) and gets every Task this agent
     records. `max_depth` is how many delegations below a top-level run this agent may run as
     a sub-agent (see `as_tool`). `cache_policy` says when history is compacted and how much
-    of the window the dynamic tail may take (default: ``CachePolicy(max_dynamic=0.2)``, the
-    window recipe's `DEFAULT_MAX_DYNAMIC`); the agent remembers where its history starts
+    of the window the dynamic tail may take (default: the window
+    recipe's, `WindowSettings().cache_policy`); the agent remembers where its history starts
     across runs, so each call repeats the previous one's prompt up to the dynamic tail, and a
     provider's prompt cache reads it. History reaches back beyond the memory's L1, from its
     store, as far as the window's room (`loomctx.context.recipe`).
@@ -297,7 +298,7 @@ class Agent:
                 )
         self.knowledge_bases = list(knowledge_bases)
         self.source_timeout = source_timeout
-        self.cache_policy = cache_policy or CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)
+        self.cache_policy = cache_policy or WindowSettings().cache_policy
         self.max_result_tokens = max_result_tokens
         self._reader: tuple[tuple[LoomMemory, int], Tool] | None = None
         # History marks and the previous window, across runs: history stays append-only.
@@ -380,12 +381,21 @@ class Agent:
                 self._static_context(run), RetrievedContextSource(), self._turn_source(), run, found
             )
             ctx = BuildContext(
-                agent_id=self.name, session_id=self.memory.node_id, turn_index=self.turns_taken
+                agent_id=self.name,
+                session_id=self.memory.node_id,
+                turn_index=self.turns_taken,
+                now=self._now(),
             )
             with same_view():
                 return await orchestrator.build(query=prompt, ctx=ctx)
         finally:
             self._layout = saved
+
+    def _now(self) -> datetime:
+        """The memory's time (the wall clock unless it was given a clock of its own), as
+        the build's: whether the provider's cache has gone cold is counted in it."""
+        now = self.memory.clock()
+        return now if now.utcoffset() is not None else now.replace(tzinfo=UTC)
 
     def _result_limit(self) -> int:
         """The most tokens one turn's tool results (or one item of history) take in the
@@ -589,6 +599,7 @@ class Agent:
                     turn_index=self.turns_taken,
                     progress=self._progress(turn),
                     metadata=ids,
+                    now=self._now(),
                 )
                 self.turns_taken += 1
                 with same_view():  # the memory checks other workers' writes once per build

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from loomctx.errors import ConfigError
@@ -137,6 +138,10 @@ class BuildContext:
     `history_start` is set by the orchestrator: for each history source of the session's
     previous window, the `sequence` of the unit its kept history starts at (its
     `HistoryMark`), so that a source need not offer units the window can no longer hold.
+    `now` is when the call is made (default: the orchestrator's clock, UTC now): a session
+    idle longer than the provider's cache lifetime has a cold cache
+    (`CachePolicy.cache_lifetime`). A memory's clock sets it where the memory's time is not
+    the wall clock's (a replayed conversation).
     """
 
     session_id: str = "default"
@@ -150,10 +155,18 @@ class BuildContext:
     dynamic_floor: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
     history_start: Mapping[str, int] = field(default_factory=dict, hash=False)
+    now: datetime | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.history, tuple):
             object.__setattr__(self, "history", tuple(self.history))
+        if self.now is not None and (
+            not isinstance(self.now, datetime) or self.now.utcoffset() is None
+        ):
+            raise ConfigError(
+                f"`now` must be a timezone-aware datetime (e.g. datetime.now(UTC)), got "
+                f"{self.now!r}"
+            )
         if self.turn_index < 0:
             raise ConfigError(f"`turn_index` must be >= 0, got {self.turn_index!r}")
         p = self.progress

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
+from loomctx.context.billing import ANTHROPIC, CachePricing
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
 from loomctx.context.packing import history_drop_reason, truncate_text
@@ -49,6 +50,8 @@ __all__ = [
     "ContextCompactor",
     "Decision",
     "HistoryMark",
+    "held_tasks",
+    "task_of",
 ]
 
 
@@ -58,10 +61,23 @@ history source need offer no more than these before the unit its kept history st
 (`BuildContext.history_start`)."""
 
 
-def _task_of(block: ContextBlock) -> str | None:
+def task_of(block: ContextBlock) -> str | None:
     """The task a block stands for (memory sources say so in `metadata["task_id"]`)."""
     key = block.metadata.get("task_id")
     return str(key) if key is not None else None
+
+
+def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]) -> set[str]:
+    """The tasks of the history units offered from each history source's mark on: those the
+    window's history holds unless this build compacts it."""
+    held: set[str] = set()
+    for c in candidates:
+        if c.block.section != "history" or (key := task_of(c.block)) is None:
+            continue
+        mark = marks.get(c.block.source)
+        if mark is None or c.block.sequence >= mark.sequence:
+            held.add(key)
+    return held
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +123,15 @@ class CachePolicy:
       the proxy's) keeps history's share (see `dynamic_floor`).
     - `core_units`: the newest history units (opening with a user message) that history keeps
       whatever the floor takes (default 4): a conversation needs its last exchanges.
+    - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
+      scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
+      skipped tail costs nothing, and what it would have brought is missing from that call.
+    - `expected_calls`: how many further calls a compaction's saving is counted over
+      (default 20): a compaction removes at least the tokens that repay the cache its
+      rewrite breaks, at the provider's prices (`break_even`). A session idle longer than
+      the provider's cache lifetime has a cold cache: a compaction that is due (history past
+      its room, the overflow taken from the tail) is done then, as the rewrite breaks
+      nothing (`loomctx.context.billing.CachePricing`).
     """
 
     low_water: float = 0.6
@@ -114,16 +139,29 @@ class CachePolicy:
     max_dynamic: float | None = None
     min_dynamic: int = 2000
     core_units: int = 4
+    min_tail_score: float | None = None
+    expected_calls: int = 20
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        if self.max_dynamic is not None:
-            check_unit(self.max_dynamic, "`CachePolicy.max_dynamic`")
-        for name in ("min_dynamic", "core_units"):
+        for name in ("max_dynamic", "min_tail_score"):
+            if getattr(self, name) is not None:
+                check_unit(getattr(self, name), f"`CachePolicy.{name}`")
+        for name in ("min_dynamic", "core_units", "expected_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"`CachePolicy.{name}` must be an int >= 0, got {value!r}")
+
+    def break_even(self, size: int, pricing: CachePricing = ANTHROPIC) -> int:
+        """The most tokens a compaction of `size` tokens of history may keep and still repay
+        the cache it breaks, at `pricing`'s prices. Removing R tokens saves them on this call
+        and a cached read of each on `expected_calls` (T) calls after; rewriting the
+        B = size - R tokens kept behind the edit costs each of them a write instead of a
+        read. With p and c the write and read prices, it pays when R (p + T c) > B (p - c)."""
+        p, c, t = pricing.write, pricing.read, self.expected_calls
+        k = (p - c) / (p + t * c) if p + t * c else 0.0
+        return int(size / (1 + k))
 
     def dynamic_floor(self, available: int, dynamic_limit: int | None = None) -> int:
         """The tokens of a budget of `available` that the dynamic context may claim ahead of
@@ -209,6 +247,56 @@ def _dynamic_first(
     return out, gave
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tail:
+    """The dynamic tail's limits in one build (its `cap` in tokens, the `share` of the input
+    that set it, and why it was skipped, if it was), to name the rule that left a block of it
+    out."""
+
+    cap: int
+    share: float | None
+    skipped: str = ""
+
+    def reason(self, cost: int, cap_left: int, after_history: int) -> str:
+        """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
+        `after_history` tokens of the budget left once history was placed; "" if neither
+        rule decided."""
+        if self.skipped:
+            return self.skipped
+        if cost > cap_left and self.share is not None:
+            return (
+                f"the dynamic tail is capped at {self.cap} tokens (`CachePolicy.max_dynamic`: "
+                f"{self.share:.0%} of the input) and {self.cap - cap_left} are used; this "
+                f"block needs {cost}"
+            )
+        if cost > after_history and after_history < self.cap:
+            return (
+                f"history fills the window and leaves the tail {after_history} tokens (the "
+                f"tail holds what history lacks, in the room history leaves); this block "
+                f"needs {cost}"
+            )
+        return ""
+
+
+def _skipped(candidates: Sequence[Candidate], held: set[str], policy: CachePolicy) -> str:
+    """Why the dynamic tail is skipped in this build (`CachePolicy.min_tail_score`: no block
+    the window lacks scores as high), or ""."""
+    if policy.min_tail_score is None:
+        return ""
+    scores = [
+        float(c.block.metadata.get("score", c.block.priority))
+        for c in candidates
+        if c.block.section == "context" and task_of(c.block) not in held
+    ]
+    best = max(scores, default=0.0)
+    if not scores or best >= policy.min_tail_score:
+        return ""
+    return (
+        f"the tail is skipped: no block the window lacks scores {policy.min_tail_score:g} "
+        f"(`CachePolicy.min_tail_score`); the best scores {best:.2f}"
+    )
+
+
 def _describe(m: Message) -> str:
     calls = "; ".join(f"called {c.name}({c.arguments_json()})" for c in m.tool_calls)
     text = " ".join(part for part in (m.content, calls) if part)
@@ -247,6 +335,8 @@ class ContextCompactor:
         marks: Mapping[str, HistoryMark] | None = None,
         policy: CachePolicy | None = None,
         dynamic_cap: int | None = None,
+        cold: bool = False,
+        pricing: CachePricing = ANTHROPIC,
     ) -> Compaction:
         """One decision per candidate (in the order given), plus one for each history
         summary in the window, and the history marks for the next build.
@@ -257,7 +347,8 @@ class ContextCompactor:
         goes in. `marks` are the previous build's `HistoryMark`s by source (none: history
         starts fresh), `policy` when to compact it. `dynamic_cap` is the most tokens the
         dynamic context (`context` blocks) may take besides `policy.max_dynamic`'s share (the
-        budget manager's `dynamic_limit`; None: no such cap).
+        budget manager's `dynamic_limit`; None: no such cap). `cold`: the provider's cache
+        has expired since the session's previous window; `pricing` its prices.
         """
         policy = policy or CachePolicy()
         decided: dict[int, Decision] = {}
@@ -275,16 +366,28 @@ class ContextCompactor:
         spent: dict[str, int] = {}
         for c in pinned:
             spent[c.block.source] = spent.get(c.block.source, 0) + c.cost
+        # A dynamic block whose task history holds (from its mark on) goes in as history, so
+        # it claims no room: the tail wants only what the window lacks, and while the whole
+        # conversation fits, history's room is the whole budget.
+        held = held_tasks(candidates, marks or {})
         demands: dict[str, int] = {}
         for c in candidates:
-            demands[c.block.source] = demands.get(c.block.source, 0) + c.cost
+            lacked = not (c.block.section == "context" and task_of(c.block) in held)
+            demands[c.block.source] = demands.get(c.block.source, 0) + c.cost * lacked
         dynamic = {c.block.source for c in candidates if c.block.section == "context"}
         cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
         if dynamic_cap is not None:
             cap = min(cap, dynamic_cap)
+        tail = _Tail(cap=cap, share=policy.max_dynamic, skipped=_skipped(candidates, held, policy))
+        if tail.skipped:
+            cap = 0
         # Shares by priority of what each source wants, the dynamic sources within the cap:
         # history's share is its room (and what a higher-priority source leaves flows to it).
-        wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
+        wants = dict(demands)
+        tail_left = cap  # the cap is the whole tail's: its sources share it by priority
+        for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
+            wants[name] = min(demands[name], tail_left)
+            tail_left -= wants[name]
         shares = BudgetManager.redistribute(dict(grants), wants, priorities)
         floor = policy.dynamic_floor(budget, dynamic_cap)
         shares, yielded = _dynamic_first(
@@ -356,6 +459,8 @@ class ContextCompactor:
                 counter,
                 cost_of,
                 core_units=policy.core_units if source in yielded else 0,
+                cold=cold,
+                pricing=pricing,
             )
             if kept:
                 new_marks[source] = HistoryMark(
@@ -389,6 +494,7 @@ class ContextCompactor:
             spent[source] = spent.get(source, 0) + used
             left -= used
 
+        after_history = left
         # Steps 3 and 4: the other sources within their shares, then what is left flows to
         # waiting blocks by source priority, then block value.
         ranked = sorted(
@@ -418,9 +524,9 @@ class ContextCompactor:
             dynamic_left[0] = cap - sum(
                 d.cost for d in decided.values() if d.block.section == "context"
             )
-            seen = {_task_of(d.block) for d in decided.values()} - {None}
+            seen = {task_of(d.block) for d in decided.values()} - {None}
             for c in ranked:
-                key = _task_of(c.block)
+                key = task_of(c.block)
                 if c.order in decided or key in seen:
                     continue
                 if free <= 0:
@@ -429,14 +535,16 @@ class ContextCompactor:
                 free -= used
                 if used and key is not None:
                     seen.add(key)
-        holder = {k: d.block.source for d in decided.values() if (k := _task_of(d.block))}
+        holder = {k: d.block.source for d in decided.values() if (k := task_of(d.block))}
         decisions: list[Decision] = []
         for c in candidates:
             d = decided.get(c.order)
             if d is None:
                 status, why = reasons.get(c.order, ("dropped", ""))
-                if not why and (key := _task_of(c.block)) in holder:
+                if not why and (key := task_of(c.block)) in holder:
                     why = f"its task is in the window already (from `{holder[key]}`)"
+                if not why and c.block.section == "context":
+                    why = tail.reason(c.cost, dynamic_left[0], after_history)
                 if not why:
                     why = f"needs {c.cost} tokens; the budget is spent on higher-value content"
                 d = Decision(candidate=c, block=c.block, status=status, cost=0, reason=why)
@@ -454,13 +562,16 @@ class ContextCompactor:
         cost_of: Callable[[ContextBlock], int],
         *,
         core_units: int = 0,
+        cold: bool = False,
+        pricing: CachePricing = ANTHROPIC,
     ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
         """The units of one history source to keep (the newest of `units`, oldest first), its
         frozen summary, and a note when history was compacted or a compaction deferred.
         `rooms` are its room (its share), what is left of the budget (a deferred compaction
         may use it), and what the other sources' shares leave. `core_units`: when history
         gave room to the dynamic floor, a compaction keeps this many of its newest units
-        whole if the room holds them, before a summary of the older ones."""
+        whole if the room holds them, before a summary of the older ones. `cold`: the
+        provider's cache has expired, so a due compaction is done now."""
         room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
         capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
@@ -487,7 +598,14 @@ class ContextCompactor:
         if not why and size <= room:
             return kept, summary, None
         over = size - room
-        if not why and size <= hard_room and over <= policy.defer_ratio * room and mark:
+        deferrable = size <= hard_room and over <= policy.defer_ratio * room
+        if not why and deferrable and mark and cold:
+            why = (
+                f"history of {size} tokens is {over} over its room of {room} and the cache "
+                "is cold (the session idle past the provider's cache lifetime): compacted now, "
+                "when the rewrite breaks nothing"
+            )
+        elif not why and deferrable and mark:
             return (
                 kept,
                 summary,
@@ -505,7 +623,11 @@ class ContextCompactor:
         # first build, with no cache to break yet, fills the room with whole units instead
         # (measured on LoCoMo: a summary there displaces recent turns that hold evidence).
         fill = mark is None
+        # In one step to the low-water mark, and at least as far as repays the cache the
+        # rewrite breaks (nothing is cached to break when the cache is cold).
         target = room if fill else int(policy.low_water * room)
+        if not fill and not cold:
+            target = min(target, policy.break_even(size, pricing))
         summarize = self.summarize_history and not fill
         reserve = min(self.summary_max_tokens, target // 4) if summarize else 0
         if not fill and core_units:
@@ -530,8 +652,8 @@ class ContextCompactor:
             CompactionNote(
                 source=source,
                 action="compacted",
-                reason=f"history of {size} tokens outgrew its room of {room}; kept the newest "
-                f"{len(kept)} units within {int(policy.low_water * 100)}% of it",
+                reason=f"{why}; kept the newest {len(kept)} units within "
+                f"{int(policy.low_water * 100)}% of it",
                 tokens_before=size,
                 tokens_after=after,
             ),
@@ -585,11 +707,11 @@ class ContextCompactor:
         held = {
             key
             for c in kept
-            if c.block.section == "history" and (key := _task_of(c.block)) is not None
+            if c.block.section == "history" and (key := task_of(c.block)) is not None
         }
         dropped = False
         for c in kept:
-            key = _task_of(c.block)
+            key = task_of(c.block)
             if key is None or c.block.section == "history" or c.block.pinned:
                 continue
             if key in held:

@@ -41,6 +41,8 @@ from loomctx.context.compactor import (
     ContextCompactor,
     Decision,
     HistoryMark,
+    held_tasks,
+    task_of,
 )
 from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import BlockReport, ContextReport, SourceReport
@@ -295,6 +297,10 @@ class ContextOrchestrator:
             dynamic_floor=floor,
             history_start={name: mark.sequence for name, mark in session.marks.items()},
         )
+        # When the call is made (the caller's time, else the state's clock): a session idle
+        # past the provider's cache lifetime reads nothing from the cache.
+        now = ctx.now.timestamp() if ctx.now is not None else self.state.clock()
+        cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
@@ -312,8 +318,14 @@ class ContextOrchestrator:
                         order=len(candidates),
                     )
                 )
-        sections = {c.block.section for c in candidates}
-        fenced = {c.block.source for c in candidates if c.block.section == "context"}
+        # Framing is charged for what may go in: a dynamic block whose task history holds
+        # goes in as history, so while the whole conversation fits, no fence is charged.
+        held = held_tasks(candidates, session.marks)
+        framed = [
+            c for c in candidates if c.block.section != "context" or task_of(c.block) not in held
+        ]
+        sections = {c.block.section for c in framed}
+        fenced = {c.block.source for c in framed if c.block.section == "context"}
         overhead = section_overhead(sections, counter, fenced)
         # Framing only optional content needs: pinned content may use it if nothing else fits.
         pinned = [c.block for c in candidates if c.block.pinned]
@@ -342,6 +354,8 @@ class ContextOrchestrator:
                 marks=session.marks,
                 policy=self.cache_policy,
                 dynamic_cap=self.budget_manager.dynamic_limit(self.available),
+                cold=cold,
+                pricing=self.pricing,
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
             messages, tools, layout = render([d.block for d in kept], source_rank=rank)
@@ -361,8 +375,6 @@ class ContextOrchestrator:
         reused = repeated_prefix_tokens(
             self.token_counter, (session.messages, session.tools), messages, tools
         )
-        now = self.state.clock()
-        cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
         marks = cache_marks(counter, messages, tools, layout, token_count)
         prediction = self.pricing.predict(
             tokens=token_count,

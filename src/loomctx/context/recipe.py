@@ -45,7 +45,7 @@ __all__ = [
     "window_sources",
 ]
 
-DEFAULT_MAX_DYNAMIC = 0.2
+DEFAULT_MAX_DYNAMIC = 0.15
 """The recipe's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which a
 provider's cache reads at a fraction of the price) the rest. Chosen by billed cost against
@@ -62,7 +62,7 @@ MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetri
 
 
 def _default_policy() -> CachePolicy:
-    return CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)
+    return CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC, defer_ratio=1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

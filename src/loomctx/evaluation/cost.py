@@ -42,6 +42,7 @@ import statistics
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,14 @@ from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS, CachePrediction, CachePricing
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
+from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
-from loomctx.evaluation.retrieval import LocomoConversation, load_locomo, load_longmemeval
+from loomctx.evaluation.retrieval import (
+    LocomoConversation,
+    load_locomo,
+    load_longmemeval,
+    locomo_date,
+)
 from loomctx.memory.core import LoomMemory
 from loomctx.messages import Message
 from loomctx.stores.sqlite import SQLiteStore
@@ -125,24 +132,35 @@ def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[E
     return conversations
 
 
-_Replay = tuple[str, list[Exchange], dict[int, list[Probe]], set[int]]
+_Replay = tuple[str, list[Exchange], dict[int, list[Probe]], set[int], list[datetime | None]]
 
 
 def _replays(path: str | Path, limit: int | None) -> list[_Replay]:
-    """Each conversation to replay: its name, its exchanges, (LoCoMo) its questions, and the
+    """Each conversation to replay: its name, its exchanges, (LoCoMo) its questions, the
     exchanges that open a session (days apart: a provider's cache, minutes to an hour, has
-    expired by then)."""
-    if "longmemeval" in Path(path).name.lower():
-        out: list[_Replay] = []
-        for i, q in enumerate(load_longmemeval(path)[: limit or 1]):
-            exchanges: list[Exchange] = []
-            starts: set[int] = set()
-            for session in q.sessions:  # each haystack session opens on a cold cache
+    expired by then), and when each exchange took place (its session's date, a minute more
+    per exchange; None where the dataset does not say)."""
+    if "longmemeval" not in Path(path).name.lower():
+        return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
+    out: list[_Replay] = []
+    for i, q in enumerate(load_longmemeval(path)[: limit or 1]):
+        exchanges: list[Exchange] = []
+        starts: set[int] = set()
+        times: list[datetime | None] = []
+        for s, session in enumerate(q.sessions):
+            pairs = _pair(session, user="user")
+            if pairs:
                 starts.add(len(exchanges))
-                exchanges += _pair(list(session), user="user")
-            out.append((f"question-{i}", exchanges, {}, starts))
-        return out
-    return [(c.sample_id, *_locomo_probes(c)) for c in load_locomo(path)[: limit or None]]
+            date = q.session_dates[s] if s < len(q.session_dates) else None
+            times += [_minutes(date, k) for k in range(len(pairs))]
+            exchanges += pairs
+        out.append((f"question-{i}", exchanges, {}, starts or {0}, times))
+    return out
+
+
+def _minutes(date: datetime | None, k: int) -> datetime | None:
+    """A session's `k`-th exchange: a minute apart from the one before."""
+    return None if date is None else date + timedelta(minutes=k)
 
 
 def _pair(turns: Sequence[tuple[str, str]], *, user: str) -> list[Exchange]:
@@ -178,15 +196,21 @@ def _pair_ids(
 
 def _locomo_probes(
     conv: LocomoConversation,
-) -> tuple[list[Exchange], dict[int, list[Probe]], set[int]]:
+) -> tuple[list[Exchange], dict[int, list[Probe]], set[int], list[datetime | None]]:
     """A LoCoMo conversation's exchanges, its questions (those whose gold turns are all
-    replayed) by the exchange after which their evidence is all in, and the exchanges that
-    open a session."""
+    replayed) by the exchange after which their evidence is all in, the exchanges that
+    open a session, and when each took place."""
     turns = [(t.speaker, t.text, t.dia_id) for t in conv.turns]
     exchanges, ids = _pair_ids(turns, user=conv.speakers[0])
     session = {t.dia_id: t.session for t in conv.turns}
+    dates = {t.dia_id: locomo_date(t.date) for t in conv.turns}
     opened = [session[held[0]] for held in ids]
     starts = {k for k, n in enumerate(opened) if k == 0 or n != opened[k - 1]}
+    times: list[datetime | None] = []
+    first = 0
+    for k in range(len(ids)):
+        first = k if k in starts else first
+        times.append(_minutes(dates[ids[first][0]], k - first))
     where = {d: k for k, held in enumerate(ids) for d in held}
     texts = {t.dia_id: t.text for t in conv.turns}
     probes: dict[int, list[Probe]] = {}
@@ -194,7 +218,7 @@ def _locomo_probes(
         if q.evidence and all(e in where for e in q.evidence):
             due = max(where[e] for e in q.evidence)
             probes.setdefault(due, []).append((q.question, tuple(texts[e] for e in q.evidence)))
-    return exchanges, probes, starts
+    return exchanges, probes, starts, times
 
 
 def _baseline(
@@ -263,10 +287,20 @@ async def _loom(
     l1_size: int,
     probes: Mapping[int, Sequence[Probe]],
     policy: CachePolicy | None,
+    times: Sequence[datetime | None] = (),
 ) -> tuple[list[CallCost], _Evidence]:
     store = SQLiteStore(folder / "cost.db")
+    # The conversation's own time: its sessions are days apart, so the provider's cache is
+    # cold at each one's start (where a date is missing, a minute after the exchange before).
+    now = [_EPOCH]
+
+    def clock() -> datetime:
+        return now[0]
+
     # Lexical: a replay must build the same windows however fast a background thread embeds.
-    memory = LoomMemory("cost", store=store, counter=counter, max_l1_size=l1_size, embedder=None)
+    memory = LoomMemory(
+        "cost", store=store, counter=counter, max_l1_size=l1_size, embedder=None, clock=clock
+    )
     model = _Replayer()
     agent = Agent(
         model,
@@ -291,6 +325,8 @@ async def _loom(
     marks: list[tuple[int, ...]] = []
     try:
         for k, (asked, said) in enumerate(exchanges):
+            when = times[k] if k < len(times) else None
+            now[0] = when if when is not None else now[0] + timedelta(minutes=1)
             model.reply = said
             async for event in agent.stream(asked):
                 if isinstance(event, ContextAssembled):
@@ -316,6 +352,9 @@ async def _loom(
         )
         previous = (messages, tools)
     return calls, _Evidence(after=after, end=end)
+
+
+_EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 
 
 def _cold(calls: list[CallCost], starts: set[int]) -> list[CallCost]:
@@ -390,7 +429,11 @@ def evaluate_cost(
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
-    policy = None if max_dynamic is None else CachePolicy(max_dynamic=max_dynamic)
+    policy = (
+        None
+        if max_dynamic is None
+        else replace(WindowSettings().cache_policy, max_dynamic=max_dynamic)
+    )
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
@@ -407,13 +450,13 @@ def evaluate_cost(
     apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
     with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
-        for i, (name, exchanges, probes, starts) in enumerate(conversations):
+        for i, (name, exchanges, probes, starts, times) in enumerate(conversations):
             if progress is not None:
                 progress(f"conversation {i + 1}/{len(conversations)}: {len(exchanges)} turns")
             folder = Path(tmp) / str(i)
             folder.mkdir()
             loom, found = asyncio.run(
-                _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy)
+                _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy, times)
             )
             own = {
                 name: _cold(calls, starts)

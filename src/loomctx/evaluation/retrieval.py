@@ -68,6 +68,7 @@ __all__ = [
     "evaluate_longmemeval",
     "load_locomo",
     "load_longmemeval",
+    "locomo_date",
     "ndcg_at",
     "recall_at",
 ]
@@ -444,7 +445,7 @@ def _stages(dense: bool, stages: bool) -> tuple[str, ...]:
 # --- LoCoMo ----------------------------------------------------------------------------------
 
 
-def _locomo_date(value: str) -> datetime | None:
+def locomo_date(value: str) -> datetime | None:
     """``1:56 pm on 8 May, 2023`` as a UTC datetime; None if empty or in another form."""
     try:
         return datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
@@ -461,7 +462,7 @@ def _locomo_tasks(conv: LocomoConversation, *, date_in_text: bool) -> list[Task]
         content = t.text
         if date_in_text and t.date:
             content = f"[{t.date}] {content}"
-        date = _locomo_date(t.date)
+        date = locomo_date(t.date)
         n = turn_of[t.session] = turn_of.get(t.session, -1) + 1
         when = {} if date is None else {"created_at": date + timedelta(seconds=n)}
         tasks.append(
