@@ -28,7 +28,7 @@ Selection, in order:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final
 
 from loomctx.context.billing import ANTHROPIC, CachePricing
@@ -37,7 +37,18 @@ from loomctx.context.budget import BudgetManager
 from loomctx.context.packing import history_drop_reason, truncate_text
 from loomctx.context.render import summary_text
 from loomctx.context.report import BlockStatus, CompactionNote
-from loomctx.errors import BudgetExceededError, ConfigError, Oversize, check_unit
+from loomctx.context.selection import (
+    CachePolicy,
+    Candidate,
+    Compaction,
+    Decision,
+    HistoryMark,
+    TailLimits,
+    held_tasks,
+    skipped_tail,
+    task_of,
+)
+from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.memory.summarizers import ExtractiveSummarizer, Summarizer
 from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
@@ -59,139 +70,6 @@ SUMMARY_UNITS: Final = 40
 """A history summary covers at most this many units, the newest of those it stands for: a
 history source need offer no more than these before the unit its kept history starts at
 (`BuildContext.history_start`)."""
-
-
-def task_of(block: ContextBlock) -> str | None:
-    """The task a block stands for (memory sources say so in `metadata["task_id"]`)."""
-    key = block.metadata.get("task_id")
-    return str(key) if key is not None else None
-
-
-def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]) -> set[str]:
-    """The tasks of the history units offered from each history source's mark on: those the
-    window's history holds unless this build compacts it."""
-    held: set[str] = set()
-    for c in candidates:
-        if c.block.section != "history" or (key := task_of(c.block)) is None:
-            continue
-        mark = marks.get(c.block.source)
-        if mark is None or c.block.sequence >= mark.sequence:
-            held.add(key)
-    return held
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Candidate:
-    """A collected block with what it costs in the window and its source's standing."""
-
-    block: ContextBlock
-    cost: int
-    source_priority: float
-    order: int  # position among all candidates, for stable ties
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    """What became of one candidate: `block` is what goes in (possibly cut), `cost` its tokens."""
-
-    candidate: Candidate
-    block: ContextBlock
-    status: BlockStatus
-    cost: int
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CachePolicy:
-    """When history is compacted, for windows a provider's prompt cache can reuse.
-
-    - `low_water`: after a compaction, history (with its summary) takes at most this share of
-      its room, so it can grow by appending for a while before the next one (default 0.6).
-      A source that says how many units it can hold (``metadata["capacity"]``, as
-      `L1RecentSource` does) keeps at most this share of them too.
-    - `defer_ratio`: an overflow up to this share of the room is taken from the dynamic
-      context instead of compacting (default 0.1).
-    - `max_dynamic`: the share of the input budget the dynamic tail (retrieved memory and
-      knowledge, sent new on every call) may take at most; None: no cap beyond the sources'
-      budgets (default).
-    - `min_dynamic`: the tokens of dynamic context that come before history older than its
-      newest `core_units` units (default 2,000; 0: history keeps its whole share). In a small
-      window the best retrieved blocks hold more of what a question needs per token than
-      older history does; in a large one the dynamic sources' own shares exceed the floor and
-      nothing changes. Only as much as the dynamic sources offer, and only in windows without
-      `max_dynamic`: a window that caps its dynamic tail for the cache's sake (an `Agent`'s,
-      the proxy's) keeps history's share (see `dynamic_floor`).
-    - `core_units`: the newest history units (opening with a user message) that history keeps
-      whatever the floor takes (default 4): a conversation needs its last exchanges.
-    - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
-      scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
-      skipped tail costs nothing, and what it would have brought is missing from that call.
-    - `expected_calls`: how many further calls a compaction's saving is counted over
-      (default 20): a compaction removes at least the tokens that repay the cache its
-      rewrite breaks, at the provider's prices (`break_even`). A session idle longer than
-      the provider's cache lifetime has a cold cache: a compaction that is due (history past
-      its room, the overflow taken from the tail) is done then, as the rewrite breaks
-      nothing (`loomctx.context.billing.CachePricing`).
-    """
-
-    low_water: float = 0.6
-    defer_ratio: float = 0.1
-    max_dynamic: float | None = None
-    min_dynamic: int = 2000
-    core_units: int = 4
-    min_tail_score: float | None = None
-    expected_calls: int = 20
-
-    def __post_init__(self) -> None:
-        for name in ("low_water", "defer_ratio"):
-            check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        for name in ("max_dynamic", "min_tail_score"):
-            if getattr(self, name) is not None:
-                check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        for name in ("min_dynamic", "core_units", "expected_calls"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"`CachePolicy.{name}` must be an int >= 0, got {value!r}")
-
-    def break_even(self, size: int, pricing: CachePricing = ANTHROPIC) -> int:
-        """The most tokens a compaction of `size` tokens of history may keep and still repay
-        the cache it breaks, at `pricing`'s prices. Removing R tokens saves them on this call
-        and a cached read of each on `expected_calls` (T) calls after; rewriting the
-        B = size - R tokens kept behind the edit costs each of them a write instead of a
-        read. With p and c the write and read prices, it pays when R (p + T c) > B (p - c)."""
-        p, c, t = pricing.write, pricing.read, self.expected_calls
-        k = (p - c) / (p + t * c) if p + t * c else 0.0
-        return int(size / (1 + k))
-
-    def dynamic_floor(self, available: int, dynamic_limit: int | None = None) -> int:
-        """The tokens of a budget of `available` that the dynamic context may claim ahead of
-        older history: `min_dynamic` within `available` and `dynamic_limit` (the budget
-        manager's cap), or 0 when `max_dynamic` caps the dynamic tail."""
-        if self.max_dynamic is not None:
-            return 0
-        floor = min(self.min_dynamic, available)
-        return max(0, floor if dynamic_limit is None else min(floor, dynamic_limit))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HistoryMark:
-    """Where a history source's kept history starts (`start`, a block id, and `sequence`,
-    that block's) and the frozen summary of what came before it (a `history` block, or
-    None)."""
-
-    start: str
-    summary: ContextBlock | None = None
-    sequence: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Compaction:
-    """What `ContextCompactor.compact` decided: a decision per candidate (and one per history
-    summary kept), the history marks for the next build, and notes on compactions."""
-
-    decisions: list[Decision]
-    marks: dict[str, HistoryMark]
-    notes: tuple[CompactionNote, ...]
 
 
 def _starts_with_user(c: Candidate) -> bool:
@@ -245,56 +123,6 @@ def _dynamic_first(
             out[name] = out.get(name, 0) + add
             freed -= add
     return out, gave
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Tail:
-    """The dynamic tail's limits in one build (its `cap` in tokens, the `share` of the input
-    that set it, and why it was skipped, if it was), to name the rule that left a block of it
-    out."""
-
-    cap: int
-    share: float | None
-    skipped: str = ""
-
-    def reason(self, cost: int, cap_left: int, after_history: int) -> str:
-        """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
-        `after_history` tokens of the budget left once history was placed; "" if neither
-        rule decided."""
-        if self.skipped:
-            return self.skipped
-        if cost > cap_left and self.share is not None:
-            return (
-                f"the dynamic tail is capped at {self.cap} tokens (`CachePolicy.max_dynamic`: "
-                f"{self.share:.0%} of the input) and {self.cap - cap_left} are used; this "
-                f"block needs {cost}"
-            )
-        if cost > after_history and after_history < self.cap:
-            return (
-                f"history fills the window and leaves the tail {after_history} tokens (the "
-                f"tail holds what history lacks, in the room history leaves); this block "
-                f"needs {cost}"
-            )
-        return ""
-
-
-def _skipped(candidates: Sequence[Candidate], held: set[str], policy: CachePolicy) -> str:
-    """Why the dynamic tail is skipped in this build (`CachePolicy.min_tail_score`: no block
-    the window lacks scores as high), or ""."""
-    if policy.min_tail_score is None:
-        return ""
-    scores = [
-        float(c.block.metadata.get("score", c.block.priority))
-        for c in candidates
-        if c.block.section == "context" and task_of(c.block) not in held
-    ]
-    best = max(scores, default=0.0)
-    if not scores or best >= policy.min_tail_score:
-        return ""
-    return (
-        f"the tail is skipped: no block the window lacks scores {policy.min_tail_score:g} "
-        f"(`CachePolicy.min_tail_score`); the best scores {best:.2f}"
-    )
 
 
 def _describe(m: Message) -> str:
@@ -378,7 +206,9 @@ class ContextCompactor:
         cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
         if dynamic_cap is not None:
             cap = min(cap, dynamic_cap)
-        tail = _Tail(cap=cap, share=policy.max_dynamic, skipped=_skipped(candidates, held, policy))
+        tail = TailLimits(
+            cap=cap, share=policy.max_dynamic, skipped=skipped_tail(candidates, held, policy)
+        )
         if tail.skipped:
             cap = 0
         # Shares by priority of what each source wants, the dynamic sources within the cap:
