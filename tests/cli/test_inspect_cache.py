@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from loomctx.cli import app
 from loomctx.cli._reports import save_window
-from loomctx.cli._workspace import open_store
 from loomctx.context.billing import ReportedUsage
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.sources import PromptSource, UserInputSource
+from loomctx.stores import open_store
 from loomctx.tokens import TiktokenCounter
 
 

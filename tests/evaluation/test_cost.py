@@ -11,7 +11,7 @@ import pytest
 
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import CallCost, bill_calls, evaluate_cost, load_exchanges
+from loomctx.evaluation.cost import DATED, CallCost, bill_calls, evaluate_cost, load_exchanges
 from loomctx.evaluation.retrieval import load_longmemeval
 from tests.evaluation.test_evaluate import lme_data, locomo_data, write
 
@@ -144,3 +144,15 @@ def test_each_longmemeval_haystack_session_opens_on_a_cold_cache(tmp_path: Path)
     assert len(question.sessions) > 1
     assert whole["cached_share_cold"] < whole["cached_share"]
     assert whole["billed_anthropic_cold"] > whole["billed_anthropic"]
+
+
+def test_loom_is_replayed_as_the_conversation_happened_too(locomo: Path) -> None:
+    """Its sessions days apart: the second replay's cold figures are the cold ones, and it
+    measures evidence as the first does."""
+    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
+    dated, loom = result["strategies"][DATED], result["strategies"]["loom"]
+    assert dated["calls"] == loom["calls"]
+    assert dated["over_budget"] == 0
+    assert 0 < dated["evidence_after"] <= 1
+    assert dated["cached_share_cold"] < dated["cached_share"]
+    assert all(DATED in v for v in result["conversations"].values())

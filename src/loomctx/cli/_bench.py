@@ -19,7 +19,7 @@ import typer
 from loomctx.cli._common import err_console, out_console
 from loomctx.cli._render import print_table
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import evaluate_cost
+from loomctx.evaluation.cost import DATED, evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
 from loomctx.retrieval.settings import RetrievalSettings
 
@@ -308,25 +308,28 @@ def cost(
             out["ev end"] = v["evidence_at_end"]
         return out
 
-    rows = [(name, row(v)) for name, v in result["strategies"].items()]
+    strategies = result["strategies"]
+    rows = [(name, row(v)) for name, v in strategies.items() if name != DATED]
     if len(result["conversations"]) > 1:
         rows += [(f"loom, {name}", row(v["loom"])) for name, v in result["conversations"].items()]
-    title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens"
+    title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens, the cache warm"
     print_table(out_console(), title, rows, columns)
-    cold = [
-        (
-            name,
-            {
-                "cached": v["cached_share_cold"],
-                "anthropic": round(v["billed_anthropic_cold"]),
-                "openai": round(v["billed_openai_cold"]),
-                "gpt-5": round(v["providers"]["openai-gpt-5"]["billed_cold"]),
-            },
-        )
-        for name, v in result["strategies"].items()
-    ]
-    title = "The cache cold at each session's start"
-    print_table(out_console(), title, cold, ["cached", "anthropic", "openai", "gpt-5"])
+
+    def cold(v: dict[str, Any]) -> dict[str, Any]:
+        out = {
+            "cached": v["cached_share_cold"],
+            "anthropic": round(v["billed_anthropic_cold"]),
+            "openai": round(v["billed_openai_cold"]),
+            "gpt-5": round(v["providers"]["openai-gpt-5"]["billed_cold"]),
+        }
+        if "evidence_after" in v:
+            out["ev after"] = v["evidence_after"]
+            out["ev end"] = v["evidence_at_end"]
+        return out
+
+    rows = [(name, cold(v)) for name, v in strategies.items() if name != "loom"]
+    title = "The sessions days apart: the cache cold at each one's start"
+    print_table(out_console(), title, rows, ["cached", *columns[4:]])
     _write(json_out, result)
 
 

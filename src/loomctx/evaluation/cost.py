@@ -68,6 +68,11 @@ from loomctx.tokens import TiktokenCounter, TokenCounter
 __all__ = ["PROVIDERS", "STRATEGIES", "CallCost", "bill_calls", "evaluate_cost", "load_exchanges"]
 
 STRATEGIES = ("whole history", "sliding window", "loom")
+DATED = "loom, sessions days apart"
+"""Loom replayed as the conversation happened: its sessions days apart, so the provider's
+cache is cold at each one's start and a compaction that is due is done then. Its ``_cold``
+figures are the cold ones; the ``loom`` strategy's warm ones have the cache warm
+throughout."""
 HEADLINE: Mapping[str, CachePricing] = {"anthropic": ANTHROPIC, "openai": OPENAI}
 """The pricings of the ``billed_<name>`` figures (every one of `PROVIDERS` is under
 ``providers``)."""
@@ -445,8 +450,8 @@ def evaluate_cost(
                 f"it has {', '.join(map(repr, names))}"
             )
         conversations = [c for c in conversations if c[0] in only]
-    pooled: dict[str, list[list[CallCost]]] = {name: [] for name in STRATEGIES}
-    evidence: list[_Evidence] = []
+    pooled: dict[str, list[list[CallCost]]] = {name: [] for name in (*STRATEGIES, DATED)}
+    evidence: dict[str, list[_Evidence]] = {"loom": [], DATED: []}
     apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
     with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
@@ -455,31 +460,42 @@ def evaluate_cost(
                 progress(f"conversation {i + 1}/{len(conversations)}: {len(exchanges)} turns")
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            loom, found = asyncio.run(
-                _loom(exchanges, window, reserve, counter, folder, l1_size, probes, policy, times)
-            )
+            # Twice: with the cache warm throughout (a minute between calls), and as the
+            # conversation happened, its sessions days apart (cold at each one's start, where
+            # a due compaction is done). The warm figures come from the first, the cold ones
+            # from the second.
+            runs: dict[str, tuple[list[CallCost], _Evidence]] = {}
+            for when in ("warm", "dated"):
+                (folder / when).mkdir()
+                runs[when] = asyncio.run(
+                    _loom(exchanges, window, reserve, counter, folder / when, l1_size, probes,
+                          policy, times if when == "dated" else ())
+                )  # fmt: skip
+            found = {"loom": runs["warm"][1], DATED: runs["dated"][1]}
             own = {
                 name: _cold(calls, starts)
                 for name, calls in (
                     ("whole history", _baseline(exchanges, available, counter, slide=False)),
                     ("sliding window", _baseline(exchanges, available, counter, slide=True)),
-                    ("loom", loom),
+                    ("loom", runs["warm"][0]),
+                    (DATED, runs["dated"][0]),
                 )
             }
             apart[name] = {
-                s: _summarize([calls], [found] if s == "loom" else [], pricings)
+                s: _summarize([calls], [found[s]] if s in found else [], pricings)
                 for s, calls in own.items()
                 if calls
             }
             for s, calls in own.items():
                 if calls:
                     pooled[s].append(calls)
-            evidence.append(found)
+            for s, e in found.items():
+                evidence[s].append(e)
     return {
         "strategies": {
-            name: _summarize(runs, evidence if name == "loom" else [], pricings)
-            for name, runs in pooled.items()
-            if runs
+            name: _summarize(calls, evidence.get(name, []), pricings)
+            for name, calls in pooled.items()
+            if calls
         },
         "conversations": apart,
         "config": {
