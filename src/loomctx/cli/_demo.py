@@ -51,7 +51,7 @@ from loomctx.tokens import TiktokenCounter
 __all__ = ["QUESTIONS", "demo"]
 
 SESSION: Final = "demo"
-WINDOW: Final = 2500
+WINDOW: Final = 4000
 RESERVE: Final = 0.2
 L1_SIZE: Final = 30  # recent tasks kept whole; older ones are found through L2 and L4
 INSTRUCTIONS: Final = (

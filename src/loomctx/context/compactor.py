@@ -450,13 +450,12 @@ class ContextCompactor:
             )
         why = why or f"history of {size} tokens outgrew its room of {room}"
         # Compact: keep the newest units within the low-water mark, the rest summarized. A
-        # first build, with no cache to break yet, fills the room with whole units instead
-        # (measured on LoCoMo: a summary there displaces recent turns that hold evidence).
-        fill = mark is None
+        # first build may fill the room with whole units instead (`CachePolicy.fill_first`).
+        fill = mark is None and policy.fill_first
         # In one step to the low-water mark, and at least as far as repays the cache the
-        # rewrite breaks (nothing is cached to break when the cache is cold).
+        # rewrite breaks (nothing is cached to break when the cache is cold or new).
         target = room if fill else int(policy.low_water * room)
-        if not fill and not cold:
+        if not fill and not cold and mark is not None:
             target = min(target, policy.break_even(size, pricing))
         summarize = self.summarize_history and not fill
         reserve = min(self.summary_max_tokens, target // 4) if summarize else 0

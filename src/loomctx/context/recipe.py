@@ -62,7 +62,7 @@ MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetri
 
 
 def _default_policy() -> CachePolicy:
-    return CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC, defer_ratio=1.0)
+    return CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC, fill_first=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

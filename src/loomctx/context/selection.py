@@ -91,6 +91,11 @@ class CachePolicy:
     - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
       scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
       skipped tail costs nothing, and what it would have brought is missing from that call.
+    - `fill_first`: a session's first window (no history mark yet), when its history
+      outgrows the room, fills the room with whole units (True, the default), or keeps the
+      newest within the low-water mark like any compaction (False), so that history grows
+      for a while before the next one: a first window that fills its room is compacted a
+      call or two later, breaking the cache it just wrote. The window recipe's is False.
     - `expected_calls`: how many further calls a compaction's saving is counted over
       (default 20): a compaction removes at least the tokens that repay the cache its
       rewrite breaks, at the provider's prices (`break_even`). A session idle longer than
@@ -105,6 +110,7 @@ class CachePolicy:
     min_dynamic: int = 2000
     core_units: int = 4
     min_tail_score: float | None = None
+    fill_first: bool = True
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
@@ -113,6 +119,10 @@ class CachePolicy:
         for name in ("max_dynamic", "min_tail_score"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
+        if not isinstance(self.fill_first, bool):
+            raise ConfigError(
+                f"`CachePolicy.fill_first` must be True or False, got {self.fill_first!r}"
+            )
         for name in ("min_dynamic", "core_units", "expected_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
