@@ -19,6 +19,7 @@ LAYERS = [  # bottom first
     "text",
     "embeddings",
     "stores",
+    "search",
     "memory",
     "knowledge",
     "retrieval",

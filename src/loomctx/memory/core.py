@@ -40,13 +40,12 @@ The store is the truth, and the tiers a cache of it:
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import logging
 import math
 import threading
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -55,6 +54,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal
 
 from loomctx.errors import ConfigError, ConflictError, EmbeddingError, check_unit
+from loomctx.memory._search import SUMMARY, TASK, MemoryHit, MemorySearch
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
 from loomctx.memory.summarizers import ExtractiveSummarizer
@@ -70,26 +70,16 @@ from loomctx.memory.task import (
     tasks_from_messages,
     with_time_refs,
 )
-from loomctx.memory.timeref import (
-    TimeSpan,
-    asks_when,
-    spans_of,
-    time_spans,
-)
 from loomctx.messages import valid_text
 from loomctx.stores.base import (
     Expect,
-    Get,
-    Hit,
     MemoryStore,
     Namespace,
     NamespaceVersion,
     Put,
     Record,
     Scan,
-    Search,
     Unembedded,
-    VectorSearch,
     Version,
     check_namespace,
 )
@@ -100,6 +90,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EMBEDDER",
+    "SUMMARY",
+    "TASK",
     "EmbedderDefault",
     "LoomMemory",
     "MemoryHit",
@@ -183,23 +175,6 @@ def _warm(embedder: Embedder) -> None:
         _log.warning("the default embedder could not load: %s", exc)
 
 
-_Key = tuple[tuple[str, ...], str]  # (namespace, task id)
-_UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...]]
-# (the 4th: datetime | None | _UNREAD)
-"""What search's ranking reads of a found record: the task it stands for ("" for a record
-that is not one of a memory's), its place in the write order (a task record's; -1 for others
-and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
-task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), and the
-key search ranks its task by (None if it stands for no task), and whether the task names a
-time, the times it names (`TIME_REFS`), made once per record version rather than once per hit."""
-_DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
-_VIA: Final = tuple(
-    tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
-          if found & bit)
-    for found in range(8)
-)  # fmt: skip
-"""`MemoryHit.via` for each combination of the bits, its names sorted."""
 _log = logging.getLogger(__name__)
 
 
@@ -207,29 +182,11 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-TASK: Final = "task"
-SUMMARY: Final = "summary"
-_DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
-_HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~100 bytes each)
 _ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 SYNC_EMBED_LIMIT: Final = 64
 """`add` embeds at most this many new items before it returns (about a second on two cores
 with the default model); a larger add leaves them to the background embedder."""
 _PENDING_SHOWN: Final = 1_000  # not-yet-embedded items counted for `recall`'s note
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryHit:
-    """A Task found by search, with its fused score and how it was found."""
-
-    task: Task
-    score: float
-    via: tuple[Literal["lexical", "dense", "summary"], ...]
-    lexical_score: float | None = None  # BM25 relative to the best lexical hit, 0..1
-    # Cosine similarity of the query and the task (by the `fast_embedder`'s vectors where
-    # the `embedder` has none for it yet)
-    vector_score: float | None = None
-    time_match: float | None = None  # 0..1: how close to the time the query names, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -410,11 +367,7 @@ class LoomMemory:
         self._past: tuple[list[tuple[int, Task]], int, int] = ([], 0, 0)
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
         self._checked_in: object | None = None  # the `same_view` block that last checked it
-        # Tasks decoded from search hits, by record version (see `_decode`).
-        self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
-        self._decoded_lock = threading.Lock()
-        # What ranking reads of each record found (see `_hit_info`), by record version.
-        self._hit_infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
+        self._searcher = MemorySearch(store, exact=self._search_exact)
         self._restore()
         self.background: BackgroundEmbedder | None = None
         """Embeds new records off the write path; with a `fast_embedder`, its vectors first
@@ -696,218 +649,7 @@ class LoomMemory:
         such questions are answered by the turn that says when, not the ones that share the
         query's words.
         """
-        if limit <= 0 or not query.strip():
-            return []
-        skip = set(exclude)
-        # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
-        wanted = max(limit, limit * 3 if pool is None else pool) + len(skip)
-        scope, exact = self.search_scope, self._search_exact
-        # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
-        # tasks of only the best `limit` records are decoded (`_decode`).
-        ops: list[Search | VectorSearch] = [
-            Search(prefix=scope, query=query, limit=wanted, exact=exact, lazy=True)
-        ]
-        rankers = ["lexical"]
-        for how, embedder in (("dense", self.embedder), ("fast", self.fast_embedder)):
-            if embedder is None or (how == "fast" and not self.fast_weight):
-                continue
-            rankers.append(how)
-            ops.append(
-                VectorSearch(
-                    prefix=scope,
-                    vector=embedder.embed([query], kind="query")[0],
-                    model=embedder.name,
-                    limit=wanted,
-                    exact=exact,
-                    lazy=True,
-                )
-            )
-        results: list[list[Hit]] = self.store.batch(ops)
-        raw: dict[str, dict[_Key, float]] = {"lexical": {}, "dense": {}, "fast": {}}
-        cosine: dict[_Key, float] = {}
-        fast_cosine: dict[_Key, float] = {}
-        via: dict[_Key, int] = {}  # how each task was found: `_VIA` bits
-        found: dict[_Key, Record] = {}
-        shape: dict[_Key, _HitInfo] = {}  # what ranking reads of each found record
-        infos = self._hit_infos
-        for how, hits in zip(rankers, results, strict=True):
-            values = [h.score for h in hits]
-            low = min(values, default=0.0) if how != "lexical" else 0.0
-            span = max(values, default=0.0) - low
-            seen = raw[how]
-            found_by = _LEXICAL if how == "lexical" else _DENSE
-            scored = None if how == "lexical" else cosine if how == "dense" else fast_cosine
-            for hit in hits:
-                rec = hit.record
-                info = infos.get((rec.namespace, rec.key, rec.seq))
-                if info is None:
-                    info = self._hit_info(rec)
-                key = info[4]
-                if key is None or (skip and key[1] in skip):
-                    continue
-                if key not in seen:
-                    seen[key] = (hit.score - low) / span if span > 0 else 1.0
-                if scored is not None:
-                    scored.setdefault(key, hit.score)
-                kind = rec.kind
-                via[key] = via.get(key, 0) | (_SUMMARY if kind == SUMMARY else found_by)
-                if kind == TASK or key not in found:
-                    found[key] = rec
-                    shape[key] = info
-        w_lex, w_dense = self.fusion_weights
-        w_dense = w_dense if self.embedder is not None else 0.0
-        w_fast = self.fast_weight if "fast" in rankers else 0.0
-        w_lex = w_lex if w_dense + w_fast > 0 else 1.0  # lexical alone
-        total = w_lex + w_dense + w_fast
-        lexical, dense, fast = raw["lexical"], raw["dense"], raw["fast"]
-        fused: dict[_Key, float]
-        if w_lex == total == 1.0 and len(lexical) == len(found):
-            # Lexical alone, and every task found by it: each task's fused score is its
-            # lexical one (`(1.0 * x + 0.0 + 0.0) / 1.0` is `x`, exactly), and no copy is made.
-            fused = lexical
-        else:
-            fused = {
-                k: (
-                    w_lex * lexical.get(k, 0.0)
-                    + w_dense * dense.get(k, 0.0)
-                    + w_fast * fast.get(k, 0.0)
-                )
-                / total
-                for k in found
-            }
-        # Where each task was recorded (-1: added straight to L3/L4, no neighbours): its
-        # order, within its namespace (a search of one namespace needs only the order).
-        one = self._search_exact
-        at: dict[object, _Key] = {
-            (info[1] if one else (k[0], info[1])): k for k, info in shape.items() if info[1] >= 0
-        }
-        nw, aw = self.neighbour_weight, self.answer_weight
-        norm = 1 + 2 * nw + aw
-        scores: dict[_Key, float] = {}
-        for k, score in fused.items():
-            n = shape[k][1]
-            if n >= 0:
-                if one:
-                    before, after = at.get(n - 1), at.get(n + 1)
-                else:
-                    before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
-                # (what `sum` of the two would give, in the same order, without a generator)
-                near: float = 0
-                if before is not None:
-                    near += fused[before]
-                if after is not None:
-                    near += fused[after]
-                score += nw * near
-                if aw and before is not None and shape[before][2]:
-                    score += aw * fused[before]  # the answer to a question that matches
-            scores[k] = score / norm
-        closeness = self._time_match(query, found, shape)
-        for k, match in closeness.items():
-            scores[k] *= 1 - self.time_decay * (1 - match)
-        if self.date_weight and asks_when(query):
-            # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
-            undated = 1 / (1 + self.date_weight)
-            for k in scores:
-                if not shape[k][5]:
-                    scores[k] *= undated
-        # Best first, ties by key; plain tuples sort faster than a key function.
-        # (`nsmallest` is `sorted(...)[:limit]`, without sorting all of a deep pool)
-        best = [k for _, k in heapq.nsmallest(limit, [(-score, k) for k, score in scores.items()])]
-        tasks = self._load_tasks([found[k] for k in best])
-        return [
-            MemoryHit(
-                task=t,
-                score=scores[k],
-                via=_VIA[via[k]],  # type: ignore[arg-type]
-                lexical_score=raw["lexical"].get(k),
-                vector_score=cosine.get(k, fast_cosine.get(k)),
-                time_match=closeness.get(k),
-            )
-            for k, t in zip(best, tasks, strict=True)
-        ]
-
-    def _hit_info(self, record: Record) -> _HitInfo:
-        """What ranking reads of a found record (`_HitInfo`), worked out once per record
-        version (its `seq` changes on every write): the same records come back search after
-        search, and reading their data was most of a search's own time (issue 19)."""
-        key = (record.namespace, record.key, record.seq)
-        info = self._hit_infos.get(key)
-        if info is None:
-            data = record.data
-            task_id = str(data.get("task_id", ""))
-            order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
-            when: object
-            try:
-                fields = data.get("task") or data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            except Exception:  # `_time_match` reads it again, and raises where it did
-                when = _UNREAD
-            ranked_as = (record.namespace, task_id) if task_id else None
-            task = data.get("task")
-            dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
-            info = (task_id, order, _asks(record), when, ranked_as, dated)
-            with self._decoded_lock:
-                self._hit_infos[key] = info
-                if len(self._hit_infos) > _HIT_INFO_CACHE:
-                    self._hit_infos.popitem(last=False)
-        return info
-
-    def _time_match(
-        self, query: str, found: Mapping[_Key, Record], shape: Mapping[_Key, _HitInfo]
-    ) -> dict[_Key, float]:
-        """How close each found task was recorded to the time the query names ("5 days ago",
-        "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`; {} when the query names
-        no time, or when no found task is close to it (the phrase is then about something
-        else than when things were recorded here: a story's "last year")."""
-        if not self.time_decay:
-            return {}
-        spans = time_spans(query, self.clock())
-        if not spans:
-            return {}
-        out: dict[_Key, float] = {}
-        for k, rec in found.items():
-            when = shape[k][3]
-            if when is _UNREAD:
-                fields = rec.data.get("task") or rec.data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            if isinstance(when, datetime):
-                out[k] = max(span.proximity(when) for span in spans)
-            for named in shape[k][5]:  # what the turn speaks of, as against when it was said
-                out[k] = max(out.get(k, 0.0), *(span.meets(named) for span in spans))
-        return out if any(out.values()) else {}
-
-    def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
-        """Tasks for task records, and for summary records the task they summarize."""
-        need = [(i, r) for i, r in enumerate(records) if r.kind != TASK]
-        if not need:  # (an empty batch is still a transaction)
-            return [self._decode(r) for r in records]
-        loaded = self.store.batch(
-            [Get(namespace=r.namespace, key=f"{TASK}:{r.data['task_id']}") for _, r in need]
-        )
-        out = list(records)
-        for (i, _), rec in zip(need, loaded, strict=True):
-            if rec is not None:
-                out[i] = rec
-        return [self._decode(r) for r in out]
-
-    def _decode(self, record: Record) -> Task:
-        """The task of a task record, decoded once per version: the same hits come back
-        build after build, and decoding was a fifth of a memory build (issue 19). A record's
-        `seq` changes on every write, so it names the version."""
-        key = (record.namespace, record.key, record.seq)
-        with self._decoded_lock:
-            task = self._decoded.get(key)
-            if task is not None:
-                self._decoded.move_to_end(key)
-                return task
-        task = Task.from_dict(record.data["task"])
-        with self._decoded_lock:
-            self._decoded[key] = task
-            if len(self._decoded) > _DECODED_CACHE:
-                self._decoded.popitem(last=False)
-        return task
+        return self._searcher.search(self, query, limit=limit, exclude=exclude, pool=pool)
 
     # --- changing the tiers: worked out, written, kept only if stored ---------------------
 
@@ -1252,12 +994,3 @@ class LoomMemory:
             f"LoomMemory({self.node_id!r}, L1={len(self._l1)}/{self.max_l1_size}, "
             f"L2={len(self._l2)}/{self.max_l2_size}, L3={len(self._l3)}/{self.max_l3_size})"
         )
-
-
-def _asks(record: Record) -> bool:
-    """Whether a stored message asks something: a task record of a user or assistant message
-    with a question mark in it (a tool call's arguments or result are not a question)."""
-    if record.kind != TASK or "?" not in record.text:
-        return False
-    task = record.data.get("task")
-    return isinstance(task, Mapping) and task.get("action") in (USER_MESSAGE, ASSISTANT_MESSAGE)
