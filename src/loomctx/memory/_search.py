@@ -27,7 +27,6 @@ from loomctx.search import (
     first_scores,
     min_max,
     neighbour_boost,
-    ranking,
     relative,
     weighted,
 )
@@ -46,14 +45,19 @@ _PLACE: Final = 1 << 40  # a namespace's span of places: orders stay far below i
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
 _UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...]]
+_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...], int, int]
 # (the 4th: datetime | None | _UNREAD)
 """What search's ranking reads of a found record: the task it stands for ("" for a record
 that is not one of a memory's), its place in the write order (a task record's; -1 for others
 and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
 task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), the
-key search ranks its task by (None if it stands for no task), and the times the task
-names (`TIME_REFS`), made once per record version rather than once per hit."""
+key search ranks its task by (None if it stands for no task), the times the task
+names (`TIME_REFS`), that key's number in this memory's search (-1 for None) and the
+record's kind (`_OTHER`, `_TASK_KIND`, `_SUMMARY_KIND`), made once per record version
+rather than once per hit."""
+_OTHER, _TASK_KIND, _SUMMARY_KIND = 0, 1, 2
+_NUMBERED: Final = 262_144  # task keys numbered before the numbering starts again
+_BY_OBJECT: Final = 16_384  # found records whose `_HitInfo` is kept by the object itself
 _DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
 _VIA: Final = tuple(
     tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
@@ -116,6 +120,11 @@ class MemorySearch:
         self._lock = threading.Lock()
         self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
         self._infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
+        self._numbers: dict[_Key, int] = {}  # each task key found, numbered
+        # The `_HitInfo` of the record objects found lately: the store hands back the same
+        # objects search after search (`SQLiteStore`'s record cache), and a lookup by the
+        # object is cheaper than by its version.
+        self._by_object: dict[int, tuple[Record, _HitInfo]] = {}
 
     def search(
         self,
@@ -154,11 +163,16 @@ class MemorySearch:
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)
-        table = _Table()
-        found = [table.add(hits, skip, self._info) for hits in results]
-        n = len(table.keys)
-        if not n:
+        if len(self._numbers) > _NUMBERED:  # (between searches: numbers stay unique in one)
+            with self._lock:
+                self._numbers.clear()
+                self._infos.clear()
+                self._by_object.clear()
+        table = self._table(results, skip)
+        if table is None:
             return []
+        found = table.found
+        n = len(table.keys)
         via = np.zeros(n, dtype=np.int64)
         parts: dict[str, npt.NDArray[np.float64]] = {}
         raw: dict[str, npt.NDArray[np.float64]] = {}
@@ -228,6 +242,66 @@ class MemorySearch:
             )
         return out
 
+    def _table(self, results: Sequence[Sequence[Hit]], skip: set[str]) -> _Table | None:
+        """The rows of the tasks `results` found (hits of no task, or of a task in `skip`,
+        are left out, but still count in their ranking's rescaling); None if none."""
+        by_object, info_of = self._by_object, self._info
+        records: list[Record] = []
+        infos: list[_HitInfo] = []
+        ranker: list[int] = []
+        scores: list[float] = []
+        every: list[list[float]] = []
+        for r, hits in enumerate(results):
+            every.append([h.score for h in hits])
+            for hit in hits:
+                rec = hit.record
+                known = by_object.get(id(rec))
+                info = known[1] if known is not None and known[0] is rec else info_of(rec)
+                if known is None or known[0] is not rec:
+                    by_object[id(rec)] = (rec, info)
+                records.append(rec)
+                infos.append(info)
+            ranker += [r] * len(hits)
+            scores += every[-1]
+        if len(by_object) > _BY_OBJECT:
+            by_object.clear()
+        total = len(infos)
+        numbers = np.fromiter((i[6] for i in infos), dtype=np.intp, count=total)
+        keep = numbers >= 0
+        if skip:
+            keep &= ~np.fromiter((i[0] in skip for i in infos), dtype=np.bool_, count=total)
+        kept = np.flatnonzero(keep)
+        if not kept.size:
+            return None
+        kinds = np.fromiter((i[7] for i in infos), dtype=np.int8, count=total)[kept]
+        unique, rows = np.unique(numbers[kept], return_inverse=True)
+        # Each row's record: its first task record if a hit was one, else its first hit's.
+        pick = np.lexsort((np.arange(kept.size), kinds != _TASK_KIND, rows))
+        first = pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
+        chosen = kept[first].tolist()
+        by_ranker = np.asarray(ranker, dtype=np.intp)[kept]
+        raw = np.asarray(scores, dtype=np.float64)[kept]
+        found = []
+        for r in range(len(results)):
+            mine = by_ranker == r
+            found.append(
+                (
+                    Ranking(
+                        rows=rows[mine],
+                        scores=raw[mine],
+                        every=np.asarray(every[r], dtype=np.float64),
+                    ),
+                    kinds[mine] == _SUMMARY_KIND,
+                )
+            )
+        del unique
+        return _Table(
+            keys=[infos[j][4] for j in chosen],
+            records=[records[j] for j in chosen],
+            shapes=[infos[j] for j in chosen],
+            found=found,
+        )
+
     def _info(self, record: Record) -> _HitInfo:
         """What ranking reads of a found record (`_HitInfo`), worked out once per version."""
         key = (record.namespace, record.key, record.seq)
@@ -246,8 +320,23 @@ class MemorySearch:
             ranked_as = (record.namespace, task_id) if task_id else None
             task = data.get("task")
             dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
-            info = (task_id, order, _asks(record), when, ranked_as, dated)
+            kind = record.kind
             with self._lock:
+                number = (
+                    -1
+                    if ranked_as is None
+                    else self._numbers.setdefault(ranked_as, len(self._numbers))
+                )
+                info = (
+                    task_id,
+                    order,
+                    _asks(record),
+                    when,
+                    ranked_as,
+                    dated,
+                    number,
+                    _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
+                )
                 self._infos[key] = info
                 if len(self._infos) > _HIT_INFO_CACHE:
                     self._infos.popitem(last=False)
@@ -312,50 +401,16 @@ class MemorySearch:
         return task
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Table:
-    """The tasks found, one row each in order of first finding: the key it is ranked by,
-    its record (the task's own once a hit is one, else the first summary found) and what
-    ranking reads of that record."""
+    """The tasks found, one row each: the key each is ranked by, its record (the task's own
+    if a hit was one, else the first summary found) and what ranking reads of that record;
+    and each ranker's hits as a `Ranking` over the rows, with which hits were summaries."""
 
-    __slots__ = ("index", "keys", "records", "shapes")
-
-    def __init__(self) -> None:
-        self.index: dict[_Key, int] = {}
-        self.keys: list[_Key] = []
-        self.records: list[Record] = []
-        self.shapes: list[_HitInfo] = []
-
-    def add(
-        self, hits: Sequence[Hit], skip: set[str], info_of: Callable[[Record], _HitInfo]
-    ) -> tuple[Ranking, npt.NDArray[np.bool_]]:
-        """One ranker's hits as a `Ranking` over the table's rows (hits of no task, or of a
-        task in `skip`, left out but still counted in its rescaling), and which were of
-        summaries."""
-        index, keys, records, shapes = self.index, self.keys, self.records, self.shapes
-        rows: list[int] = []
-        scores: list[float] = []
-        summary: list[bool] = []
-        for hit in hits:
-            rec = hit.record
-            info = info_of(rec)
-            key = info[4]
-            if key is None or (skip and key[1] in skip):
-                continue
-            row = index.get(key)
-            kind = rec.kind
-            if row is None:
-                row = index[key] = len(keys)
-                keys.append(key)
-                records.append(rec)
-                shapes.append(info)
-            elif kind == TASK:
-                records[row] = rec
-                shapes[row] = info
-            rows.append(row)
-            scores.append(hit.score)
-            summary.append(kind == SUMMARY)
-        r = ranking(rows, scores, [h.score for h in hits])
-        return r, np.asarray(summary, dtype=np.bool_)
+    keys: list[_Key]
+    records: list[Record]
+    shapes: list[_HitInfo]
+    found: list[tuple[Ranking, npt.NDArray[np.bool_]]]
 
 
 def _asks(record: Record) -> bool:
