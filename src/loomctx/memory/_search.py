@@ -121,6 +121,7 @@ class MemorySearch:
         self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
         self._infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
         self._numbers: dict[_Key, int] = {}  # each task key found, numbered
+        self._generation = 0  # how many times the numbering started again
         # The `_HitInfo` of the record objects found lately: the store hands back the same
         # objects search after search (`SQLiteStore`'s record cache), and a lookup by the
         # object is cheaper than by its version.
@@ -163,12 +164,19 @@ class MemorySearch:
                 )
             )
         results: list[list[Hit]] = self.store.batch(ops)
-        if len(self._numbers) > _NUMBERED:  # (between searches: numbers stay unique in one)
+        if len(self._numbers) > _NUMBERED:
             with self._lock:
                 self._numbers.clear()
                 self._infos.clear()
                 self._by_object.clear()
-        table = self._table(results, skip)
+                self._generation += 1
+        while True:
+            # A key's number is one within a generation: a search that saw the numbering
+            # start again (in another thread) maps its hits again.
+            generation = self._generation
+            table = self._table(results, skip)
+            if generation == self._generation:
+                break
         if table is None:
             return []
         found = table.found
