@@ -20,6 +20,7 @@ LAYERS = [  # bottom first
     "text",
     "embeddings",
     "stores",
+    "search",
     "memory",
     "knowledge",
     "retrieval",

@@ -11,7 +11,7 @@ import pytest
 from loomctx import Agent, ConfigError, LoomMemory, MissingExtraError, Task, TaskStatus
 from loomctx.embeddings import MultilingualE5Embedder, default_embedder
 from loomctx.embeddings import _e5 as e5_module
-from loomctx.memory import core as core_module
+from loomctx.memory import _embedders
 from loomctx.memory.core import shipped_embedder
 from loomctx.testing import ScriptedLLM
 from loomctx.testing.embedders import HashingEmbedder
@@ -96,7 +96,7 @@ def test_a_model_that_cannot_load_is_logged_not_raised(caplog: pytest.LogCapture
         def embed(self, texts: object, *, kind: str = "document") -> object:  # type: ignore[override]
             raise RuntimeError("no model")
 
-    core_module._warm(Broken())
+    _embedders._warm(Broken())
     assert "the default embedder could not load: no model" in caplog.text
 
 

@@ -427,6 +427,7 @@ class KnowledgeBase:
             results[1] if self.embedder is not None else None,
             lexical_complete=len(results[0]) < pool,
             fast=results[2] if fast is not None else (),
+            limit=limit,
         )
         hits: list[KnowledgeHit] = []
         for f in fused:

@@ -33,6 +33,11 @@ Coverage is tested on the lowercased text with `in` (C speed: re-tokenizing 20 c
 would cost milliseconds), so a term inside a longer word counts, as a stem does; a stem of
 four letters or more also counts without its last letter, which stemmers change ("happy" ->
 "happi", "making" -> "make").
+
+The arithmetic runs over per-chunk numpy arrays (`loomctx.search`, the fusion memory search
+uses too), with the options where the two differ: BM25 relative to the best is 0 rather than 1
+when no hit scores above 0, each part is damped as above, and the fast embedder fills the
+dense part's gaps rather than being a third weighted ranking.
 """
 
 from __future__ import annotations
@@ -41,11 +46,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
+from loomctx.search import best_first, first_scores, min_max, ranking, relative, weighted
 from loomctx.stores.base import Hit, Record
 
 __all__ = ["DENSE_WEIGHT", "Fused", "fuse"]
 
 DENSE_WEIGHT: Final = 0.5
+Floats = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,63 +75,73 @@ def fuse(
     *,
     lexical_complete: bool,
     fast: Sequence[Hit] = (),
+    limit: int | None = None,
 ) -> list[Fused]:
-    """Every chunk of `lexical`, `dense` (None: no embedder) and `fast` with its fused score,
-    best first (ties by key). `lexical_complete`: lexical search returned every chunk that has
-    a query term, so a chunk it missed has a BM25 of 0 (else: unknown, None). `fast`: the fast
-    embedder's hits, the dense part of the chunks `dense` lacks (see the module docstring)."""
-    records: dict[str, Record] = {}
-    best = max((h.score for h in lexical), default=0.0)
-    lex: dict[str, float] = {}
-    for hit in lexical:
-        records[hit.record.key] = hit.record
-        lex[hit.record.key] = hit.score / best if best > 0 else 0.0
-    cosine = _cosines(dense or (), records)
-    fast_cosine = _cosines(fast, records) if dense is not None else {}
-    dense_part = _dense_parts(cosine)
-    for key, part in _dense_parts(fast_cosine).items():
-        dense_part.setdefault(key, part)
+    """The best `limit` (default: all) chunks of `lexical`, `dense` (None: no embedder) and
+    `fast` with their fused scores, best first (ties by key). `lexical_complete`: lexical
+    search returned every chunk that has a query term, so a chunk it missed has a BM25 of 0
+    (else: unknown, None). `fast`: the fast embedder's hits, the dense part of the chunks
+    `dense` lacks (see the module docstring)."""
+    index: dict[str, int] = {}
+    records: list[Record] = []
+
+    def rows(hits: Sequence[Hit]) -> list[int]:
+        out = []
+        for hit in hits:
+            key = hit.record.key
+            row = index.get(key)
+            if row is None:
+                row = index[key] = len(records)
+                records.append(hit.record)
+            out.append(row)
+        return out
+
+    scored = [
+        ranking(rows(hits), [h.score for h in hits], [h.score for h in hits])
+        for hits in (lexical, dense or (), fast if dense is not None else ())
+    ]
+    n = len(records)
+    if not n:
+        return []
+    lex = first_scores(scored[0].rows, relative(scored[0], flat=0.0), n)
+    cosine = first_scores(scored[1].rows, scored[1].scores, n)
+    fast_cosine = first_scores(scored[2].rows, scored[2].scores, n)
+    dense_part = first_scores(scored[1].rows, _damped(min_max(scored[1]), scored[1].scores), n)
+    from_fast = first_scores(scored[2].rows, _damped(min_max(scored[2]), scored[2].scores), n)
+    dense_part = np.where(np.isnan(dense_part), from_fast, dense_part)
     probes = [_probe(t) for t in set(query_terms)]
+    lexical_part = np.zeros(n)
+    if probes:
+        found = scored[0].rows
+        covered = [sum(p in records[i].text.lower() for p in probes) for i in found.tolist()]
+        lexical_part[found] = lex[found] * np.asarray(covered, dtype=np.float64) / len(probes)
+    if dense is None:
+        score = lexical_part
+    else:
+        score = weighted([(DENSE_WEIGHT, dense_part), (1 - DENSE_WEIGHT, lexical_part)], 1.0)
+    score = np.clip(score, 0.0, 1.0)
+    keys = [r.key for r in records]
     out = []
-    for key, record in records.items():
-        lexical_part = 0.0
-        if key in lex and probes:
-            text = record.text.lower()
-            lexical_part = lex[key] * sum(p in text for p in probes) / len(probes)
-        if dense is None:
-            score = lexical_part
-        else:
-            part = dense_part.get(key, 0.0)
-            score = DENSE_WEIGHT * part + (1 - DENSE_WEIGHT) * lexical_part
+    for i in best_first(score, n if limit is None else limit, keys):
+        cos = float(cosine[i]) if cosine[i] == cosine[i] else float(fast_cosine[i])
+        lexical_score = float(lex[i])
         out.append(
             Fused(
-                record=record,
-                score=min(1.0, max(0.0, score)),
-                vector_score=cosine.get(key, fast_cosine.get(key)),
-                lexical_score=lex.get(key, 0.0 if lexical_complete else None),
+                record=records[i],
+                score=float(score[i]),
+                vector_score=None if cos != cos else cos,
+                lexical_score=(0.0 if lexical_complete else None)
+                if lexical_score != lexical_score
+                else lexical_score,
             )
         )
-    out.sort(key=lambda f: (-f.score, f.record.key))
     return out
 
 
-def _cosines(hits: Sequence[Hit], records: dict[str, Record]) -> dict[str, float]:
-    """The cosine of each hit by key; adds the hits' records to `records`."""
-    cosine: dict[str, float] = {}
-    for hit in hits:
-        records.setdefault(hit.record.key, hit.record)
-        cosine[hit.record.key] = hit.score
-    return cosine
-
-
-def _dense_parts(cosine: dict[str, float]) -> dict[str, float]:
-    """Each candidate's dense part: its cosine rescaled within the candidates, times itself."""
-    low = min(cosine.values(), default=0.0)
-    spread = max(cosine.values(), default=0.0) - low
-    return {
-        key: ((cos - low) / spread if spread > 0 else 1.0) * min(1.0, max(0.0, cos))
-        for key, cos in cosine.items()
-    }
+def _damped(rescaled: Floats, cosine: Floats) -> Floats:
+    """A dense part: the cosine rescaled within the candidates, times the cosine (in 0..1)."""
+    out: Floats = rescaled * np.clip(cosine, 0.0, 1.0)
+    return out
 
 
 def _probe(term: str) -> str:

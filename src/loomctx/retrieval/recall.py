@@ -1,7 +1,10 @@
 """Recall: candidates for a query from memory (L4) and knowledge bases, concurrently.
 
 Memory recall is `LoomMemory.search` (lexical and dense ranks fused) run in a worker thread, as
-it reads the store and may embed the query; each knowledge base searches itself. A candidate's
+it reads the store and may embed the query; each knowledge base searches itself, except that a
+plain `KnowledgeBase` beside a memory is searched in the memory's thread, after it: both
+searches are Python work under the interpreter lock, and in two threads each waited for the
+other's switch interval rather than running. A candidate's
 `relevance` is its recall score on 0..1: the fused score of `LoomMemory.search` or of the
 knowledge base's own search.
 """
@@ -14,12 +17,13 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
+from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, task_line
 from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
 
 if TYPE_CHECKING:
-    from loomctx.knowledge import KnowledgeBaseProvider
+    from loomctx.knowledge import KnowledgeBaseProvider, KnowledgeHit
 
 __all__ = ["recall", "recall_knowledge", "recall_memory"]
 
@@ -89,7 +93,17 @@ async def recall_knowledge(
     kb: KnowledgeBaseProvider, query: str, *, limit: int = 20, min_score: float = 0.0
 ) -> list[Candidate]:
     """Up to `limit` chunks of `kb` for `query`, best first, `score >= min_score`."""
-    hits = await kb.search(query, limit=limit, min_relevance=min_score)
+    return _chunks(kb, await kb.search(query, limit=limit, min_relevance=min_score))
+
+
+def _local(kb: KnowledgeBaseProvider) -> KnowledgeBase | None:
+    """`kb` if it is a `KnowledgeBase` whose search is its own `search_sync` in a thread."""
+    if isinstance(kb, KnowledgeBase) and type(kb).search is KnowledgeBase.search:
+        return kb
+    return None
+
+
+def _chunks(kb: KnowledgeBaseProvider, hits: Sequence[KnowledgeHit]) -> list[Candidate]:
     return [
         Candidate(
             id=h.chunk_id,
@@ -118,19 +132,27 @@ async def recall(
     """Every source's candidates (`limit` per source), memory first, in recall order;
     `depth`: see `recall_memory`."""
     skip = tuple(exclude)
-    jobs = [recall_knowledge(kb, query, limit=limit, min_score=min_score) for kb in knowledge_bases]
+    # Local knowledge bases join the memory's thread (see the module docstring).
+    local: dict[int, KnowledgeBase] = {}
     if memory is not None:
-        jobs.insert(
-            0,
-            asyncio.to_thread(
-                recall_memory,
-                memory,
-                query,
-                limit=limit,
-                min_score=min_score,
-                exclude=skip,
-                depth=depth,
-            ),
+        for i, kb in enumerate(knowledge_bases):
+            if (plain := _local(kb)) is not None:
+                local[i] = plain
+    parts: dict[int, list[Candidate]] = {}
+
+    async def remote(i: int, kb: KnowledgeBaseProvider) -> None:
+        parts[i] = await recall_knowledge(kb, query, limit=limit, min_score=min_score)
+
+    def in_thread(memory: LoomMemory) -> None:
+        parts[-1] = recall_memory(
+            memory, query, limit=limit, min_score=min_score, exclude=skip, depth=depth
         )
-    found = await asyncio.gather(*jobs)
-    return [c for part in found for c in part]
+        for i, kb in local.items():
+            parts[i] = _chunks(kb, kb.search_sync(query, limit=limit, min_relevance=min_score))
+
+    jobs = [remote(i, kb) for i, kb in enumerate(knowledge_bases) if i not in local]
+    if memory is not None:
+        jobs.insert(0, asyncio.to_thread(in_thread, memory))
+    await asyncio.gather(*jobs)
+    # In the order of the sources: memory, then each knowledge base.
+    return [c for i in sorted(parts) for c in parts[i]]

@@ -130,7 +130,9 @@ class QueryOverlapSignal(_Signal):
         wanted = frozenset(terms(query))
         n = len(candidates)
         df = Counter(t for c in candidates for t in wanted & c.terms)
-        self._weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in wanted}
+        # In sorted order: a set's order changes with the process's string hashing, and the
+        # sums below would differ in their last bits between processes.
+        self._weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in sorted(wanted)}
         self._total = sum(self._weights.values())
 
     def score(self, candidate: Candidate) -> float:

@@ -1,0 +1,70 @@
+"""recall searches a memory and the plain knowledge bases beside it in one worker thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from loomctx.knowledge import KnowledgeBase, KnowledgeHit
+from loomctx.memory.core import LoomMemory, MemoryHit
+from loomctx.retrieval import recall
+
+from .fixtures import CHAT, HANDBOOK, RUNBOOK, open_store, remember
+
+QUERY = "rollback of the deploy"
+
+
+class _Memory(LoomMemory):
+    threads: list[int]
+
+    def search(self, query: str, **kwargs: Any) -> list[MemoryHit]:
+        self.threads.append(threading.get_ident())
+        return super().search(query, **kwargs)
+
+
+class _Knowledge(KnowledgeBase):
+    threads: list[int]
+
+    def search_sync(self, query: str, **kwargs: Any) -> list[KnowledgeHit]:
+        self.threads.append(threading.get_ident())
+        return super().search_sync(query, **kwargs)
+
+
+def _kb(store: Any, name: str, docs: dict[str, str], threads: list[int]) -> _Knowledge:
+    kb = _Knowledge(name, store, embedder=None, embed_in_background=False)
+    kb.threads = threads
+    for doc_id, text in docs.items():
+        kb.add_text(text, document_id=doc_id)
+    return kb
+
+
+async def test_local_knowledge_bases_are_searched_in_the_memory_s_thread(tmp_path: Path) -> None:
+    threads: list[int] = []
+    with open_store(tmp_path) as store:
+        memory = _Memory("s1", store=store, embedder=None)
+        memory.threads = threads
+        remember(memory, CHAT)
+        kbs = [_kb(store, "handbook", HANDBOOK, threads), _kb(store, "runbook", RUNBOOK, threads)]
+        found = await recall(QUERY, memory=memory, knowledge_bases=kbs)
+        assert len(threads) == 3
+        assert len(set(threads)) == 1
+        assert threads[0] != threading.get_ident()  # a worker thread, not the event loop's
+        origins = [c.origin for c in found]
+        assert set(origins) == {"memory", "knowledge:handbook", "knowledge:runbook"}
+        # memory first, then the knowledge bases in the order given
+        assert origins == sorted(
+            origins, key=["memory", "knowledge:handbook", "knowledge:runbook"].index
+        )
+        memory.close()
+
+
+async def test_without_a_memory_each_knowledge_base_searches_itself(tmp_path: Path) -> None:
+    threads: list[int] = []
+    with open_store(tmp_path) as store:
+        kbs = [_kb(store, "handbook", HANDBOOK, threads), _kb(store, "runbook", RUNBOOK, threads)]
+        found = await recall(QUERY, knowledge_bases=kbs)
+        assert len(threads) == 2
+        assert [c.origin for c in found] == sorted(
+            (c.origin for c in found), key=["knowledge:handbook", "knowledge:runbook"].index
+        )
