@@ -7,14 +7,16 @@ Selection, in order:
 2. **History, append-only.** History is the part of the window a provider's prompt cache can
    reuse, so it is not re-chosen every build: a `HistoryMark` remembers, per history source,
    the first unit kept in full and the frozen summary of what came before it. Until history
-   outgrows its room (the budget left after pinned content and the dynamic sources' shares),
-   every build keeps all units from that mark to the newest, and the summary byte for byte.
-   When it outgrows the room by more than `CachePolicy.defer_ratio` of it, history is
-   compacted in one step: the newest units that fit `CachePolicy.low_water` of the room are
-   kept (starting at a user message), the units before them are summarized into a new frozen
-   summary (a `Summarizer`; the extractive default needs no LLM), and the mark moves. A small
-   overflow is taken from the dynamic context instead: a compaction that saves little would
-   cost more in cache writes than it saves. Tool units are atomic everywhere.
+   outgrows its room (the budget left after pinned content and the other sources' shares,
+   where a dynamic block whose task history holds claims none: the tail wants only what the
+   window lacks), every build keeps all units from that mark to the newest, and the summary
+   byte for byte. An overflow up to `CachePolicy.defer_ratio` of the room is taken from the
+   dynamic context; beyond it (or past it at a cache-cold moment) history is compacted in one
+   step: the newest units that fit `CachePolicy.low_water` of the room, and no more than
+   repays the cache the rewrite breaks (`CachePolicy.break_even`), are kept (starting at a
+   user message), the units before them are summarized into a new frozen summary (a
+   `Summarizer`; the extractive default needs no LLM), and the mark moves. Tool units are
+   atomic everywhere.
 3. **Within grants.** Each other source's blocks are taken in its order of preference
    (priority, then as offered) within the source's grant. A text block that does not fit
    whole is cut on a token boundary if it is truncatable and enough room is left; anything
