@@ -11,7 +11,14 @@ import pytest
 
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import DATED, CallCost, bill_calls, evaluate_cost, load_exchanges
+from loomctx.evaluation.cost import (
+    DATED,
+    CallCost,
+    bill_calls,
+    evaluate_cost,
+    load_exchanges,
+    where_whole_fits,
+)
 from loomctx.evaluation.retrieval import load_longmemeval
 from tests.evaluation.test_evaluate import lme_data, locomo_data, write
 
@@ -156,3 +163,27 @@ def test_loom_is_replayed_as_the_conversation_happened_too(locomo: Path) -> None
     assert 0 < dated["evidence_after"] <= 1
     assert dated["cached_share_cold"] < dated["cached_share"]
     assert all(DATED in v for v in result["conversations"].values())
+
+
+def test_calls_where_the_whole_history_fits_are_compared_one_by_one() -> None:
+    whole = [
+        CallCost(prompt_tokens=1000, cached_tokens=900, over_budget=False),
+        CallCost(prompt_tokens=1100, cached_tokens=1000, over_budget=False),
+        CallCost(prompt_tokens=9000, cached_tokens=8900, over_budget=True),
+    ]
+    same = where_whole_fits(whole, whole, replace(ANTHROPIC, min_tokens=0))
+    assert same == {"calls": 2, "above": 0}
+    # Nothing cached on the second call: billed far above the whole history's there.
+    broken = [whole[0], replace(whole[1], cached_tokens=0), whole[2]]
+    assert where_whole_fits(broken, whole, replace(ANTHROPIC, min_tokens=0)) == {
+        "calls": 2,
+        "above": 1,
+    }
+
+
+def test_the_bench_counts_the_calls_where_the_whole_history_fits(locomo: Path) -> None:
+    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
+    fits = result["strategies"]["loom"]["where_whole_fits"]
+    whole = result["strategies"]["whole history"]
+    assert fits["calls"] == whole["calls"] - whole["over_budget"]
+    assert 0 <= fits["above"] <= fits["calls"]

@@ -19,7 +19,7 @@ import typer
 from loomctx.cli._common import err_console, out_console
 from loomctx.cli._render import print_table
 from loomctx.errors import ConfigError
-from loomctx.evaluation.cost import DATED, evaluate_cost
+from loomctx.evaluation.cost import DATED, WHOLE_MARGIN, evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
 from loomctx.retrieval.settings import RetrievalSettings
 
@@ -314,6 +314,11 @@ def cost(
         rows += [(f"loom, {name}", row(v["loom"])) for name, v in result["conversations"].items()]
     title = f"Per call: window {window:,}, {reserve:,} reserved; billed tokens, the cache warm"
     print_table(out_console(), title, rows, columns)
+    fits = strategies["loom"]["where_whole_fits"]
+    out_console().print(
+        f"Where the whole history fits ({fits['calls']:,} calls), Loom is billed more than "
+        f"{WHOLE_MARGIN:g}x the whole history on {fits['above']:,} (Anthropic)."
+    )
 
     def cold(v: dict[str, Any]) -> dict[str, Any]:
         out = {

@@ -122,6 +122,23 @@ def bill_calls(
     return out
 
 
+WHOLE_MARGIN = 1.05
+"""Where the whole history fits the window, Loom is to cost at most this much of it, call by
+call (`where_whole_fits`)."""
+
+
+def where_whole_fits(
+    loom: Sequence[CallCost], whole: Sequence[CallCost], pricing: CachePricing = ANTHROPIC
+) -> dict[str, int]:
+    """Of the calls whose whole history fits the input budget, how many there are and on how
+    many Loom is billed more than `WHOLE_MARGIN` times the whole history (the cache warm)."""
+    mine = [pricing.bill(p) for p in bill_calls(loom, pricing)]
+    theirs = [pricing.bill(p) for p in bill_calls(whole, pricing)]
+    fits = [k for k, c in enumerate(whole) if not c.over_budget]
+    above = sum(mine[k] > WHOLE_MARGIN * theirs[k] for k in fits)
+    return {"calls": len(fits), "above": above}
+
+
 def load_exchanges(path: str | Path, *, limit: int | None = None) -> list[list[Exchange]]:
     """The conversations of a LoCoMo or LongMemEval file as (user turn, reply) exchanges."""
     name = Path(path).name.lower()
@@ -452,6 +469,7 @@ def evaluate_cost(
         conversations = [c for c in conversations if c[0] in only]
     pooled: dict[str, list[list[CallCost]]] = {name: [] for name in (*STRATEGIES, DATED)}
     evidence: dict[str, list[_Evidence]] = {"loom": [], DATED: []}
+    fitting = {"calls": 0, "above": 0}
     apart: dict[str, dict[str, Any]] = {}
     available = window - reserve
     with tempfile.TemporaryDirectory(prefix="loomctx-cost-") as tmp:
@@ -491,12 +509,18 @@ def evaluate_cost(
                     pooled[s].append(calls)
             for s, e in found.items():
                 evidence[s].append(e)
+            fits = where_whole_fits(runs["warm"][0], own["whole history"])
+            apart[name]["loom"]["where_whole_fits"] = fits
+            for key, n in fits.items():
+                fitting[key] += n
+    strategies = {
+        name: _summarize(calls, evidence.get(name, []), pricings)
+        for name, calls in pooled.items()
+        if calls
+    }
+    strategies["loom"]["where_whole_fits"] = fitting
     return {
-        "strategies": {
-            name: _summarize(calls, evidence.get(name, []), pricings)
-            for name, calls in pooled.items()
-            if calls
-        },
+        "strategies": strategies,
         "conversations": apart,
         "config": {
             "path": str(path),
