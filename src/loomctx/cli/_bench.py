@@ -293,15 +293,17 @@ def cost(
     if "evidence_after" in result["strategies"]["loom"]:
         columns += ["ev after", "ev end"]
 
-    def row(v: dict[str, Any]) -> dict[str, Any]:
+    def row(v: dict[str, Any], cold: str = "") -> dict[str, Any]:
+        """A strategy's figures, the cache warm (or, with `cold` "_cold", cold at each
+        session's start)."""
         out = {
             "calls": v["calls"],
             "prompt": round(v["mean_prompt_tokens"]),
             "over": v["over_budget"],
-            "cached": v["cached_share"],
-            "anthropic": round(v["billed_anthropic"]),
-            "openai": round(v["billed_openai"]),
-            "gpt-5": round(v["providers"]["openai-gpt-5"]["billed"]),
+            "cached": v[f"cached_share{cold}"],
+            "anthropic": round(v[f"billed_anthropic{cold}"]),
+            "openai": round(v[f"billed_openai{cold}"]),
+            "gpt-5": round(v["providers"]["openai-gpt-5"][f"billed{cold}"]),
         }
         if "evidence_after" in v:
             out["ev after"] = v["evidence_after"]
@@ -319,20 +321,7 @@ def cost(
         f"Where the whole history fits ({fits['calls']:,} calls), Loom is billed more than "
         f"{WHOLE_MARGIN:g}x the whole history on {fits['above']:,} (Anthropic)."
     )
-
-    def cold(v: dict[str, Any]) -> dict[str, Any]:
-        out = {
-            "cached": v["cached_share_cold"],
-            "anthropic": round(v["billed_anthropic_cold"]),
-            "openai": round(v["billed_openai_cold"]),
-            "gpt-5": round(v["providers"]["openai-gpt-5"]["billed_cold"]),
-        }
-        if "evidence_after" in v:
-            out["ev after"] = v["evidence_after"]
-            out["ev end"] = v["evidence_at_end"]
-        return out
-
-    rows = [(name, cold(v)) for name, v in strategies.items() if name != "loom"]
+    rows = [(name, row(v, "_cold")) for name, v in strategies.items() if name != "loom"]
     title = "The sessions days apart: the cache cold at each one's start"
     print_table(out_console(), title, rows, ["cached", *columns[4:]])
     _write(json_out, result)
