@@ -25,12 +25,21 @@ def _check(output: str) -> None:
         assert question in turn
         reply = turn.split("loom  ", 1)[1].split("window ", 1)[0]
         assert expected in " ".join(reply.split())
-        assert "input 2,000" in turn
+        assert "input 3,200" in turn
         assert "sending the whole history instead" in turn
     assert "cost per turn" in output
     table = output.split("cost per turn", 1)[1]
     assert "cached" in table
     assert table.count("billed") >= 2  # Loom's and the whole history's, at cache prices
+    # After the first turn, Loom is billed no more than sending the whole history would be.
+    rows = [
+        [int(cell.replace(",", "")) for cell in line.strip("│ ").split("│")]
+        for line in table.splitlines()
+        if line.startswith("│")
+    ]
+    assert [row[0] for row in rows] == list(range(1, len(QUESTIONS) + 1))
+    for _turn, _sent, _cached, billed, _whole, whole_billed in rows[1:]:
+        assert billed <= whole_billed
     # From the third turn on, the window repeats the last one's history: a cache reads it.
     assert "repeats the last window" in turns[-1]
     assert max(len(line) for line in output.splitlines()) <= 100

@@ -133,8 +133,8 @@ CHILD = textwrap.dedent(
     class Slow(ContextController):
         async def _promote(self, event):
             print("start", event.id, flush=True)
-            await asyncio.sleep(0.5)  # killed in here
-            await super()._promote(event)
+            await asyncio.Event().wait()  # killed in here: it never returns, however slow
+            await super()._promote(event)  # the parent is to kill it
             print("done", event.id, flush=True)
 
     async def main(path, url, prefix):

@@ -215,11 +215,12 @@ class ContextCompactor:
             cap = 0
         # Shares by priority of what each source wants, the dynamic sources within the cap:
         # history's share is its room (and what a higher-priority source leaves flows to it).
-        wants = dict(demands)
-        tail_left = cap  # the cap is the whole tail's: its sources share it by priority
-        for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
-            wants[name] = min(demands[name], tail_left)
-            tail_left -= wants[name]
+        wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
+        if policy.max_dynamic is not None:
+            tail_left = cap  # the cap is the whole tail's: its sources share it by priority
+            for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
+                wants[name] = min(demands[name], tail_left)
+                tail_left -= wants[name]
         shares = BudgetManager.redistribute(dict(grants), wants, priorities)
         floor = policy.dynamic_floor(budget, dynamic_cap)
         shares, yielded = _dynamic_first(

@@ -319,7 +319,7 @@ class ContextController:
             raise ConfigError("`session_ids` is empty; name at least one session to aggregate")
         self._require_not_ended(sessions, "aggregate")
         async with asyncio.TaskGroup() as group:
-            builds = [group.create_task(s.build_context(query)) for s in sessions]
+            builds = [group.create_task(s.view_context(query)) for s in sessions]
         views = [
             SessionView(
                 session_id=s.id,

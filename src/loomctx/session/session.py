@@ -33,8 +33,13 @@ from typing import Any, Final
 
 from loomctx.context.block import BuildContext, ContextSource
 from loomctx.context.budget import BudgetManager
-from loomctx.context.orchestrator import ContextWindow
-from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
+from loomctx.context.orchestrator import ContextWindow, LayoutState
+from loomctx.context.recipe import (
+    WindowSettings,
+    memory_sources,
+    window_orchestrator,
+    window_sources,
+)
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import MemoryTier, Task, importance_of
@@ -46,6 +51,9 @@ from loomctx.stores.base import Delete, MemoryStore, Op, Put, Record, Scan
 from loomctx.tokens import TokenCounter
 
 __all__ = ["Session", "SessionState"]
+
+_VIEW: Final = WindowSettings(cache_policy=replace(WindowSettings().cache_policy, fill_first=True))
+"""A one-off view's window: history fills its room on the first (and only) build."""
 
 
 class SessionState(StrEnum):
@@ -219,6 +227,29 @@ class Session:
         await self._announce_promoted(promoted)
         return promoted
 
+    async def view_context(self, query: str) -> ContextWindow:
+        """The window for `query` as a one-off view (coroutine; what `aggregate_context`
+        merges): built from the same sources, its history filling its room, and without
+        moving where the session's own windows keep their history (a view is not a call of
+        the conversation, so there is no cache to keep for it)."""
+        self._require_open("build a view for")
+        one_off = window_orchestrator(
+            self.orchestrator.sources,
+            counter=self.orchestrator.token_counter,
+            window=self.orchestrator.model_context_window,
+            max_output_tokens=self.orchestrator.output_reserve,
+            budget_manager=self.orchestrator.budget_manager,
+            settings=_VIEW,
+            state=LayoutState(),
+        )
+        ctx = BuildContext(
+            session_id=self.id, agent_id=self._layout.agent_id, tenant_id=self._layout.tenant_id
+        )
+        with same_view():
+            window = await one_off.build(query, ctx=ctx)
+        await self._assembled(query, window)
+        return window
+
     async def build_context(self, query: str, *, ctx: BuildContext | None = None) -> ContextWindow:
         """The window for `query` (coroutine): system prompt once, extra sources, memory,
         the query last. Publishes ``context.assembled`` with the report's summary."""
@@ -231,6 +262,11 @@ class Session:
         )
         with same_view():  # one read of the store's version for the whole build
             window = await self.orchestrator.build(query, ctx=ctx)
+        await self._assembled(query, window)
+        return window
+
+    async def _assembled(self, query: str, window: ContextWindow) -> None:
+        """Publish ``context.assembled`` with the window's report summary."""
         await self._bus.publish(
             topics.CONTEXT_ASSEMBLED,
             {
@@ -241,7 +277,6 @@ class Session:
             },
             source=self._source,
         )
-        return window
 
     # --- lifecycle -----------------------------------------------------------------------
 
