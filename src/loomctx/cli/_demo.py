@@ -134,7 +134,9 @@ def _summary(
     console.print(
         "Loom's window stays within its budget however long the conversation grows; the whole "
         "history grows with every turn. Billed: input tokens at Anthropic's prompt-cache prices "
-        "(what repeats the last prompt read at 0.1x, the rest at 1.25x); over a long conversation "
+        "(what repeats the last prompt read at 0.1x, the rest written at 1.25x up to the last "
+        "cache breakpoint and billed at 1x after it, where Loom's retrieved tail is); over a "
+        "long conversation "
         f"`loomctx bench cost` measures both. {keep} every window in a browser with "
         f"`loomctx inspect --web --store {where}`, or go on with "
         f"`loomctx chat --store {where} --session demo` and `/context`.",
