@@ -108,9 +108,9 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
         await bus.close()
         session_store.close()
 
-    # The agent heads its instructions (its static context may hold a stage and a task
-    # context too); the rest of the window is the recipe's, the same everywhere.
-    assert sent[0] == Message.system(f"# INSTRUCTIONS\n{system}")
+    # Instructions alone are the system message everywhere (an agent heads its sections only
+    # when it has a stage or a task context too); the rest is the recipe's, the same too.
+    assert sent[0] == Message.system(system)
     assert proxy[0] == {"role": "system", "content": system}
     assert built[0] == Message.system(system)
     # History fills the window (the first exchanges do not fit): the recipe did choose.

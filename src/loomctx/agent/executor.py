@@ -469,7 +469,7 @@ class Agent:
             )
         assembler.add_component("task_context", self.task_context, ComponentPriority.HIGH)
         try:
-            return assembler.assemble()
+            text = assembler.assemble()
         except BudgetExceededError as exc:
             raise BudgetExceededError(
                 offenders=exc.offenders,
@@ -480,6 +480,11 @@ class Agent:
                 "`output_reserve_ratio`, or raise the static limit with "
                 "`budget_manager=BudgetManager(static_ratio=..., static_tokens=...)`",
             ) from None
+        if self.stage or self.task_context or (run is not None and run.lineage is not None):
+            return text
+        # Instructions alone need no section header: the system message is the instructions,
+        # as the proxy and a `Session` send them.
+        return self.system_instructions
 
     def _orchestrator(
         self,
