@@ -16,19 +16,9 @@ Wire forms (`part_from_openai`, `part_to_openai`, `part_from_anthropic`, `part_t
   ``file`` source (a document's ``title`` is kept as its file name). Anthropic's API takes no
   audio: `part_to_anthropic` refuses an `AudioPart`.
 
-**What a part costs** (`part_tokens`), by the providers' published rules (applied in
-`loomctx._media_tokens`):
-
-- OpenAI, ``detail: "low"``: 85 tokens. ``"high"`` or ``"auto"``: the image is scaled to fit
-  2048 x 2048, then so that its shortest side is at most 768 px; it costs 170 tokens per
-  512-px tile it covers, plus 85.
-- Anthropic: about ``width * height / 750`` tokens, after the image is scaled to a long edge
-  of at most 1568 px and at most about 1.15 megapixels (so at most 1600 tokens).
-
-The size is read from the header of base64 data (PNG, JPEG, GIF, WebP). An image whose size
-is not known (a URL, or a format not read) costs the most its rule allows: 1445 tokens for
-OpenAI's high detail (a 768 x 2048 image, 8 tiles), 85 for low, 1600 for Anthropic. A PDF
-costs `PDF_PAGE_TOKENS` per page (counted in its data; one page when it is not known), a text
+**What a part costs** (`part_tokens`): an image, audio or a PDF by its provider's published
+rules (`loomctx._media_tokens` states them: OpenAI's tiles, Anthropic's ``width * height /
+750``, the most a rule allows when the size is not known, `PDF_PAGE_TOKENS` a page), a text
 document what its text costs.
 
 Audio (`audio_tokens`) is billed by OpenAI in audio tokens by duration: the estimate is
