@@ -218,3 +218,46 @@ def test_policy_and_context_validation() -> None:
     with pytest.raises(ConfigError, match="timezone-aware"):
         BuildContext(now=datetime(2024, 1, 1))
     assert replace(BuildContext(), now=T0).now == T0
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"lookup_{name}",
+            "description": f"Look up the {name} records of a shipment: " + "details, " * 40,
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+    }
+    for name in ("manifest", "customs")
+]
+
+
+async def test_a_deferred_compaction_takes_its_overflow_from_the_tail_only(
+    memory: LoomMemory,
+) -> None:
+    """A deferral keeps the cached prefix: its overflow never cuts a tool definition (which
+    would break the prefix it is there to keep), only the dynamic tail and unused room."""
+    settings = WindowSettings(cache_policy=CachePolicy(max_dynamic=0.3, defer_ratio=1.0))
+    sources = window_sources(
+        "You answer questions about shipments.",
+        tools=TOOLS,
+        memory=memory_sources(memory, settings=settings),
+    )
+    orchestrator = window_orchestrator(
+        sources,
+        counter=COUNTER,
+        window=1400,
+        settings=settings,
+        output_reserve_ratio=0.1,
+        state=LayoutState(),
+    )
+    now, deferred = T0, 0
+    for i in range(0, 60, 2):
+        remember(memory, turns(2, start=i), prefix=f"t{i}-")
+        now += timedelta(minutes=1)
+        window = await build(orchestrator, now)
+        [tools] = [s for s in window.report.sources if s.name == "tools"]
+        assert tools.used == tools.offered, window.report.compactions
+        deferred += [n.action for n in window.report.compactions] == ["deferred"]
+    assert deferred

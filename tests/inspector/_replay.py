@@ -2,9 +2,9 @@
 answering with the conversation's own replies), every call's window saved as `loomctx chat`
 saves it: the data the inspector's tests look at.
 
-The window is small (1,000 tokens) so that history is dropped and compacted within a few
-turns; one turn calls a tool whose output carries a `<script>` payload (untrusted text that
-must show as text in the page, never run).
+The window is small (700 tokens) so that history outgrows its room and is compacted within a
+few turns; one turn calls a tool whose output carries a `<script>` payload (untrusted text
+that must show as text in the page, never run).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def demo_exchanges(limit: int) -> list[tuple[str, str]]:
     return out
 
 
-def replay(path: Path, *, turns: int = 8, window: int = 1000) -> list[int]:
+def replay(path: Path, *, turns: int = 8, window: int = 700) -> list[int]:
     """Replay `turns` user turns into the SQLite store at `path`; returns how many model
     calls each turn made. Runs in a thread of its own: a test's event loop may be running."""
     with ThreadPoolExecutor(1) as pool:

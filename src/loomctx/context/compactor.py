@@ -283,11 +283,19 @@ class ContextCompactor:
                 for name, want in wants.items()
                 if name != source
             )
+            # A deferred compaction takes its overflow from the dynamic tail and unused room,
+            # never from another source's share (a tool definition, say): that would break the
+            # cached prefix the deferral is there to keep.
+            fixed = sum(
+                min(max(shares.get(name, 0), grants.get(name, 0)), want)
+                for name, want in wants.items()
+                if name != source and name not in dynamic
+            )
             kept, summary, note = await self._history(
                 source,
                 units,
                 (marks or {}).get(source),
-                (room, left, max(room, spare)),
+                (room, max(room, left - fixed), max(room, spare)),
                 policy,
                 counter,
                 cost_of,
@@ -400,11 +408,11 @@ class ContextCompactor:
     ) -> tuple[list[Candidate], ContextBlock | None, CompactionNote | None]:
         """The units of one history source to keep (the newest of `units`, oldest first), its
         frozen summary, and a note when history was compacted or a compaction deferred.
-        `rooms` are its room (its share), what is left of the budget (a deferred compaction
-        may use it), and what the other sources' shares leave. `core_units`: when history
-        gave room to the dynamic floor, a compaction keeps this many of its newest units
-        whole if the room holds them, before a summary of the older ones. `cold`: the
-        provider's cache has expired, so a due compaction is done now."""
+        `rooms` are its room (its share), the most a deferred compaction may use (its room,
+        the dynamic tail's and unused room), and what the other sources' shares leave.
+        `core_units`: when history gave room to the dynamic floor, a compaction keeps this
+        many of its newest units whole if the room holds them, before a summary of the older
+        ones. `cold`: the provider's cache has expired, so a due compaction is done now."""
         room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
         capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
