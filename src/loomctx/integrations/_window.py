@@ -35,7 +35,7 @@ from loomctx.context.recipe import (
 )
 from loomctx.context.sources import TurnSource
 from loomctx.context.turns import fingerprint, split_request
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import tasks_from_messages
@@ -82,8 +82,7 @@ class LoomWindow:
     ) -> None:
         if not isinstance(memory, LoomMemory):
             raise ConfigError(f"`memory` must be a LoomMemory, got {type(memory).__name__}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 256:
-            raise ConfigError(f"`window` must be an int of tokens >= 256, got {window!r}")
+        check_int(window, "`window` (tokens)", minimum=256)
         self.memory = memory
         self.window = window
         self.max_output_tokens = max_output_tokens
