@@ -34,7 +34,7 @@ from loomctx.context.recipe import (
     window_sources,
 )
 from loomctx.context.sources import TurnSource
-from loomctx.context.turns import fingerprint, split_request
+from loomctx.context.turns import message_digest, split_request
 from loomctx.errors import ConfigError, check_int
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory, same_view
@@ -50,7 +50,7 @@ DEFAULT_WINDOW = 16_000
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marks:
     """How much of a conversation the memory holds: its first `count` messages (system
-    messages left out), the first and the last of them with fingerprints `first` and `last`.
+    messages left out), the first and the last of them with digests `first` and `last`.
     A new history that keeps them extends the recorded one; see `loomctx.context.turns`."""
 
     count: int = 0
@@ -142,7 +142,7 @@ class LoomWindow:
         # A history shorter than the marks (a framework dropped its last turn) keeps them.
         end = split.turn_start if split.diverged else max(split.known, split.turn_start)
         if end != marks.count or split.diverged:
-            last = fingerprint(from_openai([raw[end - 1]])[0]) if end else ""
+            last = message_digest(from_openai([raw[end - 1]])[0]) if end else ""
             marks = Marks(count=end, first=split.first if end else "", last=last)
             self.marks = marks
         return marks, split.query, split.in_flight, instructions
