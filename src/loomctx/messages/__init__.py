@@ -37,7 +37,8 @@ tokenizer:
   them).
 
 The model lives in `loomctx.messages._model`, the checks in `_text`, the converters in
-`_openai`, `_anthropic` and `_tools`; every name is imported from here.
+`_openai`, `_anthropic` and `_tools` (with `_wire`, what the first two share); every name is
+imported from here.
 """
 
 from __future__ import annotations
