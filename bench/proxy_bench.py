@@ -250,7 +250,7 @@ def latency(requests: int) -> None:
                 memory.add_tasks(tasks[i : i + 500])
             memory.promote_tasks()
         # The "whole" session's proxy state: the client's 10,000 messages are recorded.
-        from loomctx.server._turns import fingerprint
+        from loomctx.context.turns import message_digest
 
         msgs = from_openai(stored)
         service.save_proxy_state(
@@ -259,8 +259,8 @@ def latency(requests: int) -> None:
             {
                 "count": len(msgs),
                 "turn": "t0",
-                "first": fingerprint(msgs[0]),
-                "last": fingerprint(msgs[-1]),
+                "first": message_digest(msgs[0]),
+                "last": message_digest(msgs[-1]),
             },
         )
         service.close()

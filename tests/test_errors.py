@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import loomctx
-from loomctx.errors import Oversize
+from loomctx.errors import ConfigError, Oversize, check_int
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,16 @@ def test_missing_extra_names_the_extra_to_install() -> None:
     err = loomctx.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
     assert "pip install 'loomctx[hf]'" in str(err)
     assert err.extra == "hf"
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, "3", None])
+def test_check_int_refuses_what_is_not_an_int_at_least_the_minimum(value: object) -> None:
+    with pytest.raises(ConfigError, match=rf"^`n` must be an int >= 1, got {value!r}$"):
+        check_int(value, "`n`", minimum=1)
+
+
+def test_check_int_takes_none_only_when_told_what_it_means() -> None:
+    assert check_int(5, "`n`", minimum=5) == 5
+    assert check_int(None, "`n`", minimum=1, none="no limit") is None
+    with pytest.raises(ConfigError, match=r"^`n` must be an int >= 1 or None \(no limit\), got 0$"):
+        check_int(0, "`n`", minimum=1, none="no limit")

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from loomctx.context.turns import fingerprint
+from loomctx.context.turns import message_digest
 from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import (
@@ -350,11 +350,11 @@ def test_a_saved_window_keeps_its_images() -> None:
     assert "parts" not in message_dict(Message.user("plain"))
 
 
-def test_the_fingerprint_tells_images_apart_and_keeps_text_ones() -> None:
+def test_the_message_digest_tells_images_apart_and_keeps_text_ones() -> None:
     one = Message.user("see", parts=[ImagePart(url="https://example.com/1.png")])
     two = Message.user("see", parts=[ImagePart(url="https://example.com/2.png")])
-    assert fingerprint(one) != fingerprint(two)
-    assert fingerprint(one) != fingerprint(Message.user("see"))
+    assert message_digest(one) != message_digest(two)
+    assert message_digest(one) != message_digest(Message.user("see"))
 
 
 def test_a_counter_for_the_other_provider_shares_its_tokenizer_and_cache() -> None:

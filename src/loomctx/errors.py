@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = [
     "BudgetExceededError",
@@ -61,6 +62,22 @@ def check_unit(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise ConfigError(f"{what} must be in 0..1, got {value!r}")
     return float(value)
+
+
+@overload
+def check_int(value: object, what: str, *, minimum: int, none: None = None) -> int: ...
+@overload
+def check_int(value: object, what: str, *, minimum: int, none: str) -> int | None: ...
+def check_int(value: object, what: str, *, minimum: int, none: str | None = None) -> int | None:
+    """`value` if it is an int >= `minimum` (a bool is not one, nor a whole float); else a
+    `ConfigError` saying "<what> must be an int >= <minimum>". With `none`, what None means
+    (such as "no limit"): None is then accepted, and the message offers it."""
+    if value is None and none is not None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        offer = "" if none is None else f" or None ({none})"
+        raise ConfigError(f"{what} must be an int >= {minimum}{offer}, got {value!r}")
+    return value
 
 
 class MessageFormatError(ConfigError):

@@ -21,10 +21,9 @@ from loomctx.agent.llm import (
     complete,
 )
 from loomctx.agent.providers import AnthropicLLM
-from loomctx.agent.providers._assembly import parse_arguments as arguments_or_none
 from loomctx.agent.providers.anthropic import _input_json
-from loomctx.errors import ConfigError, MissingExtraError, ProviderError
-from loomctx.messages import Message, ToolCall
+from loomctx.errors import ConfigError, MessageFormatError, MissingExtraError, ProviderError
+from loomctx.messages import Message, ToolCall, parse_arguments
 from tests.agent._servers import (
     Pause,
     WireServer,
@@ -328,8 +327,9 @@ def test_tool_input_that_cannot_be_written_as_json_is_an_invalid_call() -> None:
     deep: list[object] = []
     for _ in range(100_000):
         deep = [deep]
-    assert arguments_or_none(_input_json(deep)) is None
-    assert arguments_or_none(_input_json({"x": {1, 2}})) is None
+    for value in (deep, {"x": {1, 2}}):
+        with pytest.raises(MessageFormatError, match="not a valid JSON string"):
+            parse_arguments(_input_json(value))
     assert _input_json({"x": NAN}) == '{"x": NaN}'  # written, so that parsing refuses it
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from loomctx.agent.llm import ToolCallDelta
 from loomctx.agent.providers import _base
-from loomctx.agent.providers._assembly import ToolCallAssembler, parse_arguments
+from loomctx.agent.providers._assembly import ToolCallAssembler
 from loomctx.agent.providers._base import _provider_message, backoff
 from loomctx.errors import ConfigError, ProviderError
 from loomctx.messages import ToolCall
@@ -61,8 +61,23 @@ def test_a_tool_without_a_name_is_a_config_error(tool: dict[str, Any]) -> None:
     ("raw", "parsed"),
     [("", {}), ("  ", {}), ('{"a": 1}', {"a": 1}), ("[1]", None), ('"a"', None), ("{", None)],
 )
-def test_parse_arguments(raw: str, parsed: dict[str, Any] | None) -> None:
-    assert parse_arguments(raw) == parsed
+def test_refused_arguments_make_an_invalid_call_not_an_error(
+    raw: str, parsed: dict[str, Any] | None
+) -> None:
+    tools = ToolCallAssembler()
+    tools.add(0, id="c1", name="f", fragment=raw)
+    calls, invalid = tools.finish("model")
+    assert calls == [ToolCall(id="c1", name="f", arguments=parsed or {})]
+    assert invalid == ([] if parsed is not None else [("c1", raw)])
+
+
+def test_an_invalid_call_keeps_its_text_made_valid_and_the_next_call_is_read() -> None:
+    tools = ToolCallAssembler()
+    tools.add(0, id="c1", name="f", fragment='{"a": NaN, "b": "\ud800"}')
+    tools.add(1, id="c2", name="g", fragment='{"b": 2}')
+    calls, invalid = tools.finish("model")
+    assert [c.arguments for c in calls] == [{}, {"b": 2}]
+    assert invalid == [("c1", '{"a": NaN, "b": "\ufffd"}')]
 
 
 def test_assembler_keeps_the_first_id_and_name_when_servers_repeat_them() -> None:

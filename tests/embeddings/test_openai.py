@@ -225,7 +225,7 @@ def test_configuration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAIEmbedder("my-model", api_key="k")
     with pytest.raises(ConfigError, match="disagree"):
         OpenAIEmbedder(api_key="k", dimensions=256, dim=512)
-    with pytest.raises(ConfigError, match="`dimensions` must be a positive int"):
+    with pytest.raises(ConfigError, match="`dimensions` must be an int >= 1"):
         OpenAIEmbedder(api_key="k", dimensions=0)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):

@@ -37,7 +37,7 @@ from loomctx import (
     UserInputSource,
 )
 from loomctx.session import topics
-from loomctx.session._layout import Layout
+from loomctx.session._layout import SessionLayout
 from loomctx.stores.base import BaseStore, Namespace, Record
 from tests.session._helpers import Recorder
 
@@ -279,7 +279,7 @@ async def test_records_below_a_controllers_namespaces_are_none_of_its_own(
 ) -> None:
     """Whatever is stored below a session's namespaces (by another application, or a layout
     of the future) is not read as the session's records, queue, or list of sessions."""
-    layout = Layout("default", "agent")
+    layout = SessionLayout("default", "agent")
     secret = task("a", 1, 0.9)
     store.put_many(
         [
@@ -321,7 +321,7 @@ def test_no_default_namespace_lies_below_another() -> None:
     spaces: set[Namespace] = set()
     for tenant in ids:
         for agent in ids:
-            layout = Layout(tenant, agent)
+            layout = SessionLayout(tenant, agent)
             spaces |= {layout.sessions, layout.agent}
             spaces |= {f(sid) for sid in ids for f in (layout.memory, layout.queue)}
     spaces |= {LoomMemory(node, embedder=None).namespace for node in ids}

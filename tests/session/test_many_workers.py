@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from loomctx.session import topics
-from loomctx.session._layout import Layout
+from loomctx.session._layout import SessionLayout
 from loomctx.session.bus import Event
 from loomctx.session.bus.redis import RedisStreamsBus
 from loomctx.stores import open_store
@@ -197,7 +197,7 @@ async def test_four_worker_processes_serve_200_hopping_sessions(
                 assert len(answer["l1"]) == 2 * (t + 1)
 
             # Every Task is stored exactly once, each session in one write order.
-            layout = Layout("default", "agent")
+            layout = SessionLayout("default", "agent")
             for n in range(SESSIONS):
                 records = store.batch(
                     [Scan(prefix=layout.memory(f"s{n}"), exact=True, kind="task")]

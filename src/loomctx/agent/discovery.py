@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loomctx.agent.tools import ToolResult
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.messages import ToolCall
 from loomctx.text import coverage, terms
 
@@ -81,8 +81,7 @@ class Discoveries:
                 f"`min_relevance` must be a number from 0 to 1, got {min_relevance!r}"
             )
         for name, value in (("max_chars", max_chars), ("max_piece_chars", max_piece_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"`{name}` must be an int >= 1, got {value!r}")
+            check_int(value, f"`{name}`", minimum=1)
         self.request = request
         self.min_relevance = float(min_relevance)
         self.max_chars = max_chars

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-from loomctx.errors import ConfigError, ProviderError
+from loomctx.errors import ConfigError, ProviderError, check_int
 from loomctx.messages import CacheMarks, Message
 
 __all__ = [
@@ -154,12 +154,7 @@ class LLMOptions:
             raise ConfigError(f"`temperature` must be a finite number, got {self.temperature!r}")
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"`temperature` must be >= 0, got {self.temperature!r}")
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool)
-            or not isinstance(self.max_tokens, int)
-            or self.max_tokens < 1
-        ):
-            raise ConfigError(f"`max_tokens` must be an int >= 1, got {self.max_tokens!r}")
+        check_int(self.max_tokens, "`max_tokens`", minimum=1, none="the model's own limit")
         if self.timeout is not None and not (
             isinstance(self.timeout, int | float) and self.timeout > 0
         ):
@@ -207,11 +202,6 @@ class LLMOptions:
 # Stream chunks
 
 
-def _check_count(what: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"`{what}` must be an int >= 0, got {value!r}")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of the reply's text, in the order it arrived."""
@@ -254,10 +244,10 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __post_init__(self) -> None:
-        _check_count("input_tokens", self.input_tokens)
-        _check_count("output_tokens", self.output_tokens)
-        _check_count("cached_input_tokens", self.cached_input_tokens)
-        _check_count("cache_write_tokens", self.cache_write_tokens)
+        check_int(self.input_tokens, "`input_tokens`", minimum=0)
+        check_int(self.output_tokens, "`output_tokens`", minimum=0)
+        check_int(self.cached_input_tokens, "`cached_input_tokens`", minimum=0)
+        check_int(self.cache_write_tokens, "`cache_write_tokens`", minimum=0)
 
     def __add__(self, other: Usage) -> Usage:
         """The total of two calls' usage (for a run's accounting)."""

@@ -18,7 +18,7 @@ from typing import Final
 
 from loomctx.agent.tools import Tool
 from loomctx.context.excerpt import task_of_handle
-from loomctx.errors import ConfigError, ToolError
+from loomctx.errors import ToolError, check_int
 from loomctx.memory.core import TASK, LoomMemory
 from loomctx.memory.task import Task, task_body
 from loomctx.stores.base import Get
@@ -49,10 +49,7 @@ def result_reader(
     `max_tokens` tokens (counted with `counter`, default the memory's); a longer slice is
     cut there, and the answer says at which offset to go on.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 16:
-        raise ConfigError(
-            f"`max_tokens` of the result reader must be an int >= 16, got {max_tokens!r}"
-        )
+    check_int(max_tokens, "`max_tokens` of the result reader", minimum=16)
     count = counter or memory.counter
 
     async def read_result(

@@ -54,7 +54,7 @@ from loomctx.agent._tool_schema import (
     json_default,
     parse_docstring,
 )
-from loomctx.errors import ConfigError, ToolError
+from loomctx.errors import ConfigError, ToolError, check_int
 from loomctx.messages import Message, ToolCall, valid_text
 
 if TYPE_CHECKING:
@@ -461,12 +461,7 @@ async def run_tool_calls(
     `metadata` and `emit` reach each call's `ToolContext`, and so does the `ExecutionContext`
     that `executions` holds for the call's id.
     """
-    if (
-        isinstance(max_concurrency, bool)
-        or not isinstance(max_concurrency, int)
-        or (max_concurrency < 1)
-    ):
-        raise ConfigError(f"`max_concurrency` must be an int >= 1, got {max_concurrency!r}")
+    check_int(max_concurrency, "`max_concurrency`", minimum=1)
     by_name = _by_name(tools)
     executions = executions or {}
     results: list[ToolResult | None] = [None] * len(calls)

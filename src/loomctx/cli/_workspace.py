@@ -19,7 +19,7 @@ from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
-from loomctx.session._layout import Layout, cli_memory_before, session_memory
+from loomctx.session._layout import SessionLayout, cli_memory_before, session_memory
 from loomctx.stores.base import BaseStore, MemoryStore, Put, Record, Scan, Unembedded
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def open_memory(
 ) -> LoomMemory:
     """A session's memory (`l1_size` recent tasks in L1); its vectors are filled by
     `embed_pending`, or in the background once `memory.background` is started."""
-    namespace = session_memory(store, Layout(), session, before=[cli_memory_before(session)])
+    namespace = session_memory(store, SessionLayout(), session, before=[cli_memory_before(session)])
     return LoomMemory(
         session,
         l1_size,

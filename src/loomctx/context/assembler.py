@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import Any, Literal
 
 from loomctx.context.packing import PackItem, Placement, Status, plan_packing, truncate_text
-from loomctx.errors import BudgetExceededError, ConfigError, Oversize
+from loomctx.errors import BudgetExceededError, ConfigError, Oversize, check_int
 from loomctx.tokens import CallableCounter, TiktokenCounter, TokenCounter
 
 __all__ = ["ComponentPriority", "ContextAssembler", "ContextComponent"]
@@ -98,8 +98,7 @@ class ContextAssembler:
         order: Literal["priority", "insertion"] = "priority",
         min_truncated_tokens: int = 8,
     ) -> None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise ConfigError(f"`max_tokens` must be a positive int, got {max_tokens!r}")
+        check_int(max_tokens, "`max_tokens`", minimum=1)
         if order not in ("priority", "insertion"):
             raise ConfigError(f"`order` must be 'priority' or 'insertion', got {order!r}")
         self.max_tokens = max_tokens

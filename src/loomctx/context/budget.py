@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Final, get_args
 
 from loomctx.context.block import BuildContext, Phase, TokenBudget
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 
 __all__ = [
     "DEFAULT_OUTPUT_RESERVE_RATIO",
@@ -130,18 +130,6 @@ def _check_unique(names: Sequence[str], what: str) -> None:
         seen.add(name)
 
 
-def _check_limit(value: object, what: str) -> int | None:
-    """`value` if it is None or an int >= 1 (tokens); else `ConfigError`."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(
-            f"{what} must be an int >= 1 (tokens) or None (no limit), got {value!r}; "
-            "e.g. 12000 for seed 001's static context"
-        )
-    return value
-
-
 def _normalise(weights: Mapping[str, float]) -> dict[str, float]:
     """`weights` scaled to sum to 1; an equal split when they are all 0."""
     total = math.fsum(weights.values())
@@ -213,7 +201,9 @@ class BudgetManager:
                 "`static_ratio` must be above 0, got 0; the static context holds the system "
                 "instructions, which must always fit (use 1.0, the default, for no limit)"
             )
-        self.static_tokens: int | None = _check_limit(static_tokens, "`static_tokens`")
+        self.static_tokens: int | None = check_int(
+            static_tokens, "`static_tokens`", minimum=1, none="no limit"
+        )
         """The most tokens the static context may take (None: no cap in tokens)."""
         self.dynamic_ratio: float | None = (
             None
@@ -226,7 +216,9 @@ class BudgetManager:
         )
         """The share of the input budget the dynamic context may take at most (None: no
         limit beyond the ratios)."""
-        self.dynamic_tokens: int | None = _check_limit(dynamic_tokens, "`dynamic_tokens`")
+        self.dynamic_tokens: int | None = check_int(
+            dynamic_tokens, "`dynamic_tokens`", minimum=1, none="no limit"
+        )
         """The most tokens the dynamic context may take (None: no cap in tokens)."""
 
     def static_limit(self, available: int) -> int:
@@ -390,8 +382,7 @@ class BudgetManager:
         for name in names:
             for what, table in (("grants", grants), ("demands", demands)):
                 n = table.get(name, 0)
-                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                    raise ConfigError(f"`{what}[{name!r}]` must be an int >= 0 (tokens), got {n!r}")
+                check_int(n, f"`{what}[{name!r}]` (tokens)", minimum=0)
             if name not in priorities:
                 raise ConfigError(
                     f"`priorities` has no entry for source {name!r}; give every source in "

@@ -34,7 +34,7 @@ from typing import Any, Final
 from loomctx.context.block import ContextBlock
 from loomctx.context.packing import truncate_text
 from loomctx.context.report import BlockReport, ContextReport
-from loomctx.errors import ConfigError
+from loomctx.errors import check_int
 from loomctx.messages import Message
 from loomctx.tokens import TOKENS_REPLY_PRIMING, TokenCounter
 
@@ -68,14 +68,8 @@ _CONTINUATIONS: Final = ((0xFE00, 0xFE0F), (0x1F3FB, 0x1F3FF), (0xE0020, 0xE007F
 def check_limit(value: object, what: str) -> int | None:
     """`value` if it is None (a share of the budget) or an int >= `MIN_EXCERPT_TOKENS`; else
     a `ConfigError` naming `what`."""
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or value < MIN_EXCERPT_TOKENS
-    ):
-        raise ConfigError(
-            f"{what} must be an int >= {MIN_EXCERPT_TOKENS}, or None for "
-            f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget; got {value!r}"
-        )
-    return value
+    share = f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget"
+    return check_int(value, what, minimum=MIN_EXCERPT_TOKENS, none=share)
 
 
 def handle_for(task_id: str) -> str:

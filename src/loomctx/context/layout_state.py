@@ -13,7 +13,7 @@ from typing import Any
 
 from loomctx.context.compactor import HistoryMark
 from loomctx.context.render import Layout
-from loomctx.errors import ConfigError
+from loomctx.errors import check_int
 from loomctx.messages import Message
 from loomctx.tokens import TOKENS_REPLY_PRIMING, TokenCounter
 
@@ -85,8 +85,7 @@ class LayoutState:
     def __init__(
         self, *, max_sessions: int = 1024, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-            raise ConfigError(f"`max_sessions` must be an int >= 1, got {max_sessions!r}")
+        check_int(max_sessions, "`max_sessions`", minimum=1)
         self.max_sessions = max_sessions
         self.clock = clock
         self._sessions: OrderedDict[str, _Session] = OrderedDict()

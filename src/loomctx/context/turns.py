@@ -1,8 +1,8 @@
 """What is new in a conversation a client (or an agent framework) sends whole every time.
 
 The proxy keeps, per session, how many of the client's messages it has recorded (`count`) and
-the fingerprints of the first and the last of them. A request whose message at ``count - 1``
-and whose first message have those fingerprints extends what was recorded: the messages from
+the digests of the first and the last of them. A request whose message at ``count - 1``
+and whose first message have those digests extends what was recorded: the messages from
 `count` on are new. That is the usual case, and it is checked in constant time however long
 the history is: only the messages from the current turn on are converted, and the known part
 of a long history (re-sent on every call) costs the proxy one pass over its roles.
@@ -13,7 +13,7 @@ treated as known, and the session's marks restart from this request. An edit in 
 of a history whose first and last messages are unchanged is not seen: the memory keeps the
 version it recorded (the window is built from memory, not from the client's copy).
 
-A fingerprint covers what a message means, not how the client spelled it (``content: null``
+A digest covers what a message means, not how the client spelled it (``content: null``
 or ``""``, key order, the arguments' JSON spacing): role, text, tool calls (id, name, parsed
 arguments), and the id a tool result answers. So the reply Loom recorded matches the copy of
 it the client sends back.
@@ -36,10 +36,10 @@ from typing import Any
 from loomctx.messages import Message, from_openai
 from loomctx.parts import part_to_openai
 
-__all__ = ["Split", "fingerprint", "request_digest", "split_request"]
+__all__ = ["Split", "message_digest", "request_digest", "split_request"]
 
 
-def fingerprint(message: Message) -> str:
+def message_digest(message: Message) -> str:
     """A digest of what `message` says (see the module docstring)."""
     calls = [[c.id, c.name, c.arguments] for c in message.tool_calls]
     payload: list[Any] = [message.role, message.content, calls, message.tool_call_id or ""]
@@ -49,8 +49,8 @@ def fingerprint(message: Message) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _fingerprint_raw(raw: Mapping[str, Any]) -> str:
-    return fingerprint(from_openai([raw])[0])
+def _raw_digest(raw: Mapping[str, Any]) -> str:
+    return message_digest(from_openai([raw])[0])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +61,7 @@ class Split:
     - `known`: how many leading ones earlier requests recorded;
     - `turn_start`: the index of the last user message (the current turn), or `total`;
     - `tail`: the messages from `offset` on (``min(known, turn_start)``), converted;
-    - `first`, `last`: the fingerprints of the first and the last message;
+    - `first`, `last`: the digests of the first and the last message;
     - `diverged`: the history did not extend the recorded one.
     """
 
@@ -116,7 +116,7 @@ def split_request(
     conversation: Sequence[Mapping[str, Any]], *, count: int, first: str, last: str
 ) -> Split:
     """Split the client's `conversation` (OpenAI messages, no system ones) given what the
-    session recorded: `count` messages, the first and the last with fingerprints `first` and
+    session recorded: `count` messages, the first and the last with digests `first` and
     `last`. Raises `MessageFormatError` for a malformed message it converts."""
     total = len(conversation)
     turn_start = next(
@@ -124,8 +124,8 @@ def split_request(
     )
     extends = count == 0 or (
         count <= total
-        and _fingerprint_raw(conversation[0]) == first
-        and _fingerprint_raw(conversation[count - 1]) == last
+        and _raw_digest(conversation[0]) == first
+        and _raw_digest(conversation[count - 1]) == last
     )
     known = count if extends else min(turn_start, total)
     offset = min(known, turn_start)
@@ -137,10 +137,10 @@ def split_request(
         turn_start=turn_start,
         offset=offset,
         tail=tail,
-        first=(fingerprint(head) if head is not None else _fingerprint_raw(conversation[0]))
+        first=(message_digest(head) if head is not None else _raw_digest(conversation[0]))
         if total
         else "",
-        last=fingerprint(tail[-1]) if tail else last,
+        last=message_digest(tail[-1]) if tail else last,
         diverged=not extends,
     )
 
@@ -155,9 +155,7 @@ def request_digest(conversation: Sequence[Mapping[str, Any]], split: Split) -> s
     before = ""
     if 0 < start <= split.total:
         at = split._at(start - 1)
-        before = (
-            fingerprint(split.tail[at]) if at >= 0 else _fingerprint_raw(conversation[start - 1])
-        )
-    turn = [fingerprint(m) for m in split.tail[max(0, split._at(start)) :]]
+        before = message_digest(split.tail[at]) if at >= 0 else _raw_digest(conversation[start - 1])
+    turn = [message_digest(m) for m in split.tail[max(0, split._at(start)) :]]
     text = json.dumps([split.total, split.first, before, turn], separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -19,7 +19,7 @@ from typing import Final, Generic, Literal, Protocol, TypeVar, get_args, runtime
 import numpy as np
 from numpy.typing import NDArray
 
-from loomctx.errors import ConfigError, EmbeddingError
+from loomctx.errors import ConfigError, EmbeddingError, check_int
 
 __all__ = [
     "BaseEmbedder",
@@ -148,14 +148,8 @@ class BaseEmbedder(ABC):
     """
 
     def __init__(self, *, batch_size: int = 32, query_cache_size: int = 1024) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"`batch_size` must be a positive int, not {batch_size!r}")
-        if (
-            isinstance(query_cache_size, bool)
-            or not isinstance(query_cache_size, int)
-            or query_cache_size < 0
-        ):
-            raise ConfigError(f"`query_cache_size` must be an int >= 0, not {query_cache_size!r}")
+        check_int(batch_size, "`batch_size`", minimum=1)
+        check_int(query_cache_size, "`query_cache_size`", minimum=0)
         self.batch_size = batch_size
         self._cache: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
         self._cache_size = query_cache_size

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from loomctx.embeddings._base import BaseEmbedder, EmbedKind
-from loomctx.errors import ConfigError, MissingExtraError, ProviderError
+from loomctx.errors import ConfigError, MissingExtraError, ProviderError, check_int
 
 __all__ = ["OPENAI_DIMENSIONS", "OpenAIEmbedder"]
 
@@ -64,10 +64,7 @@ class OpenAIEmbedder(BaseEmbedder):
             ) from exc
         super().__init__(batch_size=batch_size, query_cache_size=query_cache_size)
         for label, value in (("dimensions", dimensions), ("dim", dim)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ConfigError(f"`{label}` must be a positive int, not {value!r}")
+            check_int(value, f"`{label}`", minimum=1, none="the model's own length")
         resolved = dimensions or dim or OPENAI_DIMENSIONS.get(model)
         if resolved is None:
             raise ConfigError(

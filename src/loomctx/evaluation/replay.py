@@ -43,7 +43,7 @@ from loomctx.context.block import BuildContext
 from loomctx.context.orchestrator import LayoutState, repeated_prefix_tokens
 from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
 from loomctx.context.sources import TurnSource
-from loomctx.context.turns import Split, fingerprint, split_request
+from loomctx.context.turns import Split, message_digest, split_request
 from loomctx.errors import ConfigError, LoomError, MissingExtraError
 from loomctx.evaluation.cost import HEADLINE
 from loomctx.memory.core import LoomMemory
@@ -264,7 +264,7 @@ def group_conversations(requests: Sequence[LoggedRequest]) -> list[list[LoggedRe
     by_first: dict[str, list[int]] = {}  # only a conversation that starts alike may continue
     for request in requests:
         conversation = request.conversation
-        head = fingerprint(from_openai(conversation[:1])[0]) if conversation else ""
+        head = message_digest(from_openai(conversation[:1])[0]) if conversation else ""
         best = None
         for k in reversed(by_first.get(head, [])):
             m = marks[k]

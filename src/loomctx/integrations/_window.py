@@ -34,8 +34,8 @@ from loomctx.context.recipe import (
     window_sources,
 )
 from loomctx.context.sources import TurnSource
-from loomctx.context.turns import fingerprint, split_request
-from loomctx.errors import ConfigError
+from loomctx.context.turns import message_digest, split_request
+from loomctx.errors import ConfigError, check_int
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import tasks_from_messages
@@ -50,7 +50,7 @@ DEFAULT_WINDOW = 16_000
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marks:
     """How much of a conversation the memory holds: its first `count` messages (system
-    messages left out), the first and the last of them with fingerprints `first` and `last`.
+    messages left out), the first and the last of them with digests `first` and `last`.
     A new history that keeps them extends the recorded one; see `loomctx.context.turns`."""
 
     count: int = 0
@@ -82,8 +82,7 @@ class LoomWindow:
     ) -> None:
         if not isinstance(memory, LoomMemory):
             raise ConfigError(f"`memory` must be a LoomMemory, got {type(memory).__name__}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 256:
-            raise ConfigError(f"`window` must be an int of tokens >= 256, got {window!r}")
+        check_int(window, "`window` (tokens)", minimum=256)
         self.memory = memory
         self.window = window
         self.max_output_tokens = max_output_tokens
@@ -143,7 +142,7 @@ class LoomWindow:
         # A history shorter than the marks (a framework dropped its last turn) keeps them.
         end = split.turn_start if split.diverged else max(split.known, split.turn_start)
         if end != marks.count or split.diverged:
-            last = fingerprint(from_openai([raw[end - 1]])[0]) if end else ""
+            last = message_digest(from_openai([raw[end - 1]])[0]) if end else ""
             marks = Marks(count=end, first=split.first if end else "", last=last)
             self.marks = marks
         return marks, split.query, split.in_flight, instructions

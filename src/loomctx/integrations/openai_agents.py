@@ -33,87 +33,30 @@ from loomctx.integrations._framework import framework
 from loomctx.integrations._window import DEFAULT_WINDOW, LoomWindow, Marks
 from loomctx.knowledge import KnowledgeBaseProvider
 from loomctx.memory.core import LoomMemory
-from loomctx.messages import Message, ToolCall, parse_arguments
+from loomctx.messages import Message, from_openai, responses_input_to_openai
 from loomctx.stores.base import Delete, Put, Record, Scan
 
 __all__ = ["LoomSession", "items_to_messages", "messages_to_items"]
 
 _ITEM = "agents_item"
 _MARKS = "agents_marks"
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-
-
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise MessageFormatError(
-            f"{where}: `content` must be a string or a list of text parts, got "
-            f"{type(content).__name__}"
-        )
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind == "refusal":
-            texts.append(str(part.get("refusal", "")))
-        elif kind in _TEXT_PARTS:
-            texts.append(str(part.get("text", "")))
-        else:
-            raise MessageFormatError(
-                f"{where}: content part {j} is of type {kind!r}; Loom's memory holds text "
-                "only (`input_text`, `output_text`, `refusal`): send images and files "
-                "outside the session"
-            )
-    return "".join(texts)
 
 
 def items_to_messages(items: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """Responses API input items in Loom's message model (a `function_call` joins the
+    """Responses API input items in Loom's message model, read as
+    `loomctx.messages.responses_input_to_openai` reads them (a `function_call` joins the
     assistant message before it, so parallel calls form one unit with their outputs).
-    Raises `MessageFormatError` naming the item that cannot be read."""
-    out: list[Message] = []
-    for i, item in enumerate(items):
-        where = f"item {i}"
-        if not isinstance(item, Mapping):
-            raise MessageFormatError(f"{where} must be a dict, got {type(item).__name__}")
-        kind = item.get("type", "message")
-        if kind == "reasoning":
-            continue
-        if kind == "message":
-            role = item.get("role")
-            if role == "developer":
-                role = "system"
-            if role not in ("user", "assistant", "system"):
-                raise MessageFormatError(
-                    f"{where}: role {role!r}; use `user`, `assistant`, `system` or `developer`"
-                )
-            out.append(Message(role=role, content=_text(item.get("content", ""), where)))
-        elif kind == "function_call":
-            call_id, name = item.get("call_id"), item.get("name")
-            if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-                raise MessageFormatError(f"{where}: a `function_call` needs `call_id` and `name`")
-            raw = item.get("arguments") or "{}"
-            call = ToolCall(
-                id=call_id,
-                name=name,
-                arguments=parse_arguments(raw, call_id=call_id) if isinstance(raw, str) else raw,
-            )
-            last = out[-1] if out else None
-            if last is not None and last.role == "assistant":
-                out[-1] = Message.assistant(last.content, tool_calls=[*last.tool_calls, call])
-            else:
-                out.append(Message.assistant("", tool_calls=[call]))
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise MessageFormatError(f"{where}: a `function_call_output` needs `call_id`")
-            out.append(Message.tool(_text(item.get("output", ""), where), tool_call_id=call_id))
-        else:
+    Raises `MessageFormatError` naming what cannot be read, and for an image or a file: the
+    session's memory holds text only."""
+    messages = from_openai(responses_input_to_openai(list(items)))
+    for m in messages:
+        if m.parts:
             raise MessageFormatError(
-                f"{where} is of type {kind!r}; a Loom session holds messages, "
-                "`function_call` and `function_call_output` items (and skips `reasoning`)"
+                f"a `{m.role}` item holds an image or a file, but Loom's memory holds text "
+                "only (`input_text`, `output_text`, `refusal`): send images and files "
+                "outside the session"
             )
-    return out
+    return messages
 
 
 def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -59,7 +57,7 @@ from loomctx.knowledge._checks import (
     check_path,
     check_relevance,
 )
-from loomctx.knowledge._chunking import Chunk, check_chunk_sizes, iter_chunks
+from loomctx.knowledge._chunking import check_chunk_sizes
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILES,
@@ -68,6 +66,7 @@ from loomctx.knowledge._folder import (
 )
 from loomctx.knowledge._fusion import fuse
 from loomctx.knowledge._loaders import Loader, check_unicode, load_file, loaders_with
+from loomctx.knowledge._records import CHUNK, DOCUMENT, DocumentPlanner, digest, normalise
 from loomctx.knowledge._types import (
     IngestProgress,
     IngestStatus,
@@ -81,7 +80,6 @@ from loomctx.knowledge._writer import Plan, Tally, Writer
 from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.stores.base import (
-    Delete,
     Get,
     Hit,
     MemoryStore,
@@ -97,11 +95,8 @@ from loomctx.stores.sqlite import SQLiteStore
 from loomctx.text import terms
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
-__all__ = ["KnowledgeBase"]
+__all__ = ["CHUNK", "DOCUMENT", "KnowledgeBase"]
 
-DOCUMENT: Final = "kb_document"
-CHUNK: Final = "kb_chunk"
-_CHUNKER_VERSION: Final = 1  # bump when chunking changes: documents re-chunk on their next add
 _MIN_POOL: Final = 20  # the fewest candidates asked of each of lexical and dense search
 # Chunks per background batch: long texts embed as fast per text in batches of 8 as of 32
 # (the engine packs texts without padding), and `close` waits for one batch at most.
@@ -176,11 +171,18 @@ class KnowledgeBase:
         self.min_relevance = float(min_relevance)
         self._owns_store = store is None
         self.store: MemoryStore = SQLiteStore(":memory:") if store is None else store
-        self._settings = [_CHUNKER_VERSION, self.counter.name, chunk_tokens, overlap_tokens]
         self._lock = threading.RLock()
         self.fast_embedder: Embedder | None = fast
         # The vectors written with the chunks: the fast embedder's, else the embedder's.
         self._writes: Embedder | None = fast or embedder
+        self._planner = DocumentPlanner(
+            store=self.store,
+            namespace=self.namespace,
+            counter=self.counter,
+            chunk_tokens=chunk_tokens,
+            overlap_tokens=overlap_tokens,
+            model=None if self._writes is None else self._writes.name,
+        )
         self.background: BackgroundEmbedder | None = None
         """Embeds the chunks that lack the `embedder`'s vectors (with a `fast_embedder`)."""
         if embedder is not None and fast is not None:
@@ -212,11 +214,13 @@ class KnowledgeBase:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"`text` must be a non-blank string, got {text!r:.60}")
         check_unicode(text, "`text`")
-        text = _normalise(text)
-        doc_id = _hash(text)[:16] if document_id is None else check_id(document_id)
+        text = normalise(text)
+        doc_id = digest(text)[:16] if document_id is None else check_id(document_id)
         meta = check_metadata(metadata)
         with self._writing():
-            self._store_one(self._plan(doc_id, text, meta, old=self._document(doc_id)), None)
+            self._store_one(
+                self._planner.plan(doc_id, text, meta, old=self._document(doc_id)), None
+            )
         return doc_id
 
     def add_file(
@@ -235,14 +239,14 @@ class KnowledgeBase:
             raise ConfigError(
                 f"`{file}` is not a file (missing, or a folder: use `add_folder`); check the path"
             )
-        text = _normalise(load_file(file, self.loaders))
+        text = normalise(load_file(file, self.loaders))
         doc_id = file.as_posix() if document_id is None else check_id(document_id)
         meta = {"source": str(file), **check_metadata(metadata)}
         with self._writing():
             tally = Tally(progress, sizes=[len(text)], embedding=self.embedder is not None)
             tally.begin(doc_id, len(text))
             old = self._document(doc_id)
-            plan = self._plan(doc_id, text, meta, old=old, title=file.stem, tally=tally)
+            plan = self._planner.plan(doc_id, text, meta, old=old, title=file.stem, tally=tally)
             self._store_one(plan, tally)
         return doc_id
 
@@ -293,7 +297,7 @@ class KnowledgeBase:
             for (rel, file), size in zip(files, found_files.sizes, strict=True):
                 tally.begin(rel, size)
                 try:
-                    text = _normalise(load_file(file, self.loaders))
+                    text = normalise(load_file(file, self.loaders))
                 except (ConfigError, MissingExtraError) as error:
                     kind: SkipKind = (
                         "no_loader"
@@ -305,7 +309,7 @@ class KnowledgeBase:
                     tally.cut_whole(0, "skipped")
                     writer.add(Plan("skipped", rel))
                     continue
-                plan = self._plan(
+                plan = self._planner.plan(
                     rel,
                     text,
                     {"source": str(file)},
@@ -325,7 +329,7 @@ class KnowledgeBase:
                     for doc_id, record in existing.items()
                     if record.data.get("folder") == origin and not (folder / doc_id).exists()
                 )
-                self.store.batch([op for d in deleted for op in self._deletes(existing[d])])
+                self.store.batch([op for d in deleted for op in self._planner.deletes(existing[d])])
         found: dict[IngestStatus, tuple[str, ...]] = {
             status: tuple(p.path for p in written if p.status == status)
             for status in ("added", "updated", "unchanged")
@@ -364,7 +368,7 @@ class KnowledgeBase:
             record = self._document(check_id(document_id))
             if record is None:
                 return False
-            self.store.batch(self._deletes(record))
+            self.store.batch(self._planner.deletes(record))
             return True
 
     # --- search ---------------------------------------------------------------------------
@@ -457,106 +461,6 @@ class KnowledgeBase:
         )[0]
         return found
 
-    def _plan(
-        self,
-        document_id: str,
-        text: str,
-        metadata: dict[str, Any],
-        *,
-        old: Record | None,
-        origin: str | None = None,
-        title: str | None = None,
-        tally: Tally | None = None,
-    ) -> Plan:
-        """What storing `text` as `document_id` takes, given the stored version `old`."""
-        content_hash = _hash(text)
-        fingerprint = _hash(
-            json.dumps(
-                [self._settings, content_hash, metadata, title, origin],
-                sort_keys=True,
-                ensure_ascii=False,
-            )
-        )
-        model = self._writes.name if self._writes is not None else None
-        if (
-            old is not None
-            and old.data["fingerprint"] == fingerprint
-            and (model is None or model in old.data["models"])
-        ):
-            return Plan("unchanged", document_id)
-        chunks: list[Chunk] = []
-        for chunk, share in iter_chunks(
-            text,
-            counter=self.counter,
-            chunk_tokens=self.chunk_tokens,
-            overlap_tokens=self.overlap_tokens,
-        ):
-            chunks.append(chunk)
-            if tally is not None:
-                tally.cutting(len(chunks), share)
-        title = metadata.get("title") or next((c.headings[0] for c in chunks if c.headings), title)
-        meta = {**metadata, "title": title} if title else dict(metadata)
-        records = [
-            self._document_record(
-                {
-                    "document_id": document_id,
-                    "content_hash": content_hash,
-                    "fingerprint": fingerprint,
-                    "chunks": len(chunks),
-                    "metadata": meta,
-                    "models": [model] if model else [],
-                },
-                origin,
-            )
-        ]
-        records += [self._chunk_record(document_id, i, c, meta) for i, c in enumerate(chunks)]
-        old_count = int(old.data["chunks"]) if old is not None else 0
-        deletes = [f"chunk:{document_id}#{i}" for i in range(len(chunks), old_count)]
-        embed = records[1:] if model else []
-        if embed and old is not None and model in old.data["models"]:
-            before = self.store.batch(
-                [Get(namespace=self.namespace, key=r.key) for r in embed[:old_count]]
-            )
-            kept = {r.key for r, b in zip(embed, before, strict=False) if b and b.text == r.text}
-            embed = [r for r in embed if r.key not in kept]
-        status: IngestStatus = "added" if old is None else "updated"
-        return Plan(status, document_id, records, deletes, embed)
-
-    def _document_record(self, data: dict[str, Any], origin: str | None) -> Record:
-        if origin is not None:
-            data = {**data, "folder": origin}
-        return Record(
-            namespace=self.namespace, key=f"doc:{data['document_id']}", kind=DOCUMENT, data=data
-        )
-
-    def _chunk_record(
-        self, document_id: str, index: int, chunk: Chunk, metadata: dict[str, Any]
-    ) -> Record:
-        data: dict[str, Any] = {"document_id": document_id, "index": index}
-        data["metadata"] = (
-            {**metadata, "headings": " > ".join(chunk.headings)} if chunk.headings else metadata
-        )
-        if chunk.overlap:
-            # search_text is prefix, overlap and body joined by blank lines: cut out the
-            # overlap and its join to get the shown text.
-            start = len(chunk.prefix) + 2 if chunk.prefix else 0
-            data["overlap"] = [start, start + len(chunk.overlap) + 2]
-        return Record(
-            namespace=self.namespace,
-            key=f"chunk:{document_id}#{index}",
-            kind=CHUNK,
-            text=chunk.search_text,
-            data=data,
-        )
-
-    def _deletes(self, document: Record) -> list[Op]:
-        doc_id = document.data["document_id"]
-        chunks: list[Op] = [
-            Delete(namespace=self.namespace, key=f"chunk:{doc_id}#{i}")
-            for i in range(int(document.data["chunks"]))
-        ]
-        return [Delete(namespace=self.namespace, key=document.key), *chunks]
-
     def _store_one(self, plan: Plan, tally: Tally | None) -> None:
         """Embed and write one document's plan."""
         if tally is None:
@@ -599,14 +503,3 @@ class KnowledgeBase:
             f"KnowledgeBase({self.name!r}, embedder={embedder!r}, "
             f"chunk_tokens={self.chunk_tokens}, overlap_tokens={self.overlap_tokens})"
         )
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def _normalise(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Final
 
-from loomctx.errors import ConfigError, IngestLimitError
+from loomctx.errors import ConfigError, IngestLimitError, check_int
 from loomctx.knowledge._loaders import Loader
 from loomctx.knowledge._types import SkipKind, SkippedFile
 from loomctx.messages import surrogate_at, valid_text
@@ -44,7 +44,6 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_TOTAL_BYTES",
     "FoundFiles",
-    "check_limit",
     "find_files",
 ]
 
@@ -64,13 +63,6 @@ class FoundFiles:
     files: tuple[tuple[str, Path], ...]
     skipped: tuple[SkippedFile, ...]
     sizes: tuple[int, ...]  # the bytes of each of `files` (0 for one without a loader)
-
-
-def check_limit(value: object, name: str) -> int:
-    """`value` if it is an int >= 1, else `ConfigError` naming the setting `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{name}` must be an int >= 1, got {value!r}")
-    return value
 
 
 def _segments(pattern: object) -> tuple[str, ...]:
@@ -208,9 +200,9 @@ def find_files(
         folder=folder,
         pattern=_segments(pattern),
         loaders=loaders,
-        max_files=check_limit(max_files, "max_files"),
-        max_file_bytes=check_limit(max_file_bytes, "max_file_bytes"),
-        max_total_bytes=check_limit(max_total_bytes, "max_total_bytes"),
+        max_files=check_int(max_files, "`max_files`", minimum=1),
+        max_file_bytes=check_int(max_file_bytes, "`max_file_bytes`", minimum=1),
+        max_total_bytes=check_int(max_total_bytes, "`max_total_bytes`", minimum=1),
         files=[],
         skipped=[],
     )

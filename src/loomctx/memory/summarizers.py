@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.text import terms
 from loomctx.tokens import TokenCounter
 
@@ -118,15 +118,7 @@ class ExtractiveSummarizer:
     __slots__ = ("max_sentences_per_text",)
 
     def __init__(self, *, max_sentences_per_text: int = 2) -> None:
-        if (
-            isinstance(max_sentences_per_text, bool)
-            or not isinstance(max_sentences_per_text, int)
-            or max_sentences_per_text < 1
-        ):
-            raise ConfigError(
-                "`max_sentences_per_text` must be an int >= 1, got "
-                f"{max_sentences_per_text!r}; use e.g. 2"
-            )
+        check_int(max_sentences_per_text, "`max_sentences_per_text`", minimum=1)
         self.max_sentences_per_text = max_sentences_per_text
         """The most sentences kept from any one text."""
 

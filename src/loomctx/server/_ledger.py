@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from loomctx.context.turns import Split, fingerprint, request_digest, split_request
+from loomctx.context.turns import Split, message_digest, request_digest, split_request
 from loomctx.errors import ConfigError, ConflictError, MessageFormatError
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
 from loomctx.messages import Message, split_units
@@ -245,7 +245,7 @@ def record_reply(
     if entry is None or entry.seq != version.seq or entry.data.get("replied"):
         return False
     state = dict(found.data) if found is not None else {}
-    mark = fingerprint(message)
+    mark = message_digest(message)
     state.update(count=int(state.get("count", 0)) + 1, last=mark, updated=time.time())
     if not state.get("first"):
         state["first"] = mark

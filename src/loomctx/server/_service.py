@@ -58,7 +58,7 @@ from loomctx.server._tenants import (
 )
 from loomctx.session._layout import (
     DEFAULT_AGENT,
-    Layout,
+    SessionLayout,
     served_memory_before,
     session_memory,
 )
@@ -195,7 +195,7 @@ class LoomService:
             return memory
         namespace = session_memory(
             self.store,
-            Layout(tenant, DEFAULT_AGENT),
+            SessionLayout(tenant, DEFAULT_AGENT),
             session,
             before=[served_memory_before(tenant, session)],
         )

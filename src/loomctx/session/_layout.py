@@ -53,7 +53,7 @@ from loomctx.stores.base import (
 __all__ = [
     "DEFAULT_AGENT",
     "DEFAULT_TENANT",
-    "Layout",
+    "SessionLayout",
     "check_id",
     "cli_memory_before",
     "served_memory_before",
@@ -82,8 +82,9 @@ def check_id(value: object, what: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
-    """The namespaces of one agent's sessions (see the module docstring)."""
+class SessionLayout:
+    """The namespaces of one agent's sessions in a store (see the module docstring); not
+    to be confused with `loomctx.context.render.Layout`, where the parts of a window are."""
 
     tenant_id: str = DEFAULT_TENANT
     agent_id: str = DEFAULT_AGENT
@@ -130,7 +131,7 @@ def cli_memory_before(session_id: str) -> Namespace:
 
 
 def session_memory(
-    store: MemoryStore, layout: Layout, session_id: str, *, before: Sequence[Namespace] = ()
+    store: MemoryStore, layout: SessionLayout, session_id: str, *, before: Sequence[Namespace] = ()
 ) -> Namespace:
     """The namespace of the session's memory, ``layout.memory(session_id)``, after moving
     there what earlier versions stored at the namespaces `before` (see the module docstring).

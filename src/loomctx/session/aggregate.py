@@ -36,7 +36,7 @@ from loomctx.context.budget import BudgetManager
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
 from loomctx.context.render import block_cost
 from loomctx.context.sources import UserInputSource
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.messages import Message
 from loomctx.text import coverage, terms
 from loomctx.tokens import TokenCounter
@@ -201,8 +201,7 @@ async def aggregate(
 ) -> tuple[ContextWindow, dict[str, float]]:
     """The merged window of `views` for `query` within `budget` tokens, and each session's
     weight (see the module docstring)."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ConfigError(f"`budget` must be an int >= 1 (tokens), got {budget!r}")
+    check_int(budget, "`budget`", minimum=1)
     seen: set[str] = set()
     shared: list[ContextBlock] = []
     for view in views:

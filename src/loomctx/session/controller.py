@@ -52,7 +52,13 @@ from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import MemoryTier, Task
 from loomctx.session import topics
-from loomctx.session._layout import DEFAULT_AGENT, DEFAULT_TENANT, SESSION_KIND, Layout, check_id
+from loomctx.session._layout import (
+    DEFAULT_AGENT,
+    DEFAULT_TENANT,
+    SESSION_KIND,
+    SessionLayout,
+    check_id,
+)
 from loomctx.session.aggregate import SessionView, SplitStrategy, aggregate
 from loomctx.session.bus import Event, EventBus, InProcessEventBus, Subscription
 from loomctx.session.options import SessionOptions
@@ -84,7 +90,7 @@ class ContextController:
         counter: TokenCounter | None = None,
         persist_interval: float | None = None,
     ) -> None:
-        self.layout = Layout(tenant_id, agent_id)
+        self.layout = SessionLayout(tenant_id, agent_id)
         if persist_interval is not None and not (
             isinstance(persist_interval, int | float) and persist_interval > 0
         ):

@@ -16,17 +16,11 @@ from typing import Any
 
 from loomctx.context.block import ContextSource
 from loomctx.context.budget import BudgetManager
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 
 __all__ = ["SessionOptions"]
 
 _OBJECTS = ("sources", "budget_manager")  # options that are objects, not stored state
-
-
-def _int(value: object, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"option `{name}` must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +74,9 @@ class SessionOptions:
                 "option `budget_manager` must be a BudgetManager (or AdaptiveBudgetManager), "
                 f"got {type(self.budget_manager).__name__}"
             )
-        _int(self.model_context_window, "model_context_window", minimum=1)
+        check_int(self.model_context_window, "option `model_context_window`", minimum=1)
         for name in ("max_l1_size", "max_l2_size", "max_l3_size"):
-            _int(getattr(self, name), name, minimum=1)
+            check_int(getattr(self, name), f"option `{name}`", minimum=1)
         BudgetManager.available(
             self.model_context_window,
             output_reserve_ratio=self.output_reserve_ratio,

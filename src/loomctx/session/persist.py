@@ -17,7 +17,7 @@ from __future__ import annotations
 from loomctx.memory.core import TASK, LoomMemory
 from loomctx.memory.task import MemoryTier, Task
 from loomctx.session import topics
-from loomctx.session._layout import ARCHIVED_KIND, SESSION_KIND, Layout
+from loomctx.session._layout import ARCHIVED_KIND, SESSION_KIND, SessionLayout
 from loomctx.session.bus import Event, EventBus
 from loomctx.stores.base import Get, MemoryStore, Put, Record, Scan
 
@@ -32,7 +32,7 @@ class L4Persister:
     """
 
     def __init__(
-        self, *, store: MemoryStore, archive: LoomMemory, layout: Layout, bus: EventBus
+        self, *, store: MemoryStore, archive: LoomMemory, layout: SessionLayout, bus: EventBus
     ) -> None:
         self.store = store
         self.archive = archive

@@ -44,7 +44,7 @@ from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.task import MemoryTier, Task, importance_of
 from loomctx.session import topics
-from loomctx.session._layout import QUEUED_KIND, SESSION_KIND, Layout
+from loomctx.session._layout import QUEUED_KIND, SESSION_KIND, SessionLayout
 from loomctx.session.bus import EventBus
 from loomctx.session.options import SessionOptions
 from loomctx.stores.base import Delete, MemoryStore, Op, Put, Record, Scan
@@ -95,7 +95,7 @@ class Session:
         options: SessionOptions,
         store: MemoryStore,
         bus: EventBus,
-        layout: Layout,
+        layout: SessionLayout,
         counter: TokenCounter,
         state: SessionState = SessionState.ACTIVE,
         created_at: float | None = None,

@@ -17,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError, StoreError
+from loomctx.errors import ConfigError, StoreError, check_int
 from loomctx.stores.base import Namespace, PutVectors, Record, VectorSearch
 
 __all__ = [
@@ -215,10 +215,8 @@ def check_str(name: str, value: object) -> None:
 
 
 def check_limit(limit: object) -> int:
-    """`limit` as an int >= 0, else a `ConfigError`."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise ConfigError(f"`limit` must be an int >= 0, got {limit!r}")
-    return limit
+    """An op's `limit` as an int >= 0, else a `ConfigError`."""
+    return check_int(limit, "`limit`", minimum=0)
 
 
 def check_seq(value: object, name: str) -> int:

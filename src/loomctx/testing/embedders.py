@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from loomctx.embeddings import BaseEmbedder, Embedder, EmbedKind
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.text import terms
 
 __all__ = ["HashingEmbedder", "check_embedder"]
@@ -47,8 +47,7 @@ class HashingEmbedder(BaseEmbedder):
     """
 
     def __init__(self, dim: int = 64, *, batch_size: int = 256, query_cache_size: int = 0) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-            raise ConfigError(f"`dim` must be an int >= 2, not {dim!r}")
+        check_int(dim, "`dim`", minimum=2)
         super().__init__(batch_size=batch_size, query_cache_size=query_cache_size)
         self._dim = dim
 

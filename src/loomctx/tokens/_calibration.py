@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 
 __all__ = ["UsageCalibration"]
 
@@ -36,8 +36,7 @@ class UsageCalibration:
             raise ConfigError(f"`prior` must be a number >= 1, got {prior!r}")
         if not math.isfinite(min_margin) or not 0 <= min_margin < 1:
             raise ConfigError(f"`min_margin` must be in 0..1, got {min_margin!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ConfigError(f"`window` must be an int >= 1, got {window!r}")
+        check_int(window, "`window`", minimum=1)
         self.prior = prior
         self.min_margin = min_margin
         self.window = window

@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 from loomctx.agent.llm import Completed, LLMChunk, TextDelta, ToolCallDelta, Usage
 from loomctx.errors import MessageFormatError, ProviderError
-from loomctx.messages import Message, ToolCall, valid_text
-from loomctx.messages import parse_arguments as parse_json_arguments
+from loomctx.messages import Message, ToolCall, parse_arguments, valid_text
 
 
 @dataclass(slots=True)
@@ -75,21 +74,14 @@ class ToolCallAssembler:
                 )
             raw = "".join(partial.fragments)
             call_id, name = valid_text(partial.id), valid_text(partial.name)
-            arguments = parse_arguments(raw)
-            if arguments is None:
+            arguments: dict[str, Any]
+            try:
+                arguments = parse_arguments(raw)
+            except MessageFormatError:  # the model reads why when the loop answers the call
                 invalid.append((call_id, valid_text(raw)))
                 arguments = {}
             calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         return calls, invalid
-
-
-def parse_arguments(raw: str) -> dict[str, Any] | None:
-    """Parsed tool-call arguments, or None when `loomctx.messages.parse_arguments` refuses
-    `raw` (not a JSON object, NaN or Infinity, too deep, surrogates); "" means `{}`."""
-    try:
-        return parse_json_arguments(raw)
-    except MessageFormatError:
-        return None
 
 
 def text_delta(texts: list[str], text: str) -> TextDelta:

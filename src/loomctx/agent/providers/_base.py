@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Protocol, Self
 from loomctx.agent.llm import LLMChunk, LLMOptions, check_model_requests_allowed
 from loomctx.agent.providers._assembly import Assembler, Truncated
 from loomctx.context.billing import pricing_for
-from loomctx.errors import ConfigError, MissingExtraError, ProviderError
+from loomctx.errors import ConfigError, MissingExtraError, ProviderError, check_int
 from loomctx.messages import Message
 
 INITIAL_BACKOFF = 0.5
@@ -55,8 +55,7 @@ def check_settings(owner: str, model: str, max_retries: int, timeout: float) -> 
     """Validate a provider's constructor arguments."""
     if not isinstance(model, str) or not model:
         raise ConfigError(f"`{owner}` needs a model name, got {model!r}")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ConfigError(f"`max_retries` must be an int >= 0, got {max_retries!r}")
+    check_int(max_retries, "`max_retries`", minimum=0)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigError(f"`timeout` must be a number of seconds > 0, got {timeout!r}")
 

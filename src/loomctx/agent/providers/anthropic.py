@@ -18,7 +18,7 @@ from loomctx.agent.providers._assembly import (
     text_delta,
 )
 from loomctx.agent.providers._base import SDKProvider, check_settings, import_sdk
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.messages import Message, mark_anthropic_cache, to_anthropic, to_anthropic_tools
 from loomctx.tokens import TiktokenCounter, TokenCounter, UsageCalibration
 
@@ -112,8 +112,7 @@ class AnthropicLLM(SDKProvider):
         self.counter: TokenCounter = counter or TiktokenCounter()
         sdk = import_sdk("anthropic", feature="`AnthropicLLM`", extra="anthropic")
         check_settings("AnthropicLLM", model, max_retries, timeout)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigError(f"`max_tokens` must be an int >= 1, got {max_tokens!r}")
+        check_int(max_tokens, "`max_tokens`", minimum=1)
         defaults = LLMOptions.from_kwargs("`AnthropicLLM`", default_options)
         owns_client = client is None
         if client is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import check_source, fit_ceiling, short
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 
 __all__ = ["AgentOutputSource"]
 
@@ -39,11 +39,7 @@ class AgentOutputSource:
                 f"`decay` of AgentOutputSource `{self.name}` must be a number with "
                 f"0 < decay <= 1, got {short(decay)}; 1 keeps every output at full priority"
             )
-        if isinstance(max_outputs, bool) or not isinstance(max_outputs, int) or max_outputs < 1:
-            raise ConfigError(
-                f"`max_outputs` of AgentOutputSource `{self.name}` must be an int >= 1, got "
-                f"{short(max_outputs)}"
-            )
+        check_int(max_outputs, f"`max_outputs` of AgentOutputSource `{self.name}`", minimum=1)
         if isinstance(outputs, str):
             raise ConfigError(
                 f"`outputs` must be a list of strings, got the string {short(outputs)}; wrap it "

@@ -29,7 +29,7 @@ from loomctx.context.excerpt import (
     handle_for,
 )
 from loomctx.context.sources._common import billed
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import (
     Task,
@@ -210,13 +210,7 @@ class L1RecentSource(_MemorySource):
         super().__init__(memory, name=name, priority=priority)
         self.max_item_tokens = check_limit(max_item_tokens, f"source `{name}`: `max_item_tokens`")
         self.read_tool = read_tool
-        if depth is not None and (
-            isinstance(depth, bool) or not isinstance(depth, int) or depth < 1
-        ):
-            raise ConfigError(
-                f"source `{name}`: `depth` must be an int >= 1 or None, got {depth!r}"
-            )
-        self.depth = depth
+        self.depth = check_int(depth, f"source `{name}`: `depth`", minimum=1, none="no limit")
         # Each task's messages and their cost, by task object (tasks are frozen; the memory
         # hands over the same objects build after build, holding one keeps its id unique): a
         # build repeats them, and the same tuple lets the orchestrator's cost cache hit too.

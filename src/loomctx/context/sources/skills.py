@@ -42,7 +42,7 @@ from typing import Final
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import check_source, fit_ceiling, short
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.text import coverage, terms
 
 __all__ = ["Skill", "SkillSource", "load_skills"]
@@ -250,11 +250,7 @@ class SkillSource:
         max_active: int = 3,
     ) -> None:
         self.name, self.priority = check_source("SkillSource", name, priority)
-        if isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 0:
-            raise ConfigError(
-                f"`max_active` of SkillSource `{self.name}` must be an int >= 0, got "
-                f"{short(max_active)}"
-            )
+        check_int(max_active, f"`max_active` of SkillSource `{self.name}`", minimum=0)
         if isinstance(skills, str) or not isinstance(skills, Sequence):
             raise ConfigError(
                 f"`skills` must be a list of `Skill` values, got {type(skills).__name__}; use "

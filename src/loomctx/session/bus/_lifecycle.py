@@ -23,14 +23,13 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import ClassVar, Generic, Literal, Self, TypeVar
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.session.bus.base import (
     LOG,
     BusStats,
     CountedSubscription,
     Event,
     HandlerFailure,
-    check_capacity,
     failure_event,
 )
 
@@ -70,7 +69,7 @@ class BusLifecycle(ABC, Generic[S]):
 
     def __init__(self, *, failures_kept: int) -> None:
         self.failures: deque[HandlerFailure] = deque(
-            maxlen=check_capacity(failures_kept, "failures_kept")
+            maxlen=check_int(failures_kept, "`failures_kept`", minimum=1)
         )
         """The most recent handler failures on this bus, oldest first."""
         self._subs: dict[str, S] = {}

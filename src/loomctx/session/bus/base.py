@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from loomctx.errors import ConfigError, MessageFormatError
+from loomctx.errors import ConfigError, MessageFormatError, check_int
 
 __all__ = [
     "HANDLER_FAILED",
@@ -55,7 +55,6 @@ __all__ = [
     "HandlerFailure",
     "Subscription",
     "SubscriptionStats",
-    "check_capacity",
     "check_pattern",
     "check_subscription",
     "check_topic",
@@ -111,13 +110,6 @@ def pattern_matches(pattern: str, topic: str) -> bool:
     if pattern.endswith(".*"):
         return topic.startswith(pattern[:-1])
     return topic == pattern
-
-
-def check_capacity(value: object, what: str) -> int:
-    """`value` if it is a positive integer, else a `ConfigError` naming `what`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{what}` must be a positive integer, got {value!r}.")
-    return value
 
 
 def _freeze(value: Any, path: str, active: set[int]) -> Any:
@@ -303,8 +295,8 @@ def check_subscription(
             f"`handler` must be a callable taking the event (an `async def` function, or a "
             f"plain function that does not block), got {handler!r}."
         )
-    capacity = check_capacity(
-        default_pending if max_pending is None else max_pending, "max_pending"
+    capacity = check_int(
+        default_pending if max_pending is None else max_pending, "`max_pending`", minimum=1
     )
     if name is None:
         chosen = unnamed(getattr(handler, "__qualname__", type(handler).__name__))

@@ -54,12 +54,11 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any
 
-from loomctx.errors import BusClosedError, BusLoopError
+from loomctx.errors import BusClosedError, BusLoopError, check_int
 from loomctx.session.bus._lifecycle import ORIGIN, BusLifecycle, WorkerSubscription
 from loomctx.session.bus.base import (
     Event,
     Handler,
-    check_capacity,
     check_subscription,
     new_id,
 )
@@ -260,7 +259,7 @@ class InProcessEventBus(BusLifecycle[InProcessSubscription]):
     """
 
     def __init__(self, *, max_pending: int = 1000, failures_kept: int = 100) -> None:
-        self._max_pending = check_capacity(max_pending, "max_pending")
+        self._max_pending = check_int(max_pending, "`max_pending`", minimum=1)
         super().__init__(failures_kept=failures_kept)
         self._routes: dict[str, tuple[InProcessSubscription, ...]] = {}
         self._abandoned: list[asyncio.Task[None]] = []  # workers of closed loops, see _rehome

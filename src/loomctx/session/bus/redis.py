@@ -111,12 +111,12 @@ from loomctx.errors import (
     ConfigError,
     MessageFormatError,
     MissingExtraError,
+    check_int,
 )
 from loomctx.session.bus.base import (
     LOG,
     Event,
     Handler,
-    check_capacity,
     check_subscription,
     new_id,
 )
@@ -224,16 +224,16 @@ class RedisStreamsBus(BusLifecycle[RedisSubscription]):
             raise ConfigError(f"`url` must be a redis:// URL, got {url!r}.")
         self.url = url
         self.prefix = _prefix(prefix)
-        self.maxlen = check_capacity(maxlen, "maxlen")
+        self.maxlen = check_int(maxlen, "`maxlen`", minimum=1)
         self.claim_idle = _positive(claim_idle, "claim_idle")
-        self.max_deliveries = check_capacity(max_deliveries, "max_deliveries")
+        self.max_deliveries = check_int(max_deliveries, "`max_deliveries`", minimum=1)
         self.dedupe_ttl = _positive(dedupe_ttl, "dedupe_ttl")
         self.block = _positive(block, "block")
         self.refresh = _positive(refresh, "refresh")
         self.claim_interval = min(5.0, self.claim_idle / 2)
         """Seconds between a consumer's XAUTOCLAIM passes."""
-        self._max_pending = check_capacity(max_pending, "max_pending")
-        self.max_connections = check_capacity(max_connections, "max_connections")
+        self._max_pending = check_int(max_pending, "`max_pending`", minimum=1)
+        self.max_connections = check_int(max_connections, "`max_connections`", minimum=1)
         token = uuid.uuid4().hex[:8]
         if consumer is not None and (not isinstance(consumer, str) or not consumer):
             raise ConfigError(f"`consumer` must be a non-empty string, got {consumer!r}.")
@@ -347,7 +347,7 @@ class RedisStreamsBus(BusLifecycle[RedisSubscription]):
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest `limit` dead letters under this bus's prefix (see the module docstring).
         They stay in the stream; delete them with XDEL or XTRIM once dealt with."""
-        check_capacity(limit, "limit")
+        check_int(limit, "`limit`", minimum=1)
         self._bind()
         entries: Any = await self._client().xrange(self._key("dead"), count=limit)
         out = []
