@@ -45,6 +45,7 @@ class SideIndexes:
     _lexical: LexicalIndex | None
     _vectors: dict[str, VectorIndex]
     _records: OrderedDict[int, Record]
+    _seq_of: dict[int, int]
     # "lexical" or a model -> "file" | "sqlite": where its index was last loaded from
     _index_origin: dict[str, str]
 
@@ -138,6 +139,7 @@ class SideIndexes:
         self._data_version = version
         self._lexical = None  # cheaper to rebuild than to find what changed
         self._records.clear()
+        self._seq_of.clear()
         current = {
             model: (count, high_seq)
             for model, count, high_seq in conn.execute(
