@@ -53,8 +53,12 @@ class Ranking:
     every: Floats
 
 
-def ranking(rows: Sequence[int], scores: Sequence[float], every: Sequence[float]) -> Ranking:
-    """A `Ranking` from plain sequences."""
+def ranking(
+    rows: Sequence[int] | Rows,
+    scores: Sequence[float] | Floats,
+    every: Sequence[float] | Floats,
+) -> Ranking:
+    """A `Ranking` from plain sequences (or arrays)."""
     return Ranking(
         rows=np.asarray(rows, dtype=np.intp),
         scores=np.asarray(scores, dtype=np.float64),
