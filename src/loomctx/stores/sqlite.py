@@ -66,6 +66,7 @@ from loomctx.stores._codec import (
 from loomctx.stores._dispatch import NOTHING_FOUND, WRITES, OpDispatcher, check_record_cache
 from loomctx.stores._lexical import LexicalIndex
 from loomctx.stores._migrations import migrate
+from loomctx.stores._rows import SeqsById
 from loomctx.stores._sqlite_indexes import SideIndexes, SQLiteBatch
 from loomctx.stores._vectors import VectorIndex
 from loomctx.stores.base import (
@@ -99,7 +100,6 @@ _PROBE: Final = (
     "我们的数据库在北京，请帮我查一下天气。日本語のテキストも。Ünïcödé ＡＢＣ"
 )
 _SCAN_WINDOW: Final = 2_048  # newest rows a limited Scan looks at before sorting a range
-_SEQS_KEPT: Final = 1 << 20  # record seqs kept by id for search (`_seqs`): ~100 bytes each
 
 
 def _analyzer_version() -> str:
@@ -130,7 +130,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
             raise ConfigError(f"`durability` must be 'normal' or 'full', got {durability!r}")
         self.record_cache = check_record_cache(record_cache)
         self._records: OrderedDict[int, Record] = OrderedDict()  # by record id, oldest first
-        self._seq_of: dict[int, int] = {}  # record id -> seq, for search (`_seqs`)
+        self._seq_of = SeqsById()  # record id -> seq, for search (`_seqs`)
         self.path = str(path)
         self._memory = self.path == ":memory:"
         self._lock = threading.RLock()
@@ -302,7 +302,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
                 (record.kind, record.text, data_json, seq, text_seq, now, record_id),
             )
             self._records.pop(record_id, None)
-            self._seq_of.pop(record_id, None)
+            self._seq_of.forget(record_id)
             lexical = self._lexical
             if lexical is not None and record.text != old_text:
                 lexical.remove(record_id, terms(old_text))
@@ -326,7 +326,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
         state.seq += 1  # a delete changes the namespace: it takes a seq, for its version
         state.changed[encoded] = state.deleted[encoded] = state.seq
         self._records.pop(record_id, None)
-        self._seq_of.pop(record_id, None)
+        self._seq_of.forget(record_id)
         if self._lexical is not None:
             self._lexical.remove(record_id, terms(text))
             state.touched_lexical = True
@@ -452,20 +452,18 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
         """The `seq` of the records at `ids` (every one exists: the indexes hold live rows
         only). Kept by id (`_seq_of`), as the records are: dropped by the writes that
         change them, all of them by a rolled-back batch or another connection's commit."""
-        known = self._seq_of
-        listed = ids.tolist()
-        seqs = [known.get(record_id, -1) for record_id in listed]
-        missing = [record_id for record_id, seq in zip(listed, seqs, strict=True) if seq < 0]
-        if missing:
+        seqs = self._seq_of.get(ids)
+        unknown = seqs < 0
+        if unknown.any():
+            missing = ids[unknown].tolist()
             rows = conn.execute(
                 f"SELECT id, seq FROM records WHERE id IN ({','.join('?' * len(missing))})",
                 missing,
             ).fetchall()
-            if len(known) + len(rows) > _SEQS_KEPT:
-                known.clear()
-            known.update(rows)
-            seqs = [known.get(record_id, -1) for record_id in listed]
-        return np.asarray(seqs, dtype=np.int64)
+            read = dict(rows)
+            seqs[unknown] = [read.get(record_id, -1) for record_id in missing]
+            self._seq_of.set(ids[unknown], seqs[unknown])
+        return seqs
 
     def _records_at(
         self,
