@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -69,9 +69,6 @@ record's kind (`_OTHER`, `_TASK_KIND`, `_SUMMARY_KIND`), made once per record ve
 (its `seq`) rather than once per hit."""
 _OTHER, _TASK_KIND, _SUMMARY_KIND = 0, 1, 2
 _NUMBERED: Final = 262_144  # task keys numbered before the numbering starts again
-_GONE: Final[_HitInfo] = ("", -1, False, None, None, (), -1, _OTHER)
-"""The `_HitInfo` of a hit whose record changed between the search and its reading: it
-stands for no task (the next search finds its new version)."""
 _DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
 _VIA: Final = tuple(
     tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
@@ -133,8 +130,9 @@ class MemorySearch:
         self.exact = exact
         self._lock = threading.Lock()
         self._decoded: OrderedDict[int, Task] = OrderedDict()  # by record seq
-        self._infos: OrderedDict[int, _HitInfo] = OrderedDict()  # by record seq
+        self._found = _Columns()  # what ranking reads of each record found, by row id
         self._numbers: dict[_Key, int] = {}  # each task key found, numbered
+        self._by_task: dict[str, list[int]] = {}  # a task id's numbers (one per namespace)
         self._generation = 0  # how many times the numbering started again
 
     def search(
@@ -173,10 +171,11 @@ class MemorySearch:
                 )
             )
         results: list[Found] = self.store.batch([Rank(search=s) for s in searches])
-        if len(self._numbers) > _NUMBERED:
+        if len(self._numbers) > _NUMBERED or len(self._found.info) > _HIT_INFO_CACHE:
             with self._lock:
                 self._numbers.clear()
-                self._infos.clear()
+                self._by_task.clear()
+                self._found.clear()
                 self._generation += 1
         while True:
             # A key's number is one within a generation: a search that saw the numbering
@@ -188,7 +187,7 @@ class MemorySearch:
         if table is None:
             return []
         found = table.found
-        n = len(table.keys)
+        n = len(table.ids)
         via = np.zeros(n, dtype=np.int64)
         parts: dict[str, npt.NDArray[np.float64]] = {}
         raw: dict[str, npt.NDArray[np.float64]] = {}
@@ -213,15 +212,13 @@ class MemorySearch:
             ],
             total,
         )
-        shapes = table.shapes
-        places = np.fromiter((s[1] for s in shapes), dtype=np.int64, count=n)
+        places, asks = table.places, table.asks
         if not exact:  # neighbours within a namespace: each namespace its own span
             spaces: dict[Namespace, int] = {}
             space = np.fromiter(
-                (spaces.setdefault(k[0], len(spaces)) for k in table.keys), np.int64, n
+                (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n)), np.int64, n
             )
             places = np.where(places >= 0, places + space * _PLACE, places)
-        asks = np.fromiter((s[2] for s in shapes), dtype=np.bool_, count=n)
         scores = neighbour_boost(
             fused,
             places,
@@ -236,9 +233,8 @@ class MemorySearch:
             scores[rows] *= 1 - settings.time_decay * (1 - match)
         if settings.date_weight and asks_when(query):
             # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
-            dated = np.fromiter((bool(s[5]) for s in shapes), dtype=np.bool_, count=n)
-            scores = np.where(dated, scores, scores * (1 / (1 + settings.date_weight)))
-        best = best_first(scores, limit, table.keys)
+            scores = np.where(table.dated, scores, scores * (1 / (1 + settings.date_weight)))
+        best = best_first(scores, limit, table.key)
         tasks = self._load_tasks(table, best)
         lexical = parts["lexical"]
         cosine = raw.get("dense", absent)
@@ -266,21 +262,22 @@ class MemorySearch:
         ids = np.concatenate([r.ids for r in results])
         seqs = np.concatenate([r.seqs for r in results])
         raw = np.concatenate([r.scores for r in results])
-        infos = self._infos_of(ids, seqs)
-        total = len(infos)
-        numbers = np.fromiter((i[6] for i in infos), dtype=np.intp, count=total)
+        cols = self._columns(ids, seqs)
+        numbers = cols.numbers(ids, seqs)
         keep = numbers >= 0
         if skip:
-            keep &= ~np.fromiter((i[0] in skip for i in infos), dtype=np.bool_, count=total)
+            excluded = [number for task in skip for number in self._by_task.get(task, ())]
+            if excluded:
+                keep &= ~np.isin(numbers, excluded)
         kept = np.flatnonzero(keep)
         if not kept.size:
             return None
-        kinds = np.fromiter((i[7] for i in infos), dtype=np.int8, count=total)[kept]
+        kinds = cols.kind[ids[kept]]
         _, rows = np.unique(numbers[kept], return_inverse=True)
         # Each row's record: its first task record if a hit was one, else its first hit's.
         pick = np.lexsort((np.arange(kept.size), kinds != _TASK_KIND, rows))
         first = pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
-        chosen = kept[first].tolist()
+        chosen = kept[first]
         by_ranker = np.repeat(np.arange(len(results)), [len(r) for r in results])[kept]
         kept_raw = raw[kept]
         found = []
@@ -292,75 +289,70 @@ class MemorySearch:
                     kinds[mine] == _SUMMARY_KIND,
                 )
             )
+        at = ids[chosen]
         return _Table(
-            keys=[infos[j][4] for j in chosen],
-            ids=ids[chosen].tolist(),
+            ids=at.tolist(),
             seqs=seqs[chosen].tolist(),
-            shapes=[infos[j] for j in chosen],
+            kinds=cols.kind[at],
+            places=cols.place[at],
+            asks=cols.asks[at],
+            dated=cols.dated[at],
+            infos=cols.info,
             found=found,
         )
 
-    def _infos_of(self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]) -> list[_HitInfo]:
-        """The `_HitInfo` of each hit, by its record's version; the records of versions not
-        seen before are read (lazily: ranking reads a few fields of their data)."""
-        known = self._infos.get
-        listed = seqs.tolist()
-        infos = [known(seq) for seq in listed]
-        missing = [j for j, info in enumerate(infos) if info is None]
-        if missing:
-            id_list = ids.tolist()
-            wanted = dict.fromkeys(listed[j] for j in missing)
-            at = {listed[j]: id_list[j] for j in missing}
-            records = self.store.batch(
-                [Fetch(ids=[at[seq] for seq in wanted], seqs=list(wanted), lazy=True)]
-            )[0]
-            read = {
-                seq: _GONE if record is None else self._info(record)
-                for seq, record in zip(wanted, records, strict=True)
-            }
-            for j in missing:
-                infos[j] = read[listed[j]]
-        return cast("list[_HitInfo]", infos)
+    def _columns(self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]) -> _Columns:
+        """What ranking reads of each hit's record, with the records of versions not seen
+        before read first (lazily: ranking reads a few fields of their data); a record that
+        changed since the search found it stays unknown (its hit stands for no task)."""
+        cols = self._found
+        known = cols.known(ids, seqs)
+        if known.all():
+            return cols
+        unknown = np.flatnonzero(~known)
+        wanted = dict(zip(seqs[unknown].tolist(), ids[unknown].tolist(), strict=True))
+        records = self.store.batch(
+            [Fetch(ids=list(wanted.values()), seqs=list(wanted), lazy=True)]
+        )[0]
+        read = [r for r in records if r is not None]
+        infos = [self._info(r) for r in read]
+        with self._lock:
+            cols.put([wanted[r.seq] for r in read], [r.seq for r in read], infos)
+        return cols
 
     def _info(self, record: Record) -> _HitInfo:
-        """What ranking reads of a found record (`_HitInfo`), worked out once per version."""
-        key = record.seq
-        info = self._infos.get(key)
-        if info is None:
-            data = record.data
-            task_id = str(data.get("task_id", ""))
-            order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
-            when: object
-            try:
-                fields = data.get("task") or data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            except Exception:  # `_time_match` reads it again, and raises where it did
-                when = _UNREAD
-            ranked_as = (record.namespace, task_id) if task_id else None
-            task = data.get("task")
-            dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
-            kind = record.kind
-            with self._lock:
-                number = (
-                    -1
-                    if ranked_as is None
-                    else self._numbers.setdefault(ranked_as, len(self._numbers))
-                )
-                info = (
-                    task_id,
-                    order,
-                    _asks(record),
-                    when,
-                    ranked_as,
-                    dated,
-                    number,
-                    _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
-                )
-                self._infos[key] = info
-                if len(self._infos) > _HIT_INFO_CACHE:
-                    self._infos.popitem(last=False)
-        return info
+        """What ranking reads of a found record (`_HitInfo`)."""
+        data = record.data
+        task_id = str(data.get("task_id", ""))
+        order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
+        when: object
+        try:
+            fields = data.get("task") or data.get("summary") or {}
+            stamp = fields.get("created_at")
+            when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+        except Exception:  # `_time_match` reads it again, and raises where it did
+            when = _UNREAD
+        ranked_as = (record.namespace, task_id) if task_id else None
+        task = data.get("task")
+        dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
+        kind = record.kind
+        with self._lock:
+            number = -1
+            if ranked_as is not None:
+                number = self._numbers.get(ranked_as, -1)
+                if number < 0:
+                    number = self._numbers[ranked_as] = len(self._numbers)
+                    self._by_task.setdefault(task_id, []).append(number)
+        return (
+            task_id,
+            order,
+            _asks(record),
+            when,
+            ranked_as,
+            dated,
+            number,
+            _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
+        )
 
     def _time_match(self, settings: SearchSettings, query: str, table: _Table) -> dict[int, float]:
         """How close each found task was recorded to the time the query names ("5 days ago",
@@ -372,9 +364,9 @@ class MemorySearch:
         spans = time_spans(query, settings.clock())
         if not spans:
             return {}
-        shapes = table.shapes
         out: dict[int, float] = {}
-        for i, shape in enumerate(shapes):
+        for i in range(len(table.ids)):
+            shape = table.info(i)
             when = shape[3]
             if when is _UNREAD:  # read the record again, to raise where reading it did
                 (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
@@ -395,15 +387,11 @@ class MemorySearch:
         with self._lock:
             for n, i in enumerate(rows):
                 task = self._decoded.get(table.seqs[i])
-                if task is not None and table.shapes[i][7] == _TASK_KIND:
+                if task is not None and table.kinds[i] == _TASK_KIND:
                     self._decoded.move_to_end(table.seqs[i])
                     out[n] = task
-        tasks = [
-            n for n, i in enumerate(rows) if out[n] is None and table.shapes[i][7] == _TASK_KIND
-        ]
-        others = [
-            n for n, i in enumerate(rows) if out[n] is None and table.shapes[i][7] != _TASK_KIND
-        ]
+        tasks = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] == _TASK_KIND]
+        others = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] != _TASK_KIND]
         if not tasks and not others:  # (an empty batch is still a transaction)
             return out
         ops: list[Fetch | Get] = []
@@ -415,7 +403,7 @@ class MemorySearch:
                 )
             )
         for n in others:
-            namespace, task_id = table.keys[rows[n]]
+            namespace, task_id = table.key(rows[n])
             ops.append(Get(namespace=namespace, key=f"{TASK}:{task_id}"))
         results = self.store.batch(ops)
         read: list[Record | None] = [*(results[0] if tasks else []), *results[1 if tasks else 0 :]]
@@ -441,16 +429,96 @@ class MemorySearch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Table:
-    """The tasks found, one row each: the key each is ranked by, its record (the task's own
-    if a hit was one, else the first summary found) as the store's row id and version, and
-    what ranking reads of that record; and each ranker's hits as a `Ranking` over the rows,
-    with which hits were summaries."""
+    """The tasks found, one row each: its record (the task's own if a hit was one, else the
+    first summary found) as the store's row id and version, and what ranking reads of that
+    record (as arrays, and in full by `info`); and each ranker's hits as a `Ranking` over
+    the rows, with which hits were summaries."""
 
-    keys: list[_Key]
     ids: list[int]
     seqs: list[int]
-    shapes: list[_HitInfo]
+    kinds: npt.NDArray[np.int8]
+    places: npt.NDArray[np.int64]
+    asks: npt.NDArray[np.bool_]
+    dated: npt.NDArray[np.bool_]
+    infos: Mapping[int, _HitInfo]  # by row id
     found: list[tuple[Ranking, npt.NDArray[np.bool_]]]
+
+    def info(self, row: int) -> _HitInfo:
+        """What ranking reads of the record of `row`."""
+        return self.infos[self.ids[row]]
+
+    def key(self, row: int) -> _Key:
+        """The key `row` is ranked by (its task's namespace and id): ties go by it."""
+        key = self.infos[self.ids[row]][4]
+        assert key is not None, "a row stands for a task"
+        return key
+
+
+class _Columns:
+    """What ranking reads of the records found (`_HitInfo`), by the store's row id: numpy
+    columns for what fusion reads of every hit, and the whole `_HitInfo` for the rows that
+    need more. An id's entries are those of the version `seq[id]` (-1: none): a hit reads
+    them only while its version is that one, so a record changed since is read again."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self.seq = np.full(0, -1, dtype=np.int64)
+        self.number = np.full(0, -1, dtype=np.intp)
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.place = np.full(0, -1, dtype=np.int64)
+        self.asks = np.zeros(0, dtype=np.bool_)
+        self.dated = np.zeros(0, dtype=np.bool_)
+        self.info: dict[int, _HitInfo] = {}
+
+    def known(
+        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Whether the columns hold each of `ids` at its version in `seqs`."""
+        inside = ids < self.seq.shape[0]
+        out = np.zeros(ids.shape, dtype=np.bool_)
+        out[inside] = self.seq[ids[inside]] == seqs[inside]
+        return out
+
+    def numbers(
+        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.intp]:
+        """The number of the task each hit stands for; -1 for a hit of no task, or of a
+        version the columns do not hold."""
+        known = self.known(ids, seqs)
+        out = np.full(ids.shape, -1, dtype=np.intp)
+        out[known] = self.number[ids[known]]
+        return out
+
+    def put(self, ids: list[int], seqs: list[int], infos: list[_HitInfo]) -> None:
+        """Record the `infos` of the versions `seqs` of the records at `ids`."""
+        if not ids:
+            return
+        top = max(ids) + 1
+        if top > self.seq.shape[0]:
+            size = max(top, 2 * self.seq.shape[0])
+            for name, fill in (
+                ("number", -1),
+                ("kind", 0),
+                ("place", -1),
+                ("asks", False),
+                ("dated", False),
+                ("seq", -1),  # last: a reader never sees a version without its entries
+            ):
+                old = getattr(self, name)
+                grown = np.full(size, fill, dtype=old.dtype)
+                grown[: old.shape[0]] = old
+                setattr(self, name, grown)
+        at = np.asarray(ids, dtype=np.intp)
+        self.number[at] = [i[6] for i in infos]
+        self.kind[at] = [i[7] for i in infos]
+        self.place[at] = [i[1] for i in infos]
+        self.asks[at] = [i[2] for i in infos]
+        self.dated[at] = [bool(i[5]) for i in infos]
+        self.info.update(zip(ids, infos, strict=True))
+        self.seq[at] = seqs
 
 
 def _asks(record: Record) -> bool:
