@@ -440,7 +440,10 @@ class _Table:
     places: npt.NDArray[np.int64]
     asks: npt.NDArray[np.bool_]
     dated: npt.NDArray[np.bool_]
-    infos: Mapping[int, _HitInfo]  # by row id
+    # By row id: the columns' own dict (a search that finds a newer version of a record
+    # meanwhile replaces its entry, key unchanged; starting the numbering again replaces
+    # the dict, not its entries).
+    infos: Mapping[int, _HitInfo]
     found: list[tuple[Ranking, npt.NDArray[np.bool_]]]
 
     def info(self, row: int) -> _HitInfo:
