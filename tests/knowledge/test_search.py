@@ -10,8 +10,8 @@ import pytest
 from loomctx.embeddings import MultilingualE5Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase, KnowledgeHit
-from loomctx.knowledge._fusion import fuse
-from loomctx.stores.base import Hit, Record, VectorSearch
+from loomctx.knowledge._fusion import Pool, fuse
+from loomctx.stores.base import Record, VectorSearch
 from loomctx.testing.embedders import HashingEmbedder
 
 from .corpus import DOCS, QUESTIONS
@@ -128,15 +128,22 @@ def test_an_english_question_finds_the_chinese_document(e5: MultilingualE5Embedd
 # --- fusion ------------------------------------------------------------------------------------
 
 
-def hit(key: str, score: float, text: str = "") -> Hit:
-    return Hit(record=Record(namespace=("k",), key=key, kind="kb_chunk", text=text), score=score)
+def pool(*found: tuple[str, float] | tuple[str, float, str]) -> Pool[Record]:
+    """A search's hits of chunk records (key, score, text), best first."""
+    return Pool(
+        chunks=[
+            Record(namespace=("k",), key=f[0], kind="kb_chunk", text=f[2] if len(f) > 2 else "")
+            for f in found
+        ],
+        scores=[f[1] for f in found],
+    )
 
 
 def test_fusion_scales_each_side_and_damps_weak_evidence() -> None:
-    lexical = [hit("a", 8.0, "alpha beta gamma"), hit("b", 4.0, "alpha only")]
-    dense = [hit("b", 0.9), hit("c", 0.7), hit("a", 0.5)]
+    lexical = pool(("a", 8.0, "alpha beta gamma"), ("b", 4.0, "alpha only"))
+    dense = pool(("b", 0.9), ("c", 0.7), ("a", 0.5))
     fused = {
-        f.record.key: f
+        f.chunk.key: f
         for f in fuse(["alpha", "beta", "gamma"], lexical, dense, lexical_complete=True)
     }
     a, b, c = fused["a"], fused["b"], fused["c"]
@@ -150,38 +157,38 @@ def test_fusion_scales_each_side_and_damps_weak_evidence() -> None:
 
 
 def test_fusion_without_an_embedder_or_with_incomplete_lexical_results() -> None:
-    only = fuse(["alpha", "beta"], [hit("a", 2.0, "Alpha")], None, lexical_complete=True)
+    only = fuse(["alpha", "beta"], pool(("a", 2.0, "Alpha")), None, lexical_complete=True)
     assert [(f.score, f.vector_score, f.lexical_score) for f in only] == [(0.5, None, 1.0)]
-    partial = fuse(["x"], [hit("a", 2.0, "x")], [hit("b", 0.4)], lexical_complete=False)
-    assert {f.record.key: f.lexical_score for f in partial} == {"a": 1.0, "b": None}
+    partial = fuse(["x"], pool(("a", 2.0, "x")), pool(("b", 0.4)), lexical_complete=False)
+    assert {f.chunk.key: f.lexical_score for f in partial} == {"a": 1.0, "b": None}
     # equal cosines cannot be rescaled: the cosine alone counts; negative ones count as 0
-    same = fuse([], [], [hit("a", 0.3), hit("b", 0.3)], lexical_complete=True)
+    same = fuse([], Pool(), pool(("a", 0.3), ("b", 0.3)), lexical_complete=True)
     assert [f.score for f in same] == [pytest.approx(0.15)] * 2
-    assert [f.score for f in fuse([], [], [hit("a", -0.2)], lexical_complete=True)] == [0.0]
-    assert fuse(["x"], [], [], lexical_complete=True) == []
+    assert [f.score for f in fuse([], Pool(), pool(("a", -0.2)), lexical_complete=True)] == [0.0]
+    assert fuse(["x"], Pool(), Pool(), lexical_complete=True) == []
 
 
 def test_a_chunk_the_dense_search_missed_takes_its_dense_part_from_the_fast_one() -> None:
-    dense = [hit("a", 0.9), hit("b", 0.7)]
-    fast = [hit("a", 0.2), hit("c", 0.6), hit("d", 0.4)]
-    fused = {f.record.key: f for f in fuse([], [], dense, lexical_complete=True, fast=fast)}
+    dense = pool(("a", 0.9), ("b", 0.7))
+    fast = pool(("a", 0.2), ("c", 0.6), ("d", 0.4))
+    fused = {f.chunk.key: f for f in fuse([], Pool(), dense, lexical_complete=True, fast=fast)}
     assert fused["a"].score == pytest.approx(0.5 * 1.0 * 0.9)  # its dense part, not its fast
     assert fused["b"].score == 0.0  # the worst dense candidate
     assert fused["c"].score == pytest.approx(0.5 * 1.0 * 0.6)  # rescaled among the fast hits
     assert fused["d"].score == pytest.approx(0.5 * 0.5 * 0.4)
     assert [fused[k].vector_score for k in "abcd"] == [0.9, 0.7, 0.6, 0.4]
     # Without an embedder there is no dense part to stand in for.
-    assert fuse([], [], None, lexical_complete=True, fast=fast) == []
+    assert fuse([], Pool(), None, lexical_complete=True, fast=fast) == []
 
 
 def test_coverage_counts_stems_the_stemmer_changed() -> None:
     text = "We were happy making pancakes in 2024."
     full = fuse(
-        ["happi", "make", "pancak", "2024"], [hit("a", 1.0, text)], None, lexical_complete=True
+        ["happi", "make", "pancak", "2024"], pool(("a", 1.0, text)), None, lexical_complete=True
     )
     assert full[0].score == 1.0
     half = fuse(
-        ["pancak", "2025", "syrup", "make"], [hit("a", 1.0, text)], None, lexical_complete=True
+        ["pancak", "2025", "syrup", "make"], pool(("a", 1.0, text)), None, lexical_complete=True
     )
     assert half[0].score == 0.5  # "2025" and "syrup" are not there; a number is not shortened
 

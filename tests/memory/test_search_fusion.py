@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.task import MemoryTier, Task, task_text
+from loomctx.stores.base import Op, Rank, StoreContext
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing.embedders import HashingEmbedder
 from tests.retrieval.fixtures import open_store, remember, turn
@@ -304,3 +307,33 @@ def test_a_deeper_pool_finds_the_answer_its_question_lifts(store: SQLiteStore) -
     assert "m1" not in ranks(memory.search(QUESTION, limit=2, pool=6))  # the default
     assert ranks(memory.search(QUESTION, limit=2, pool=20)) == ["m0", "m1"]
     assert len(memory.search(QUESTION, limit=2, pool=1)) == 2  # never fewer than `limit`
+
+
+class _ChangedAfterRanking(SQLiteStore):
+    """A store that another writer changes right after the next search ranks its hits
+    (before the search reads their records)."""
+
+    change: Callable[[SQLiteStore], None] | None = None
+
+    def batch(self, ops: Sequence[Op], *, ctx: StoreContext | None = None) -> list[Any]:
+        out = super().batch(ops, ctx=ctx)
+        change, self.change = self.change, None
+        if change is not None and any(isinstance(op, Rank) for op in ops):
+            change(self)
+        else:
+            self.change = change
+        return out
+
+
+def test_a_task_changed_between_ranking_and_reading_is_found_next_time(tmp_path: Path) -> None:
+    with _ChangedAfterRanking(tmp_path / "race.db") as store:
+        memory = memory_of(store, dense=False)
+        record = store.get(memory.namespace, "task:m0")
+        assert record is not None
+        task = {**record.data["task"], "metadata": {"edited": True}}
+        store.change = lambda s: s.put(replace(record, data={**record.data, "task": task}))
+        first = memory.search(QUESTION, limit=10)
+        assert ranks(first) == ["m4"]  # m0's version changed before the search read it
+        again = memory.search(QUESTION, limit=10)
+        assert ranks(again) == ["m0", "m4"]
+        assert again[0].task.metadata == {"edited": True}

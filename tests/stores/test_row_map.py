@@ -1,4 +1,4 @@
-"""`RowMap`, the id -> row map of the in-memory indexes, against a dict."""
+"""`RowMap` and `SeqsById`, the id maps of the SQLite indexes and search, against a dict."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from loomctx.stores import _rows
-from loomctx.stores._rows import RowMap
+from loomctx.stores._rows import RowMap, SeqsById
 
 
 @pytest.mark.parametrize("min_compact", [1, 3, 1024])
@@ -46,3 +46,28 @@ def test_row_map_empty_and_rebuilt() -> None:
     rows.compact()
     assert rows.get(7) == 0
     assert RowMap(np.array([9, 3, 5], dtype=np.int64)).get(5) == 2
+
+
+def test_seqs_by_id_matches_a_dict() -> None:
+    rng = random.Random(7)
+    seqs = SeqsById(limit=200)
+    expected: dict[int, int] = {}
+    ids = np.arange(0, 260, dtype=np.int64)
+    assert seqs.get(ids).tolist() == [-1] * 260  # nothing known yet, the array still empty
+    for step in range(3000):
+        action = rng.random()
+        if action < 0.5:
+            chosen = np.asarray(rng.sample(range(260), rng.randint(1, 8)), dtype=np.int64)
+            values = np.asarray([rng.randint(1, 10**6) for _ in chosen], dtype=np.int64)
+            seqs.set(chosen, values)
+            expected.update(
+                (i, v) for i, v in zip(chosen.tolist(), values.tolist(), strict=True) if i < 200
+            )
+        elif action < 0.9:
+            gone = rng.randrange(260)
+            seqs.forget(gone)
+            expected.pop(gone, None)
+        elif step % 50 == 0:
+            seqs.clear()
+            expected.clear()
+        assert seqs.get(ids).tolist() == [expected.get(i, -1) for i in range(260)]

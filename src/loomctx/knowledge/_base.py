@@ -64,9 +64,9 @@ from loomctx.knowledge._folder import (
     DEFAULT_MAX_TOTAL_BYTES,
     find_files,
 )
-from loomctx.knowledge._fusion import fuse
 from loomctx.knowledge._loaders import Loader, check_unicode, load_file, loaders_with
 from loomctx.knowledge._records import CHUNK, DOCUMENT, DocumentPlanner, digest, normalise
+from loomctx.knowledge._search import ChunkSearch
 from loomctx.knowledge._types import (
     IngestProgress,
     IngestStatus,
@@ -81,18 +81,13 @@ from loomctx.memory.core import DEFAULT_EMBEDDER, EmbedderDefault
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.stores.base import (
     Get,
-    Hit,
     MemoryStore,
     Namespace,
-    Op,
     Record,
     Scan,
-    Search,
-    VectorSearch,
     check_namespace,
 )
 from loomctx.stores.sqlite import SQLiteStore
-from loomctx.text import terms
 from loomctx.tokens import TiktokenCounter, TokenCounter
 
 __all__ = ["CHUNK", "DOCUMENT", "KnowledgeBase"]
@@ -171,6 +166,7 @@ class KnowledgeBase:
         self.min_relevance = float(min_relevance)
         self._owns_store = store is None
         self.store: MemoryStore = SQLiteStore(":memory:") if store is None else store
+        self._searcher = ChunkSearch(self.store)
         self._lock = threading.RLock()
         self.fast_embedder: Embedder | None = fast
         # The vectors written with the chunks: the fast embedder's, else the embedder's.
@@ -394,64 +390,17 @@ class KnowledgeBase:
         check_relevance(min_relevance)
         if limit == 0 or not query.strip():
             return []
-        floor = max(float(min_relevance), self.min_relevance)
-        pool = max(limit, _MIN_POOL)
-        # Exactly this base's namespace: nothing stored below it is one of its chunks.
-        ops: list[Op] = [
-            Search(prefix=self.namespace, query=query, kind=CHUNK, limit=pool, exact=True)
-        ]
-        if self.embedder is not None:
-            vector = self.embedder.embed([query], kind="query")[0]
-            ops.append(
-                VectorSearch(
-                    prefix=self.namespace,
-                    vector=vector,
-                    model=self.embedder.name,
-                    kind=CHUNK,
-                    limit=pool,
-                    exact=True,
-                )
-            )
-        fast = self.fast_embedder if self.unembedded else None
-        if fast is not None:
-            ops.append(
-                VectorSearch(
-                    prefix=self.namespace,
-                    vector=fast.embed([query], kind="query")[0],
-                    model=fast.name,
-                    kind=CHUNK,
-                    limit=pool,
-                    exact=True,
-                )
-            )
-        results: list[list[Hit]] = self.store.batch(ops)
-        fused = fuse(
-            terms(query),
-            results[0],
-            results[1] if self.embedder is not None else None,
-            lexical_complete=len(results[0]) < pool,
-            fast=results[2] if fast is not None else (),
+        return self._searcher.search(
+            query,
+            namespace=self.namespace,  # exactly: nothing stored below it is one of its chunks
+            kind=CHUNK,
+            pool=max(limit, _MIN_POOL),
             limit=limit,
+            floor=max(float(min_relevance), self.min_relevance),
+            embedder=self.embedder,
+            fast=self.fast_embedder if self.unembedded else None,
+            name=self.name,
         )
-        hits: list[KnowledgeHit] = []
-        for f in fused:
-            if f.score <= 0 or f.score < floor or len(hits) == limit:
-                break
-            data = f.record.data
-            start, end = data.get("overlap", (0, 0))
-            hits.append(
-                KnowledgeHit(
-                    chunk_id=f"{data['document_id']}#{data['index']}",
-                    document_id=str(data["document_id"]),
-                    text=f.record.text[:start] + f.record.text[end:],
-                    score=f.score,
-                    vector_score=f.vector_score,
-                    lexical_score=f.lexical_score,
-                    metadata=dict(data["metadata"]),
-                    knowledge_base=self.name,
-                )
-            )
-        return hits
 
     # --- internals --------------------------------------------------------------------------
 

@@ -35,34 +35,55 @@ four letters or more also counts without its last letter, which stemmers change 
 "happi", "making" -> "make").
 
 The arithmetic runs over per-chunk numpy arrays (`loomctx.search`, the fusion memory search
-uses too), with the options where the two differ: BM25 relative to the best is 0 rather than 1
-when no hit scores above 0, each part is damped as above, and the fast embedder fills the
-dense part's gaps rather than being a third weighted ranking.
+uses too), over the chunks of each search as the caller read them (`Pool`: a store's
+records, or what `loomctx.knowledge._search` keeps of them by version), with the options
+where the two differ: BM25 relative to the best is 0 rather than 1 when no hit scores above
+0, each part is damped as above, and the fast embedder fills the dense part's gaps rather
+than being a third weighted ranking.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from loomctx.search import best_first, first_scores, min_max, ranking, relative, weighted
-from loomctx.stores.base import Hit, Record
 
-__all__ = ["DENSE_WEIGHT", "Fused", "fuse"]
+__all__ = ["DENSE_WEIGHT", "Fused", "Pool", "fuse"]
 
 DENSE_WEIGHT: Final = 0.5
 Floats = npt.NDArray[np.float64]
 
 
+class Candidate(Protocol):
+    """What fusion reads of a chunk: its key (ties) and its text (coverage)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
+
+T = TypeVar("T", bound=Candidate)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Fused:
+class Pool(Generic[T]):
+    """One search's hits, best first: the chunk of each and its score."""
+
+    chunks: Sequence[T] = ()
+    scores: Sequence[float] | Floats = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fused(Generic[T]):
     """One chunk's fused score and the raw scores it came from."""
 
-    record: Record
+    chunk: T
     score: float
     vector_score: float | None
     lexical_score: float | None
@@ -70,37 +91,37 @@ class Fused:
 
 def fuse(
     query_terms: Sequence[str],
-    lexical: Sequence[Hit],
-    dense: Sequence[Hit] | None,
+    lexical: Pool[T],
+    dense: Pool[T] | None,
     *,
     lexical_complete: bool,
-    fast: Sequence[Hit] = (),
+    fast: Pool[T] | None = None,
     limit: int | None = None,
-) -> list[Fused]:
+) -> list[Fused[T]]:
     """The best `limit` (default: all) chunks of `lexical`, `dense` (None: no embedder) and
     `fast` with their fused scores, best first (ties by key). `lexical_complete`: lexical
     search returned every chunk that has a query term, so a chunk it missed has a BM25 of 0
     (else: unknown, None). `fast`: the fast embedder's hits, the dense part of the chunks
     `dense` lacks (see the module docstring)."""
     index: dict[str, int] = {}
-    records: list[Record] = []
+    chunks: list[T] = []
 
-    def rows(hits: Sequence[Hit]) -> list[int]:
+    def rows(pool: Pool[T]) -> list[int]:
         out = []
-        for hit in hits:
-            key = hit.record.key
+        for chunk in pool.chunks:
+            key = chunk.key
             row = index.get(key)
             if row is None:
-                row = index[key] = len(records)
-                records.append(hit.record)
+                row = index[key] = len(chunks)
+                chunks.append(chunk)
             out.append(row)
         return out
 
     scored = [
-        ranking(rows(hits), [h.score for h in hits], [h.score for h in hits])
-        for hits in (lexical, dense or (), fast if dense is not None else ())
+        ranking(rows(pool), pool.scores, pool.scores)
+        for pool in (lexical, dense or Pool(), fast if dense is not None and fast else Pool())
     ]
-    n = len(records)
+    n = len(chunks)
     if not n:
         return []
     lex = first_scores(scored[0].rows, relative(scored[0], flat=0.0), n)
@@ -113,21 +134,21 @@ def fuse(
     lexical_part = np.zeros(n)
     if probes:
         found = scored[0].rows
-        covered = [sum(p in records[i].text.lower() for p in probes) for i in found.tolist()]
+        covered = [sum(p in chunks[i].text.lower() for p in probes) for i in found.tolist()]
         lexical_part[found] = lex[found] * np.asarray(covered, dtype=np.float64) / len(probes)
     if dense is None:
         score = lexical_part
     else:
         score = weighted([(DENSE_WEIGHT, dense_part), (1 - DENSE_WEIGHT, lexical_part)], 1.0)
     score = np.clip(score, 0.0, 1.0)
-    keys = [r.key for r in records]
+    keys = [c.key for c in chunks]
     out = []
     for i in best_first(score, n if limit is None else limit, keys):
         cos = float(cosine[i]) if cosine[i] == cosine[i] else float(fast_cosine[i])
         lexical_score = float(lex[i])
         out.append(
             Fused(
-                record=records[i],
+                chunk=chunks[i],
                 score=float(score[i]),
                 vector_score=None if cos != cos else cos,
                 lexical_score=(0.0 if lexical_complete else None)

@@ -1,10 +1,12 @@
 """`LoomMemory.search`: the archive's tasks for a query, the lexical and dense rankings fused
 over arrays (`loomctx.search`), only the winners decoded.
 
-Each hit is mapped to a row of a table of the tasks found (a summary counts for the task it
-summarizes), by what ranking reads of its record (`_HitInfo`, worked out once per record
-version); fusion, neighbours, time and the pick of the best run on per-row numpy arrays.
-The maths is `LoomMemory.search`'s docstring.
+The store hands back each ranker's hits as arrays (`Rank`: row ids, record versions, scores),
+without reading a record. Each hit is mapped to a row of a table of the tasks found (a
+summary counts for the task it summarizes) by what ranking reads of its record (`_HitInfo`,
+worked out once per record version, from the record read once with `Fetch`); fusion,
+neighbours, time and the pick of the best run on per-row numpy arrays, and only the tasks
+that win are read and decoded. The maths is `LoomMemory.search`'s docstring.
 """
 
 from __future__ import annotations
@@ -30,7 +32,17 @@ from loomctx.search import (
     relative,
     weighted,
 )
-from loomctx.stores.base import Get, Hit, MemoryStore, Namespace, Record, Search, VectorSearch
+from loomctx.stores.base import (
+    Fetch,
+    Found,
+    Get,
+    MemoryStore,
+    Namespace,
+    Rank,
+    Record,
+    Search,
+    VectorSearch,
+)
 
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
@@ -40,7 +52,7 @@ __all__ = ["SUMMARY", "TASK", "MemoryHit", "MemorySearch", "SearchSettings"]
 TASK: Final = "task"
 SUMMARY: Final = "summary"
 _DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
-_HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~100 bytes each)
+_HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~200 bytes each)
 _PLACE: Final = 1 << 40  # a namespace's span of places: orders stay far below it
 
 _Key = tuple[tuple[str, ...], str]  # (namespace, task id)
@@ -54,10 +66,9 @@ task was recorded (None: it does not say; `_UNREAD`: its data is not as expected
 key search ranks its task by (None if it stands for no task), the times the task
 names (`TIME_REFS`), that key's number in this memory's search (-1 for None) and the
 record's kind (`_OTHER`, `_TASK_KIND`, `_SUMMARY_KIND`), made once per record version
-rather than once per hit."""
+(its `seq`) rather than once per hit."""
 _OTHER, _TASK_KIND, _SUMMARY_KIND = 0, 1, 2
 _NUMBERED: Final = 262_144  # task keys numbered before the numbering starts again
-_BY_OBJECT: Final = 16_384  # found records whose `_HitInfo` is kept by the object itself
 _DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
 _VIA: Final = tuple(
     tuple(name for bit, name in ((_DENSE, "dense"), (_LEXICAL, "lexical"), (_SUMMARY, "summary"))
@@ -110,22 +121,19 @@ class SearchSettings(Protocol):
 class MemorySearch:
     """A memory's search of its store, with what it keeps between searches: what ranking
     reads of each record found, and the tasks decoded, by record version (a record's `seq`
-    changes on every write, so it names the version). The same records come back search
-    after search: reading their data, and decoding their tasks, was most of a search's own
-    time. `exact`: the memory searches its namespace only (not a wider `search_scope`)."""
+    is unique in its store to one version of it). The same records come back search after
+    search: reading their data, and decoding their tasks, was most of a search's own time.
+    `exact`: the memory searches its namespace only (not a wider `search_scope`)."""
 
     def __init__(self, store: MemoryStore, *, exact: bool) -> None:
         self.store = store
         self.exact = exact
         self._lock = threading.Lock()
-        self._decoded: OrderedDict[tuple[Namespace, str, int], Task] = OrderedDict()
-        self._infos: OrderedDict[tuple[Namespace, str, int], _HitInfo] = OrderedDict()
+        self._decoded: OrderedDict[int, Task] = OrderedDict()  # by record seq
+        self._found = _Columns()  # what ranking reads of each record found, by row id
         self._numbers: dict[_Key, int] = {}  # each task key found, numbered
+        self._by_task: dict[str, list[int]] = {}  # a task id's numbers (one per namespace)
         self._generation = 0  # how many times the numbering started again
-        # The `_HitInfo` of the record objects found lately: the store hands back the same
-        # objects search after search (`SQLiteStore`'s record cache), and a lookup by the
-        # object is cheaper than by its version.
-        self._by_object: dict[int, tuple[Record, _HitInfo]] = {}
 
     def search(
         self,
@@ -143,32 +151,31 @@ class MemorySearch:
         # A deep pool: neighbours and fusion reorder well beyond the first `limit`.
         wanted = max(limit, limit * 3 if pool is None else pool) + len(skip)
         scope, exact = settings.search_scope, self.exact
-        # Lazy: ranking reads a record's data once per version (`_hit_info`), and the
-        # tasks of only the best `limit` records are decoded (`_decode`).
-        ops: list[Search | VectorSearch] = [
-            Search(prefix=scope, query=query, limit=wanted, exact=exact, lazy=True)
+        # As arrays: ranking reads a record's data once per version (`_info`), and the
+        # tasks of only the best `limit` rows are read and decoded (`_load_tasks`).
+        searches: list[Search | VectorSearch] = [
+            Search(prefix=scope, query=query, limit=wanted, exact=exact)
         ]
         rankers = ["lexical"]
         for how, embedder in (("dense", settings.embedder), ("fast", settings.fast_embedder)):
             if embedder is None or (how == "fast" and not settings.fast_weight):
                 continue
             rankers.append(how)
-            ops.append(
+            searches.append(
                 VectorSearch(
                     prefix=scope,
                     vector=embedder.embed([query], kind="query")[0],
                     model=embedder.name,
                     limit=wanted,
                     exact=exact,
-                    lazy=True,
                 )
             )
-        results: list[list[Hit]] = self.store.batch(ops)
-        if len(self._numbers) > _NUMBERED:
+        results: list[Found] = self.store.batch([Rank(search=s) for s in searches])
+        if len(self._numbers) > _NUMBERED or len(self._found.info) > _HIT_INFO_CACHE:
             with self._lock:
                 self._numbers.clear()
-                self._infos.clear()
-                self._by_object.clear()
+                self._by_task.clear()
+                self._found.clear()
                 self._generation += 1
         while True:
             # A key's number is one within a generation: a search that saw the numbering
@@ -180,7 +187,7 @@ class MemorySearch:
         if table is None:
             return []
         found = table.found
-        n = len(table.keys)
+        n = len(table.ids)
         via = np.zeros(n, dtype=np.int64)
         parts: dict[str, npt.NDArray[np.float64]] = {}
         raw: dict[str, npt.NDArray[np.float64]] = {}
@@ -205,15 +212,13 @@ class MemorySearch:
             ],
             total,
         )
-        shapes = table.shapes
-        places = np.fromiter((s[1] for s in shapes), dtype=np.int64, count=n)
+        places, asks = table.places, table.asks
         if not exact:  # neighbours within a namespace: each namespace its own span
             spaces: dict[Namespace, int] = {}
             space = np.fromiter(
-                (spaces.setdefault(k[0], len(spaces)) for k in table.keys), np.int64, n
+                (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n)), np.int64, n
             )
             places = np.where(places >= 0, places + space * _PLACE, places)
-        asks = np.fromiter((s[2] for s in shapes), dtype=np.bool_, count=n)
         scores = neighbour_boost(
             fused,
             places,
@@ -221,22 +226,23 @@ class MemorySearch:
             neighbour_weight=settings.neighbour_weight,
             answer_weight=settings.answer_weight,
         )
-        closeness = self._time_match(settings, query, table.records, shapes)
+        closeness = self._time_match(settings, query, table)
         if closeness:
             rows = np.fromiter(closeness, dtype=np.intp, count=len(closeness))
             match = np.fromiter(closeness.values(), dtype=np.float64, count=len(closeness))
             scores[rows] *= 1 - settings.time_decay * (1 - match)
         if settings.date_weight and asks_when(query):
             # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
-            dated = np.fromiter((bool(s[5]) for s in shapes), dtype=np.bool_, count=n)
-            scores = np.where(dated, scores, scores * (1 / (1 + settings.date_weight)))
-        best = best_first(scores, limit, table.keys)
-        tasks = self._load_tasks([table.records[i] for i in best])
+            scores = np.where(table.dated, scores, scores * (1 / (1 + settings.date_weight)))
+        best = best_first(scores, limit, table.key)
+        tasks = self._load_tasks(table, best)
         lexical = parts["lexical"]
         cosine = raw.get("dense", absent)
         fast_cosine = raw.get("fast", absent)
         out = []
         for i, task in zip(best, tasks, strict=True):
+            if task is None:
+                continue
             lex, cos, fast = float(lexical[i]), float(cosine[i]), float(fast_cosine[i])
             out.append(
                 MemoryHit(
@@ -250,113 +256,105 @@ class MemorySearch:
             )
         return out
 
-    def _table(self, results: Sequence[Sequence[Hit]], skip: set[str]) -> _Table | None:
+    def _table(self, results: Sequence[Found], skip: set[str]) -> _Table | None:
         """The rows of the tasks `results` found (hits of no task, or of a task in `skip`,
         are left out, but still count in their ranking's rescaling); None if none."""
-        by_object, info_of = self._by_object, self._info
-        records: list[Record] = []
-        infos: list[_HitInfo] = []
-        ranker: list[int] = []
-        scores: list[float] = []
-        every: list[list[float]] = []
-        for r, hits in enumerate(results):
-            every.append([h.score for h in hits])
-            for hit in hits:
-                rec = hit.record
-                known = by_object.get(id(rec))
-                info = known[1] if known is not None and known[0] is rec else info_of(rec)
-                if known is None or known[0] is not rec:
-                    by_object[id(rec)] = (rec, info)
-                records.append(rec)
-                infos.append(info)
-            ranker += [r] * len(hits)
-            scores += every[-1]
-        if len(by_object) > _BY_OBJECT:
-            by_object.clear()
-        total = len(infos)
-        numbers = np.fromiter((i[6] for i in infos), dtype=np.intp, count=total)
+        ids = np.concatenate([r.ids for r in results])
+        seqs = np.concatenate([r.seqs for r in results])
+        raw = np.concatenate([r.scores for r in results])
+        cols = self._columns(ids, seqs)
+        numbers = cols.numbers(ids, seqs)
         keep = numbers >= 0
         if skip:
-            keep &= ~np.fromiter((i[0] in skip for i in infos), dtype=np.bool_, count=total)
+            excluded = [number for task in skip for number in self._by_task.get(task, ())]
+            if excluded:
+                keep &= ~np.isin(numbers, excluded)
         kept = np.flatnonzero(keep)
         if not kept.size:
             return None
-        kinds = np.fromiter((i[7] for i in infos), dtype=np.int8, count=total)[kept]
-        unique, rows = np.unique(numbers[kept], return_inverse=True)
+        kinds = cols.kind[ids[kept]]
+        _, rows = np.unique(numbers[kept], return_inverse=True)
         # Each row's record: its first task record if a hit was one, else its first hit's.
         pick = np.lexsort((np.arange(kept.size), kinds != _TASK_KIND, rows))
         first = pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
-        chosen = kept[first].tolist()
-        by_ranker = np.asarray(ranker, dtype=np.intp)[kept]
-        raw = np.asarray(scores, dtype=np.float64)[kept]
+        chosen = kept[first]
+        by_ranker = np.repeat(np.arange(len(results)), [len(r) for r in results])[kept]
+        kept_raw = raw[kept]
         found = []
-        for r in range(len(results)):
+        for r, result in enumerate(results):
             mine = by_ranker == r
             found.append(
                 (
-                    Ranking(
-                        rows=rows[mine],
-                        scores=raw[mine],
-                        every=np.asarray(every[r], dtype=np.float64),
-                    ),
+                    Ranking(rows=rows[mine], scores=kept_raw[mine], every=result.scores),
                     kinds[mine] == _SUMMARY_KIND,
                 )
             )
-        del unique
+        at = ids[chosen]
         return _Table(
-            keys=[infos[j][4] for j in chosen],
-            records=[records[j] for j in chosen],
-            shapes=[infos[j] for j in chosen],
+            ids=at.tolist(),
+            seqs=seqs[chosen].tolist(),
+            kinds=cols.kind[at],
+            places=cols.place[at],
+            asks=cols.asks[at],
+            dated=cols.dated[at],
+            infos=cols.info,
             found=found,
         )
 
-    def _info(self, record: Record) -> _HitInfo:
-        """What ranking reads of a found record (`_HitInfo`), worked out once per version."""
-        key = (record.namespace, record.key, record.seq)
-        info = self._infos.get(key)
-        if info is None:
-            data = record.data
-            task_id = str(data.get("task_id", ""))
-            order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
-            when: object
-            try:
-                fields = data.get("task") or data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-            except Exception:  # `_time_match` reads it again, and raises where it did
-                when = _UNREAD
-            ranked_as = (record.namespace, task_id) if task_id else None
-            task = data.get("task")
-            dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
-            kind = record.kind
-            with self._lock:
-                number = (
-                    -1
-                    if ranked_as is None
-                    else self._numbers.setdefault(ranked_as, len(self._numbers))
-                )
-                info = (
-                    task_id,
-                    order,
-                    _asks(record),
-                    when,
-                    ranked_as,
-                    dated,
-                    number,
-                    _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
-                )
-                self._infos[key] = info
-                if len(self._infos) > _HIT_INFO_CACHE:
-                    self._infos.popitem(last=False)
-        return info
+    def _columns(self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]) -> _Columns:
+        """What ranking reads of each hit's record, with the records of versions not seen
+        before read first (lazily: ranking reads a few fields of their data); a record that
+        changed since the search found it stays unknown (its hit stands for no task)."""
+        cols = self._found
+        known = cols.known(ids, seqs)
+        if known.all():
+            return cols
+        unknown = np.flatnonzero(~known)
+        wanted = dict(zip(seqs[unknown].tolist(), ids[unknown].tolist(), strict=True))
+        records = self.store.batch(
+            [Fetch(ids=list(wanted.values()), seqs=list(wanted), lazy=True)]
+        )[0]
+        read = [r for r in records if r is not None]
+        infos = [self._info(r) for r in read]
+        with self._lock:
+            cols.put([wanted[r.seq] for r in read], [r.seq for r in read], infos)
+        return cols
 
-    @staticmethod
-    def _time_match(
-        settings: SearchSettings,
-        query: str,
-        records: Sequence[Record],
-        shapes: Sequence[_HitInfo],
-    ) -> dict[int, float]:
+    def _info(self, record: Record) -> _HitInfo:
+        """What ranking reads of a found record (`_HitInfo`)."""
+        data = record.data
+        task_id = str(data.get("task_id", ""))
+        order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
+        when: object
+        try:
+            fields = data.get("task") or data.get("summary") or {}
+            stamp = fields.get("created_at")
+            when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+        except Exception:  # `_time_match` reads it again, and raises where it did
+            when = _UNREAD
+        ranked_as = (record.namespace, task_id) if task_id else None
+        task = data.get("task")
+        dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
+        kind = record.kind
+        with self._lock:
+            number = -1
+            if ranked_as is not None:
+                number = self._numbers.get(ranked_as, -1)
+                if number < 0:
+                    number = self._numbers[ranked_as] = len(self._numbers)
+                    self._by_task.setdefault(task_id, []).append(number)
+        return (
+            task_id,
+            order,
+            _asks(record),
+            when,
+            ranked_as,
+            dated,
+            number,
+            _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
+        )
+
+    def _time_match(self, settings: SearchSettings, query: str, table: _Table) -> dict[int, float]:
         """How close each found task was recorded to the time the query names ("5 days ago",
         "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`, by row; {} when the
         query names no time, or when no found task is close to it (the phrase is then about
@@ -367,35 +365,55 @@ class MemorySearch:
         if not spans:
             return {}
         out: dict[int, float] = {}
-        for i, rec in enumerate(records):
-            when = shapes[i][3]
-            if when is _UNREAD:
-                fields = rec.data.get("task") or rec.data.get("summary") or {}
+        for i in range(len(table.ids)):
+            shape = table.info(i)
+            when = shape[3]
+            if when is _UNREAD:  # read the record again, to raise where reading it did
+                (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
+                data = rec.data if rec is not None else {}
+                fields = data.get("task") or data.get("summary") or {}
                 stamp = fields.get("created_at")
                 when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
             if isinstance(when, datetime):
                 out[i] = max(span.proximity(when) for span in spans)
-            for named in shapes[i][5]:  # what the turn speaks of, as against when it was said
+            for named in shape[5]:  # what the turn speaks of, as against when it was said
                 out[i] = max(out.get(i, 0.0), *(span.meets(named) for span in spans))
         return out if any(out.values()) else {}
 
-    def _load_tasks(self, records: Sequence[Record]) -> list[Task]:
-        """Tasks for task records, and for summary records the task they summarize."""
-        need = [(i, r) for i, r in enumerate(records) if r.kind != TASK]
-        if not need:  # (an empty batch is still a transaction)
-            return [self._decode(r) for r in records]
-        loaded = self.store.batch(
-            [Get(namespace=r.namespace, key=f"{TASK}:{r.data['task_id']}") for _, r in need]
-        )
-        out = list(records)
-        for (i, _), rec in zip(need, loaded, strict=True):
-            if rec is not None:
-                out[i] = rec
-        return [self._decode(r) for r in out]
+    def _load_tasks(self, table: _Table, rows: Sequence[int]) -> list[Task | None]:
+        """The task of each of `rows`: a task record's own, a summary's the task it
+        summarizes; None for one whose record changed or went since the search found it."""
+        out: list[Task | None] = [None] * len(rows)
+        with self._lock:
+            for n, i in enumerate(rows):
+                task = self._decoded.get(table.seqs[i])
+                if task is not None and table.kinds[i] == _TASK_KIND:
+                    self._decoded.move_to_end(table.seqs[i])
+                    out[n] = task
+        tasks = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] == _TASK_KIND]
+        others = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] != _TASK_KIND]
+        if not tasks and not others:  # (an empty batch is still a transaction)
+            return out
+        ops: list[Fetch | Get] = []
+        if tasks:
+            ops.append(
+                Fetch(
+                    ids=[table.ids[rows[n]] for n in tasks],
+                    seqs=[table.seqs[rows[n]] for n in tasks],
+                )
+            )
+        for n in others:
+            namespace, task_id = table.key(rows[n])
+            ops.append(Get(namespace=namespace, key=f"{TASK}:{task_id}"))
+        results = self.store.batch(ops)
+        read: list[Record | None] = [*(results[0] if tasks else []), *results[1 if tasks else 0 :]]
+        for n, record in zip([*tasks, *others], read, strict=True):
+            out[n] = None if record is None else self._decode(record)
+        return out
 
     def _decode(self, record: Record) -> Task:
         """The task of a task record, decoded once per version."""
-        key = (record.namespace, record.key, record.seq)
+        key = record.seq
         with self._lock:
             task = self._decoded.get(key)
             if task is not None:
@@ -411,14 +429,99 @@ class MemorySearch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Table:
-    """The tasks found, one row each: the key each is ranked by, its record (the task's own
-    if a hit was one, else the first summary found) and what ranking reads of that record;
-    and each ranker's hits as a `Ranking` over the rows, with which hits were summaries."""
+    """The tasks found, one row each: its record (the task's own if a hit was one, else the
+    first summary found) as the store's row id and version, and what ranking reads of that
+    record (as arrays, and in full by `info`); and each ranker's hits as a `Ranking` over
+    the rows, with which hits were summaries."""
 
-    keys: list[_Key]
-    records: list[Record]
-    shapes: list[_HitInfo]
+    ids: list[int]
+    seqs: list[int]
+    kinds: npt.NDArray[np.int8]
+    places: npt.NDArray[np.int64]
+    asks: npt.NDArray[np.bool_]
+    dated: npt.NDArray[np.bool_]
+    # By row id: the columns' own dict (a search that finds a newer version of a record
+    # meanwhile replaces its entry, key unchanged; starting the numbering again replaces
+    # the dict, not its entries).
+    infos: Mapping[int, _HitInfo]
     found: list[tuple[Ranking, npt.NDArray[np.bool_]]]
+
+    def info(self, row: int) -> _HitInfo:
+        """What ranking reads of the record of `row`."""
+        return self.infos[self.ids[row]]
+
+    def key(self, row: int) -> _Key:
+        """The key `row` is ranked by (its task's namespace and id): ties go by it."""
+        key = self.infos[self.ids[row]][4]
+        assert key is not None, "a row stands for a task"
+        return key
+
+
+class _Columns:
+    """What ranking reads of the records found (`_HitInfo`), by the store's row id: numpy
+    columns for what fusion reads of every hit, and the whole `_HitInfo` for the rows that
+    need more. An id's entries are those of the version `seq[id]` (-1: none): a hit reads
+    them only while its version is that one, so a record changed since is read again."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self.seq = np.full(0, -1, dtype=np.int64)
+        self.number = np.full(0, -1, dtype=np.intp)
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.place = np.full(0, -1, dtype=np.int64)
+        self.asks = np.zeros(0, dtype=np.bool_)
+        self.dated = np.zeros(0, dtype=np.bool_)
+        self.info: dict[int, _HitInfo] = {}
+
+    def known(
+        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Whether the columns hold each of `ids` at its version in `seqs`."""
+        inside = ids < self.seq.shape[0]
+        out = np.zeros(ids.shape, dtype=np.bool_)
+        out[inside] = self.seq[ids[inside]] == seqs[inside]
+        return out
+
+    def numbers(
+        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.intp]:
+        """The number of the task each hit stands for; -1 for a hit of no task, or of a
+        version the columns do not hold."""
+        known = self.known(ids, seqs)
+        out = np.full(ids.shape, -1, dtype=np.intp)
+        out[known] = self.number[ids[known]]
+        return out
+
+    def put(self, ids: list[int], seqs: list[int], infos: list[_HitInfo]) -> None:
+        """Record the `infos` of the versions `seqs` of the records at `ids`."""
+        if not ids:
+            return
+        top = max(ids) + 1
+        if top > self.seq.shape[0]:
+            size = max(top, 2 * self.seq.shape[0])
+            for name, fill in (
+                ("number", -1),
+                ("kind", 0),
+                ("place", -1),
+                ("asks", False),
+                ("dated", False),
+                ("seq", -1),  # last: a reader never sees a version without its entries
+            ):
+                old = getattr(self, name)
+                grown = np.full(size, fill, dtype=old.dtype)
+                grown[: old.shape[0]] = old
+                setattr(self, name, grown)
+        at = np.asarray(ids, dtype=np.intp)
+        self.number[at] = [i[6] for i in infos]
+        self.kind[at] = [i[7] for i in infos]
+        self.place[at] = [i[1] for i in infos]
+        self.asks[at] = [i[2] for i in infos]
+        self.dated[at] = [bool(i[5]) for i in infos]
+        self.info.update(zip(ids, infos, strict=True))
+        self.seq[at] = seqs
 
 
 def _asks(record: Record) -> bool:

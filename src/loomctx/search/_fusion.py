@@ -20,7 +20,7 @@ operations, so scores are bit-for-bit those of that code (tests/search/test_gold
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +53,12 @@ class Ranking:
     every: Floats
 
 
-def ranking(rows: Sequence[int], scores: Sequence[float], every: Sequence[float]) -> Ranking:
-    """A `Ranking` from plain sequences."""
+def ranking(
+    rows: Sequence[int] | Rows,
+    scores: Sequence[float] | Floats,
+    every: Sequence[float] | Floats,
+) -> Ranking:
+    """A `Ranking` from plain sequences (or arrays)."""
     return Ranking(
         rows=np.asarray(rows, dtype=np.intp),
         scores=np.asarray(scores, dtype=np.float64),
@@ -153,10 +157,11 @@ def neighbour_boost(
     return out_scores
 
 
-def best_first(scores: Floats, limit: int, keys: Sequence[Any]) -> list[int]:
+def best_first(scores: Floats, limit: int, keys: Sequence[Any] | Callable[[int], Any]) -> list[int]:
     """The rows of the `limit` best `scores`, best first, ties by `keys` (comparable values,
-    one per row): what ``sorted(zip(-scores, keys))[:limit]`` gives, without sorting a deep
-    pool (only the rows at or above the `limit`-th score are sorted)."""
+    one per row; or a function of the row giving its value, for tables whose keys cost
+    something to list): what ``sorted(zip(-scores, keys))[:limit]`` gives, without sorting
+    a deep pool (only the rows at or above the `limit`-th score are sorted)."""
     n = scores.shape[0]
     if limit <= 0 or n == 0:
         return []
@@ -167,5 +172,6 @@ def best_first(scores: Floats, limit: int, keys: Sequence[Any]) -> list[int]:
     else:
         rows = list(range(n))
     values = negative.tolist()
-    rows.sort(key=lambda i: (values[i], keys[i]))
+    key_of = keys if callable(keys) else keys.__getitem__
+    rows.sort(key=lambda i: (values[i], key_of(i)))
     return rows[:limit]

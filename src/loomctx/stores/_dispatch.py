@@ -5,21 +5,29 @@ A backend's `batch` opens its transaction its own way (SQLite: one connection an
 in order, to `OpDispatcher.run_op`, which checks the batch's deadline, routes the op to the
 backend's handler for its class and turns any failure into a `LoomError` that names the op's
 index. The handlers that are the same SQL on both (`Get`, `Version`, `Expect`) live here;
-the backend writes them with its parameter marker (`param`).
+the backend writes them with its parameter marker (`param`). So does search: a backend finds
+hits as arrays (`_lexical_found`, `_vector_found`: a `Found`) and reads records by row id
+(`_records_at`); `Rank` hands back the arrays, `Fetch` the records, and `Search` /
+`VectorSearch` are the two in turn.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
+
+import numpy as np
 
 from loomctx.errors import ConfigError, ConflictError, StoreError
 from loomctx.stores._codec import COLUMNS, encode, record_from_row, unencodable
 from loomctx.stores.base import (
     Delete,
     Expect,
+    Fetch,
+    Found,
     Get,
     Hit,
     Namespace,
@@ -27,6 +35,7 @@ from loomctx.stores.base import (
     Op,
     Put,
     PutVectors,
+    Rank,
     Record,
     Scan,
     Search,
@@ -36,7 +45,15 @@ from loomctx.stores.base import (
     check_namespace,
 )
 
-__all__ = ["WRITES", "BatchState", "Connection", "OpDispatcher", "check_record_cache"]
+__all__ = [
+    "NOTHING_FOUND",
+    "WRITES",
+    "BatchState",
+    "Connection",
+    "OpDispatcher",
+    "check_record_cache",
+    "found",
+]
 
 WRITES: tuple[type[Op], ...] = (Put, Delete, PutVectors)
 """The ops that write: a batch holding one takes the store's write lock."""
@@ -71,11 +88,43 @@ _HANDLERS: tuple[tuple[type[Op], str], ...] = (
     (Scan, "_scan"),
     (Search, "_search"),
     (VectorSearch, "_vector_search"),
+    (Rank, "_rank"),
+    (Fetch, "_fetch"),
     (PutVectors, "_put_vectors"),
     (Unembedded, "_unembedded"),
     (Version, "_version_op"),
     (Expect, "_expect"),
 )
+
+
+def found(ids: Sequence[int], seqs: Sequence[int], scores: Sequence[float]) -> Found:
+    """A `Found` of plain sequences (or arrays) of one length."""
+    return Found(
+        ids=np.asarray(ids, dtype=np.int64),
+        seqs=np.asarray(seqs, dtype=np.int64),
+        scores=np.asarray(scores, dtype=np.float64),
+    )
+
+
+NOTHING_FOUND: Final = found((), (), ())
+"""The `Found` of a search without hits."""
+
+
+def _check_fetch(op: Fetch) -> tuple[list[int], list[int]]:
+    ids, seqs = list(op.ids), list(op.seqs)
+    if len(ids) != len(seqs):
+        raise ConfigError(
+            f"`Fetch.ids` and `Fetch.seqs` must be as long as each other (a `Found`'s ids and "
+            f"seqs), got {len(ids)} ids and {len(seqs)} seqs"
+        )
+    for name, values in (("ids", ids), ("seqs", seqs)):
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(
+                    f"`Fetch.{name}` must hold ints (from a `Found`; `.tolist()` its arrays), "
+                    f"got {value!r}"
+                )
+    return ids, seqs
 
 
 def check_record_cache(record_cache: object) -> int:
@@ -96,6 +145,9 @@ class OpDispatcher(ABC, Generic[C, S]):
     engine_error: ClassVar[type[Exception]]
     passthrough: ClassVar[tuple[type[Exception], ...]] = ()
     param: ClassVar[str] = "?"
+    # Whether `Fetch` reads the records' current seqs first: a backend whose cache of
+    # records may hold a version that changed since (others drop a record on every write).
+    fetch_checks_seqs: ClassVar[bool] = False
 
     def run_op(self, conn: C, state: S, index: int, op: Op, deadline: float | None) -> Any:
         """The result of `op`, the `index`-th of its batch; a failure names the op."""
@@ -171,7 +223,69 @@ class OpDispatcher(ABC, Generic[C, S]):
                 f"and retry)"
             )
 
+    # --- search: arrays, records, and the two in turn -----------------------------------------
+
+    def _rank(self, conn: C, state: S, op: Rank) -> Found:
+        search = op.search
+        if isinstance(search, Search):
+            return self._lexical_found(conn, state, search)
+        if isinstance(search, VectorSearch):
+            return self._vector_found(conn, state, search)
+        raise ConfigError(f"`Rank.search` must be a `Search` or a `VectorSearch`, got {search!r}")
+
+    def _search(self, conn: C, state: S, op: Search) -> list[Hit]:
+        return self._hits(conn, state, self._lexical_found(conn, state, op), lazy=op.lazy)
+
+    def _vector_search(self, conn: C, state: S, op: VectorSearch) -> list[Hit]:
+        return self._hits(conn, state, self._vector_found(conn, state, op), lazy=op.lazy)
+
+    def _fetch(self, conn: C, state: S, op: Fetch) -> list[Record | None]:
+        ids, seqs = _check_fetch(op)
+        asked = list(zip(ids, seqs, strict=True))
+        if ids and self.fetch_checks_seqs:
+            marks = ", ".join([self.param] * len(ids))
+            rows = conn.execute(f"SELECT id, seq FROM records WHERE id IN ({marks})", ids)
+            current = dict(rows.fetchall())
+            ids = [record_id for record_id, seq in asked if current.get(record_id) == seq]
+            seqs = [current[record_id] for record_id in ids]
+        known = self._records_at(conn, state, ids, seqs, lazy=op.lazy) if ids else {}
+        out: list[Record | None] = []
+        for record_id, seq in asked:
+            record = known.get(record_id)
+            out.append(record if record is not None and record.seq == seq else None)
+        return out
+
+    def _hits(self, conn: C, state: S, hits: Found, *, lazy: bool) -> list[Hit]:
+        """`Hit`s for `hits`, in their order (a record changed since it was found, in a
+        store read outside the search's snapshot, is left out)."""
+        if not len(hits):
+            return []
+        ids, seqs = hits.ids.tolist(), hits.seqs.tolist()
+        known = self._records_at(conn, state, ids, seqs, lazy=lazy)
+        out = []
+        for record_id, seq, score in zip(ids, seqs, hits.scores.tolist(), strict=True):
+            record = known.get(record_id)
+            if record is not None and record.seq == seq:
+                out.append(Hit(record=record, score=score))
+        return out
+
     # --- the handlers each backend writes --------------------------------------------------------
+
+    @abstractmethod
+    def _lexical_found(self, conn: C, state: S, op: Search) -> Found:
+        """The hits of lexical search `op`, as arrays."""
+
+    @abstractmethod
+    def _vector_found(self, conn: C, state: S, op: VectorSearch) -> Found:
+        """The hits of vector search `op`, as arrays."""
+
+    @abstractmethod
+    def _records_at(
+        self, conn: C, state: S, ids: list[int], seqs: list[int], *, lazy: bool
+    ) -> dict[int, Record]:
+        """The records at row `ids` (found at `seqs`; a backend may use them to tell a
+        cached record still current), by id; a missing row is left out. `lazy`: as
+        `Search.lazy`."""
 
     @abstractmethod
     def _put(self, conn: C, state: S, op: Put) -> Record: ...
@@ -181,12 +295,6 @@ class OpDispatcher(ABC, Generic[C, S]):
 
     @abstractmethod
     def _scan(self, conn: C, state: S, op: Scan) -> list[Record]: ...
-
-    @abstractmethod
-    def _search(self, conn: C, state: S, op: Search) -> list[Hit]: ...
-
-    @abstractmethod
-    def _vector_search(self, conn: C, state: S, op: VectorSearch) -> list[Hit]: ...
 
     @abstractmethod
     def _put_vectors(self, conn: C, state: S, op: PutVectors) -> int: ...

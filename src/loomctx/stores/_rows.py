@@ -9,6 +9,10 @@ it never costs more than the arrays do. Measured at 100k ids (bench/store_bench.
 bytes per id against a dict's 112; `get` 1.7-2.2 us against 0.25-0.56 us, paid only on
 writes (an upsert, a removal), never by search. Record ids are SQLite rowids, so they are
 exact integer keys: no hashing, and no collisions to handle.
+
+`SeqsById` keeps each found record's `seq` for search, in a flat array indexed by record id
+(dense: SQLite hands out rowids from 1), so a search's few thousand hits are looked up with
+one numpy indexing rather than a dict lookup each.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RowMap"]
+__all__ = ["RowMap", "SeqsById"]
 
 _MIN_COMPACT: Final = 1024  # changes kept in the dict before folding (below, a dict is small)
 _GONE: Final = -1  # in the change dict: the id was removed
@@ -76,3 +80,45 @@ class RowMap:
         self._keys = keys[order]
         self._rows = np.concatenate([self._rows[kept], rows[live].astype(np.int32)])[order]
         self._changes = {}
+
+
+class SeqsById:
+    """Record id -> its `seq`, for the ids below `limit`, in a flat int64 array (8 bytes per
+    id up to the largest id seen; -1: not known). `get` of many ids is one indexing."""
+
+    def __init__(self, *, limit: int = 1 << 22) -> None:
+        self.limit = limit
+        self._seqs = np.full(0, -1, dtype=np.int64)
+
+    def get(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The seq of each of `ids`, -1 where not known."""
+        known = self._seqs
+        inside = ids < known.shape[0]
+        if inside.all():
+            out: npt.NDArray[np.int64] = known[ids]
+            return out
+        if not known.shape[0]:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        return np.where(inside, known[np.where(inside, ids, 0)], -1)
+
+    def set(self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]) -> None:
+        """Remember `seqs` for `ids` (ids at or above `limit` are not kept)."""
+        keep = ids < self.limit
+        ids, seqs = ids[keep], seqs[keep]
+        if not ids.size:
+            return
+        top = int(ids.max()) + 1
+        if top > self._seqs.shape[0]:
+            grown = np.full(max(top, 2 * self._seqs.shape[0]), -1, dtype=np.int64)
+            grown[: self._seqs.shape[0]] = self._seqs
+            self._seqs = grown
+        self._seqs[ids] = seqs
+
+    def forget(self, record_id: int) -> None:
+        """Drop what is known of `record_id` (its record changed or went)."""
+        if 0 <= record_id < self._seqs.shape[0]:
+            self._seqs[record_id] = -1
+
+    def clear(self) -> None:
+        """Forget every id."""
+        self._seqs = np.full(0, -1, dtype=np.int64)

@@ -20,6 +20,7 @@ from typing import Any
 
 from loomctx.stores._dispatch import BatchState
 from loomctx.stores._lexical import LexicalIndex
+from loomctx.stores._rows import SeqsById
 from loomctx.stores._vectors import VectorIndex
 from loomctx.stores.base import Record
 from loomctx.text import terms
@@ -45,6 +46,7 @@ class SideIndexes:
     _lexical: LexicalIndex | None
     _vectors: dict[str, VectorIndex]
     _records: OrderedDict[int, Record]
+    _seq_of: SeqsById
     # "lexical" or a model -> "file" | "sqlite": where its index was last loaded from
     _index_origin: dict[str, str]
 
@@ -138,6 +140,7 @@ class SideIndexes:
         self._data_version = version
         self._lexical = None  # cheaper to rebuild than to find what changed
         self._records.clear()
+        self._seq_of.clear()
         current = {
             model: (count, high_seq)
             for model, count, high_seq in conn.execute(

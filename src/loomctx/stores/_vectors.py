@@ -76,6 +76,8 @@ codes instead of float32 vectors; tests set it to 0 to run the code path on smal
 _FORMAT: Final = 2  # of the side files; bump when their layout changes (2: int16 codes)
 _CHUNK: Final = 1024  # rows converted from codes to float32 at a time (stays in cache)
 _SCALE: Final = 32767  # the largest code
+_NO_IDS: Final[npt.NDArray[np.int64]] = np.empty(0, dtype=np.int64)
+_NO_SCORES: Final[npt.NDArray[np.float64]] = np.empty(0, dtype=np.float64)
 
 
 class VectorIndex:
@@ -235,12 +237,25 @@ class VectorIndex:
         limit: int,
         exact: bool = False,
     ) -> list[tuple[int, float]]:
-        """Up to `limit` (record id, cosine similarity) pairs, best first (ties by id), among
-        rows whose namespace starts with `prefix` (an encoded namespace prefix, "" for all;
-        is that namespace, if `exact`) and whose kind is `kind` (any if None)."""
+        """`top` as (record id, cosine similarity) pairs."""
+        ids, scores = self.top(query, prefix=prefix, kind=kind, limit=limit, exact=exact)
+        return list(zip(ids.tolist(), scores.tolist(), strict=True))
+
+    def top(
+        self,
+        query: npt.NDArray[np.float32],
+        *,
+        prefix: str,
+        kind: str | None,
+        limit: int,
+        exact: bool = False,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """The record ids and cosine similarities of up to `limit` rows, best first (ties by
+        id), among rows whose namespace starts with `prefix` (an encoded namespace prefix, ""
+        for all; is that namespace, if `exact`) and whose kind is `kind` (any if None)."""
         n = self._n
         if n == 0 or limit <= 0:
-            return []
+            return _NO_IDS, _NO_SCORES
         mask = row_mask(
             self._ns_codes,
             self._ns[:n],
@@ -251,7 +266,7 @@ class VectorIndex:
             exact=exact,
         )
         if mask is False:
-            return []
+            return _NO_IDS, _NO_SCORES
         unit = _normalise(query.reshape(1, -1))[0]
         rows: npt.NDArray[np.intp] | None = None
         selected = n
@@ -259,7 +274,7 @@ class VectorIndex:
             rows = np.flatnonzero(mask)
             selected = len(rows)
             if selected == 0:
-                return []
+                return _NO_IDS, _NO_SCORES
         want = max(RERANK, 32 * limit)
         if n <= EXACT_ROWS:  # score every row in place (no copy), keep the selected ones
             candidates = np.arange(n) if rows is None else rows
@@ -318,13 +333,14 @@ class VectorIndex:
 
     def _top(
         self, rows: npt.NDArray[np.intp], scores: npt.NDArray[np.float32], limit: int
-    ) -> list[tuple[int, float]]:
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         if len(rows) > limit:
             keep = np.argpartition(-scores, limit - 1)[:limit]
             rows, scores = rows[keep], scores[keep]
         ids = self._ids[rows]
         order = np.lexsort((ids, -scores))
-        return [(int(ids[i]), float(scores[i])) for i in order]
+        # float32 -> float64 is exact: the scores `float()` gave one at a time
+        return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float64)
 
     # --- bulk load and side files ---------------------------------------------------------
 

@@ -13,6 +13,12 @@ never ``('t', 'ab')``): a wider read, for callers that mean it. `text` is indexe
 search as soon as a write returns; vectors are attached later (embedding runs off the write
 path) with `PutVectors`, per embedding model, and searched with `VectorSearch`.
 
+A search's hits come back as `Hit`s (a record and its score each), or, asked through `Rank`,
+as arrays (`Found`: each hit's row id, version and score) with no record read: a caller that
+ranks thousands of hits by what it already knows of them (`LoomMemory.search` keeps that by
+version) reads the records of the few that win with `Fetch`. `Search` and `VectorSearch`
+are `Rank` followed by `Fetch` inside the store: one search, two views of its result.
+
 Several processes may share a store. `Version` tells a reader cheaply whether anything in a
 namespace changed since it last looked (what a cache of it, such as `LoomMemory`'s tiers,
 checks before it answers), and `Expect` makes a batch of writes conditional on nothing having
@@ -36,6 +42,8 @@ __all__ = [
     "BaseStore",
     "Delete",
     "Expect",
+    "Fetch",
+    "Found",
     "Get",
     "Hit",
     "MemoryStore",
@@ -44,6 +52,7 @@ __all__ = [
     "Op",
     "Put",
     "PutVectors",
+    "Rank",
     "Record",
     "Scan",
     "Search",
@@ -185,6 +194,42 @@ class VectorSearch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Rank:
+    """Run `search` and return its hits as arrays (a `Found`) instead of `Hit`s: no record
+    is read or decoded. For callers that rank many hits and read few of them (`Fetch`);
+    `search.lazy` does not apply."""
+
+    search: Search | VectorSearch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Found:
+    """A search's hits as arrays of one length, best first: each hit's record as `ids`
+    (the store's row id, a handle for `Fetch`, meaningful only in the store that returned
+    it), its version as `seqs` (the record's `seq` when found: unique in the store to one
+    version of one record, so a caller may key what it knows of a record by it) and
+    `scores` (as `Hit.score`)."""
+
+    ids: npt.NDArray[np.int64]
+    seqs: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fetch:
+    """Result: the records found by a `Rank` (their `Found.ids` and `Found.seqs`, in any
+    order and number), one per id, as they were found: None for a record changed or
+    deleted since (a row id may be reused; its version tells). `lazy`: as for `Search`."""
+
+    ids: Sequence[int]
+    seqs: Sequence[int]
+    lazy: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PutVectors:
     """Attach vectors of embedding `model` to records, one row per (namespace, key);
     records that no longer exist (or whose text changed since `seqs`) are skipped.
@@ -239,7 +284,18 @@ class Expect:
 
 
 Op: TypeAlias = (
-    Put | Get | Delete | Scan | Search | VectorSearch | PutVectors | Unembedded | Version | Expect
+    Put
+    | Get
+    | Delete
+    | Scan
+    | Search
+    | VectorSearch
+    | Rank
+    | Fetch
+    | PutVectors
+    | Unembedded
+    | Version
+    | Expect
 )
 
 
@@ -318,6 +374,17 @@ class BaseStore(ABC):
         """Nearest records by vector under `prefix`; `options` are the fields of `VectorSearch`."""
         op = VectorSearch(prefix=prefix, vector=vector, model=model, **options)
         result: list[Hit] = self.batch([op])[0]
+        return result
+
+    def rank(self, search: Search | VectorSearch) -> Found:
+        """The hits of `search` as arrays (`Rank`)."""
+        result: Found = self.batch([Rank(search=search)])[0]
+        return result
+
+    def fetch(self, found: Found, *, lazy: bool = False) -> list[Record | None]:
+        """The records of `found`, in its order (`Fetch`)."""
+        op = Fetch(ids=found.ids.tolist(), seqs=found.seqs.tolist(), lazy=lazy)
+        result: list[Record | None] = self.batch([op])[0]
         return result
 
     def __enter__(self) -> Self:

@@ -60,12 +60,12 @@ from loomctx.stores._codec import (
     stored,
     wrong_dim,
 )
-from loomctx.stores._dispatch import WRITES, OpDispatcher, check_record_cache
+from loomctx.stores._dispatch import NOTHING_FOUND, WRITES, OpDispatcher, check_record_cache, found
 from loomctx.stores.base import (
     BaseStore,
     Delete,
     Expect,
-    Hit,
+    Found,
     Op,
     Put,
     PutVectors,
@@ -282,6 +282,7 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
     engine_error = psycopg.Error
     passthrough = (psycopg.OperationalError,)  # the connection: reported by `batch`
     param = "%s"
+    fetch_checks_seqs = True
 
     def _before_op(self, conn: psycopg.Connection[Any], state: PgBatch, op: Op) -> None:
         if not isinstance(op, Put):
@@ -455,12 +456,12 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
             params.append(check_limit(op.limit))
         return [self._record(row) for row in conn.execute(query, params)]
 
-    def _search(self, conn: psycopg.Connection[Any], state: PgBatch, op: Search) -> list[Hit]:
+    def _lexical_found(self, conn: psycopg.Connection[Any], state: PgBatch, op: Search) -> Found:
         prefix = check_namespace(op.prefix, prefix=not op.exact)
         limit = check_limit(op.limit)
         query_terms = [t for t in terms(op.query) if t in _pg_lexical.term_counts([t])]
         if not query_terms or limit == 0:
-            return []
+            return NOTHING_FOUND
         flush_lexical(conn, state)  # the batch's own writes count
         clauses, params = _pg_sql.filters(prefix, op.kind, exact=op.exact)
         named: dict[str, Any] = {f"f{i}": value for i, value in enumerate(params)}
@@ -468,14 +469,14 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
             " AND " + clause.format(*(f"%(f{i})s" for i in range(n0, n1)))
             for clause, (n0, n1) in _pg_sql.spans(clauses)
         )
-        found = _pg_lexical.search_ids(
+        hits = _pg_lexical.search_ids(
             conn, query_terms, filters=filters, params=named, limit=limit, local=op.exact
         )
-        return self._hits(conn, state, found)
+        return found([h[0] for h in hits], [h[2] for h in hits], [h[1] for h in hits])
 
-    def _vector_search(
+    def _vector_found(
         self, conn: psycopg.Connection[Any], state: PgBatch, op: VectorSearch
-    ) -> list[Hit]:
+    ) -> Found:
         prefix = check_namespace(op.prefix, prefix=not op.exact)
         query, limit = query_vector(op)
         known = self._model(conn, state, op.model)
@@ -485,19 +486,18 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
             del self._models[op.model]
             known = self._model(conn, state, op.model)
         if known is None or limit == 0:
-            return []
+            return NOTHING_FOUND
         set_id, dim = known
         if query.shape[0] != dim:
             raise wrong_dim(op.model, dim, query.shape[0], query=True)
         clauses, params = _pg_sql.filters(prefix, op.kind, exact=op.exact)
         unit = _pg_sql.normalise(query.reshape(1, -1))[0]
         # Relaxed order: the index may hand rows slightly out of order; sort them exactly.
-        columns = sql.SQL(", ").join(sql.SQL("r." + c) for c in COLUMNS.split(", "))
         query_sql = sql.SQL(
-            "SELECT {}, v.score FROM (SELECT record_id, -(embedding <#> %s) AS score FROM {}{} "
-            "ORDER BY embedding <#> %s LIMIT %s) AS v JOIN records AS r ON r.id = v.record_id "
-            "ORDER BY v.score DESC, r.id"
-        ).format(columns, _pg_sql.table(set_id), _pg_sql.where(clauses))
+            "SELECT r.id, r.seq, v.score FROM (SELECT record_id, -(embedding <#> %s) AS score "
+            "FROM {}{} ORDER BY embedding <#> %s LIMIT %s) AS v JOIN records AS r "
+            "ON r.id = v.record_id ORDER BY v.score DESC, r.id"
+        ).format(_pg_sql.table(set_id), _pg_sql.where(clauses))
         try:
             rows = conn.execute(query_sql, [unit, *params, unit, limit]).fetchall()
         except psycopg.errors.UndefinedTable:
@@ -505,8 +505,8 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
             self._models.pop(op.model, None)
             if state.locked:
                 raise
-            return self._vector_search(conn, state, op)
-        return [Hit(record=self._record(row[:-1]), score=float(row[-1])) for row in rows]
+            return self._vector_found(conn, state, op)
+        return found([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
     def _model(
         self, conn: psycopg.Connection[Any], state: PgBatch, model: str
@@ -525,10 +525,16 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
             known = self._models[model] = (int(row[0]), int(row[1]))
         return known
 
-    def _hits(
-        self, conn: psycopg.Connection[Any], state: PgBatch, found: list[tuple[int, float, int]]
-    ) -> list[Hit]:
-        """`Hit`s for (record id, score, seq) triples, in their order.
+    def _records_at(
+        self,
+        conn: psycopg.Connection[Any],
+        state: PgBatch,
+        ids: list[int],
+        seqs: list[int],
+        *,
+        lazy: bool,
+    ) -> dict[int, Record]:
+        """The records at `ids`, by id (`lazy` is not needed: reading is the cost here).
 
         Reading and decoding the records was a quarter of a window build's store time, and
         the same records come back search after search (an agent re-retrieves before every
@@ -537,17 +543,15 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
         record a new seq, whichever worker made it, so a record changed since is read
         again. Only committed records are kept (not those read inside a write batch's
         transaction, whose seqs a rollback would hand out again)."""
-        if not found:
-            return []
         cache = self._records
         with self._cache_lock:
             known = {}
-            for record_id, _, seq in found:
+            for record_id, seq in zip(ids, seqs, strict=True):
                 record = cache.get(record_id)
                 if record is not None and record.seq == seq:
                     known[record_id] = record
                     cache.move_to_end(record_id)
-        missing = [record_id for record_id, _, _ in found if record_id not in known]
+        missing = [record_id for record_id in ids if record_id not in known]
         if missing:
             rows = conn.execute(
                 f"SELECT id, {COLUMNS} FROM records WHERE id = ANY(%s::bigint[])", (missing,)
@@ -559,8 +563,7 @@ class PostgresStore(BaseStore, OpDispatcher["psycopg.Connection[Any]", PgBatch])
                     cache.update(fetched)
                     while len(cache) > self.record_cache:
                         cache.popitem(last=False)
-        # A record deleted since the search found it is left out.
-        return [Hit(record=known[r], score=s) for r, s, _ in found if r in known]
+        return known
 
     def _unembedded(
         self, conn: psycopg.Connection[Any], state: PgBatch, op: Unembedded

@@ -43,6 +43,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from loomctx.errors import ConfigError, StoreClosedError, StoreError
 from loomctx.stores._codec import (
     COLUMNS,
@@ -60,15 +63,16 @@ from loomctx.stores._codec import (
     stored,
     wrong_dim,
 )
-from loomctx.stores._dispatch import WRITES, OpDispatcher, check_record_cache
+from loomctx.stores._dispatch import NOTHING_FOUND, WRITES, OpDispatcher, check_record_cache
 from loomctx.stores._lexical import LexicalIndex
 from loomctx.stores._migrations import migrate
+from loomctx.stores._rows import SeqsById
 from loomctx.stores._sqlite_indexes import SideIndexes, SQLiteBatch
 from loomctx.stores._vectors import VectorIndex
 from loomctx.stores.base import (
     BaseStore,
     Delete,
-    Hit,
+    Found,
     Namespace,
     Op,
     Put,
@@ -126,6 +130,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
             raise ConfigError(f"`durability` must be 'normal' or 'full', got {durability!r}")
         self.record_cache = check_record_cache(record_cache)
         self._records: OrderedDict[int, Record] = OrderedDict()  # by record id, oldest first
+        self._seq_of = SeqsById()  # record id -> seq, for search (`_seqs`)
         self.path = str(path)
         self._memory = self.path == ":memory:"
         self._lock = threading.RLock()
@@ -211,6 +216,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
                 # Indexes changed (or loaded) in the batch are rebuilt from SQLite when needed,
                 # and records it read may be ones it wrote.
                 self._records.clear()
+                self._seq_of.clear()
                 for model in state.touched_models:
                     self._vectors.pop(model, None)
                 if state.touched_lexical:
@@ -240,6 +246,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
             finally:
                 self._vectors.clear()
                 self._records.clear()
+                self._seq_of.clear()
                 self._lexical = None
                 conn.close()
 
@@ -295,6 +302,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
                 (record.kind, record.text, data_json, seq, text_seq, now, record_id),
             )
             self._records.pop(record_id, None)
+            self._seq_of.forget(record_id)
             lexical = self._lexical
             if lexical is not None and record.text != old_text:
                 lexical.remove(record_id, terms(old_text))
@@ -318,6 +326,7 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
         state.seq += 1  # a delete changes the namespace: it takes a seq, for its version
         state.changed[encoded] = state.deleted[encoded] = state.seq
         self._records.pop(record_id, None)
+        self._seq_of.forget(record_id)
         if self._lexical is not None:
             self._lexical.remove(record_id, terms(text))
             state.touched_lexical = True
@@ -412,52 +421,73 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
         merged = sorted(rows + found, key=lambda row: row[5], reverse=op.newest_first)
         return [record_from_row(row) for row in merged[:limit]]
 
-    def _search(self, conn: sqlite3.Connection, state: SQLiteBatch, op: Search) -> list[Hit]:
+    def _lexical_found(self, conn: sqlite3.Connection, state: SQLiteBatch, op: Search) -> Found:
         prefix = check_namespace(op.prefix, prefix=not op.exact)
         limit = check_limit(op.limit)
         query_terms = terms(op.query)
         if not query_terms or limit == 0:
-            return []
-        found = self._lexical_index(conn, state).search(
+            return NOTHING_FOUND
+        ids, scores = self._lexical_index(conn, state).top(
             query_terms, prefix=encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
-        return self._hits(conn, found, lazy=op.lazy)
+        return Found(ids=ids, seqs=self._seqs(conn, ids), scores=scores)
 
-    def _vector_search(
+    def _vector_found(
         self, conn: sqlite3.Connection, state: SQLiteBatch, op: VectorSearch
-    ) -> list[Hit]:
+    ) -> Found:
         prefix = check_namespace(op.prefix, prefix=not op.exact)
         query, limit = query_vector(op)
         dim = self._model_dim(conn, op.model)
         if dim is None or limit == 0:
-            return []
+            return NOTHING_FOUND
         if query.shape[0] != dim:
             raise wrong_dim(op.model, dim, query.shape[0], query=True)
         index = self._vector_index(conn, state, op.model, dim)
-        found = index.search(
+        ids, scores = index.top(
             query, prefix=encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
-        return self._hits(conn, found, lazy=op.lazy)
+        return Found(ids=ids, seqs=self._seqs(conn, ids), scores=scores)
 
-    def _hits(
-        self, conn: sqlite3.Connection, found: list[tuple[int, float]], *, lazy: bool
-    ) -> list[Hit]:
-        """`Hit`s for (record id, score) pairs, in their order.
+    def _seqs(self, conn: sqlite3.Connection, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The `seq` of the records at `ids` (every one exists: the indexes hold live rows
+        only). Kept by id (`_seq_of`), as the records are: dropped by the writes that
+        change them, all of them by a rolled-back batch or another connection's commit."""
+        seqs = self._seq_of.get(ids)
+        unknown = seqs < 0
+        if unknown.any():
+            missing = ids[unknown].tolist()
+            rows = conn.execute(
+                f"SELECT id, seq FROM records WHERE id IN ({','.join('?' * len(missing))})",
+                missing,
+            ).fetchall()
+            read = dict(rows)
+            seqs[unknown] = [read.get(record_id, -1) for record_id in missing]
+            self._seq_of.set(ids[unknown], seqs[unknown])
+        return seqs
 
-        Decoding a record's JSON is most of a search's time (a deep memory search reads ~370
-        records to return 62), and the same records come back query after query: an agent
-        re-retrieves before every model call. So the last `record_cache` records read are
-        kept, by id. A write drops the record it changes; a rolled-back batch, or a commit by
-        another connection, drops them all. Records are values: callers share them and must
-        not change their `data`.
+    def _records_at(
+        self,
+        conn: sqlite3.Connection,
+        state: SQLiteBatch,
+        ids: list[int],
+        seqs: list[int],
+        *,
+        lazy: bool,
+    ) -> dict[int, Record]:
+        """The records at `ids`, by id.
+
+        Decoding a record's JSON is most of reading it, and the same records come back
+        query after query: an agent re-retrieves before every model call. So the last
+        `record_cache` records read are kept, by id. A write drops the record it changes; a
+        rolled-back batch, or a commit by another connection, drops them all (so a kept
+        record is the current one, whatever `seqs` says). Records are values: callers share
+        them and must not change their `data`.
 
         With `lazy` (`Search.lazy`), records read now keep their data as JSON text until it
         is first read (`JSONData`); a record the cache holds so is decoded for a caller that
         did not ask for `lazy` (and kept decoded)."""
-        if not found:
-            return []
         cache = self._records
-        missing = [record_id for record_id, _ in found if record_id not in cache]
+        missing = [record_id for record_id in ids if record_id not in cache]
         fetched: dict[int, Record] = {}
         if missing:
             fetched = {
@@ -468,21 +498,23 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
                     missing,
                 )
             }
-        hits = []
+        out: dict[int, Record] = {}
         recent = cache.move_to_end
-        for record_id, score in found:
+        for record_id in ids:
             record = fetched.get(record_id) if fetched else None
             if record is None:
-                record = cache[record_id]
+                record = cache.get(record_id)
+                if record is None:
+                    continue  # deleted
                 recent(record_id)
                 if not lazy and isinstance(record.data, JSONData):
                     record = cache[record_id] = replace(record, data=record.data.decoded())
-            hits.append(Hit(record=record, score=score))
+            out[record_id] = record
         if self.record_cache:
             cache.update(fetched)
             while len(cache) > self.record_cache:
                 cache.popitem(last=False)
-        return hits
+        return out
 
     def _unembedded(
         self, conn: sqlite3.Connection, state: SQLiteBatch, op: Unembedded

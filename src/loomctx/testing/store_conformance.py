@@ -20,8 +20,9 @@ namespace prefixes that match part-wise (``('t', 'a')`` never sees ``('t', 'ab')
 namespace reads (``exact=True`` never sees ``('t', 'a', 's')`` from ``('t', 'a')``), kind and
 `where` filters, English and Chinese lexical search, vector search and its dimension errors,
 vectors dropped when text changes and never attached to a text they were not computed from,
-`Unembedded`, namespace versions and the `Expect` guard, text that is not valid Unicode,
-`abatch`, namespace validation and closing.
+search as arrays (`Rank`) and reading what it found (`Fetch`), `Unembedded`, namespace
+versions and the `Expect` guard, text that is not valid Unicode, `abatch`, namespace validation
+and closing.
 
 This module imports pytest: import it from test modules only.
 """
@@ -49,13 +50,13 @@ from loomctx.stores.base import (
     VectorSearch,
     Version,
 )
-from loomctx.testing._store_search import SearchConformance
+from loomctx.testing._store_rank import RankConformance
 from loomctx.testing._store_values import A_S, AB, OTHER, A, keys, rec, unit
 
 __all__ = ["MemoryStoreConformance", "keys", "rec", "unit"]
 
 
-class MemoryStoreConformance(SearchConformance):
+class MemoryStoreConformance(RankConformance):
     """Tests of the `MemoryStore` contract; a subclass provides the `store` fixture."""
 
     # --- put / get / delete -----------------------------------------------------------------
