@@ -4,7 +4,7 @@ Rows are unit-normalised float32 vectors with, per row, the record id and codes 
 record's namespace and kind, so that a namespace prefix or a kind becomes an exact boolean
 mask over rows (DESIGN.md invariant 6 never depends on an approximation).
 
-Search is exact (one matrix-vector product and `argpartition`) while the candidate rows are
+Search is exact (one matrix-vector product and a partition) while the candidate rows are
 few enough to score cheaply (`EXACT_ROWS`). Above that, scoring every float32 row is memory
 bound: 10-21 ms at 100k x 384 on this machine kind, against a target of 3 ms. So a first
 pass ranks rows by the Hamming distance of their sign bits (1 bit per dimension, 1/32 of
@@ -59,6 +59,7 @@ import numpy.typing as npt
 from loomctx.stores._codes import Codes, row_mask
 from loomctx.stores._rows import RowMap
 from loomctx.stores._snapshot import read_snapshot, write_snapshot
+from loomctx.stores._top import best
 
 __all__ = ["CODES_FROM", "EXACT_ROWS", "RERANK", "VectorIndex"]
 
@@ -306,7 +307,7 @@ class VectorIndex:
         cutoff = int(np.searchsorted(np.cumsum(histogram), want))
         chosen = np.flatnonzero(distance <= cutoff)
         if len(chosen) > 2 * want:  # many ties at the cutoff: keep the nearest `want`
-            chosen = chosen[np.argpartition(distance[chosen], want)[:want]]
+            chosen = chosen[best(distance[chosen], chosen, want, highest=False)]
         return chosen
 
     def _ensure_bits(self) -> npt.NDArray[np.uint64]:
@@ -334,9 +335,8 @@ class VectorIndex:
     def _top(
         self, rows: npt.NDArray[np.intp], scores: npt.NDArray[np.float32], limit: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        if len(rows) > limit:
-            keep = np.argpartition(-scores, limit - 1)[:limit]
-            rows, scores = rows[keep], scores[keep]
+        keep = best(scores, self._ids[rows], limit)
+        rows, scores = rows[keep], scores[keep]
         ids = self._ids[rows]
         order = np.lexsort((ids, -scores))
         # float32 -> float64 is exact: the scores `float()` gave one at a time
