@@ -17,7 +17,6 @@ MAX_LINES = 600
 # Modules over `MAX_LINES` today, to be split by responsibility. The list may only shrink: a
 # module split below the limit must leave it (the test says so), and no module joins it.
 OVER_THE_LIMIT = {
-    "agent/executor.py",
     "evaluation/retrieval.py",
     "knowledge/_base.py",
     "messages.py",
