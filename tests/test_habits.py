@@ -21,7 +21,6 @@ OVER_THE_LIMIT = {
     "knowledge/_base.py",
     "messages.py",
     "server/_inspect_html.py",
-    "server/_proxy.py",
 }
 
 # Public dataclasses that are not frozen, keyword-only values, and why.
