@@ -20,7 +20,6 @@ OVER_THE_LIMIT = {
     "evaluation/retrieval.py",
     "knowledge/_base.py",
     "messages.py",
-    "server/_inspect_html.py",
 }
 
 # Public dataclasses that are not frozen, keyword-only values, and why.
