@@ -20,8 +20,9 @@ is written. The keyword arguments these values replace are refused by `Agent` wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from loomctx.agent.llm import LLMOptions
 from loomctx.agent.retriever import ContextRetriever
@@ -62,6 +63,13 @@ def _count(value: object, what: str) -> int:
     return value
 
 
+def _optional(value: object, kind: type, what: str, expected: str) -> None:
+    """Refuse `value`, the setting `what`, unless it is None or a `kind` (`expected` says
+    which, in words)."""
+    if value is not None and not isinstance(value, kind):
+        raise ConfigError(f"`{what}` must be {expected}, got {type(value).__name__}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentWindow:
     """How large an agent's window is and how its budget is shared out.
@@ -96,16 +104,13 @@ class AgentWindow:
             self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
         )
         check_limit(self.max_result_tokens, "`AgentWindow.max_result_tokens`")
-        if self.budget_manager is not None and not isinstance(self.budget_manager, BudgetManager):
-            raise ConfigError(
-                "`AgentWindow.budget_manager` must be a BudgetManager (or "
-                f"AdaptiveBudgetManager), got {type(self.budget_manager).__name__}"
-            )
-        if self.cache_policy is not None and not isinstance(self.cache_policy, CachePolicy):
-            raise ConfigError(
-                "`AgentWindow.cache_policy` must be a CachePolicy, got "
-                f"{type(self.cache_policy).__name__}"
-            )
+        _optional(
+            self.budget_manager,
+            BudgetManager,
+            "AgentWindow.budget_manager",
+            "a BudgetManager (or AdaptiveBudgetManager)",
+        )
+        _optional(self.cache_policy, CachePolicy, "AgentWindow.cache_policy", "a CachePolicy")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,11 +147,7 @@ class AgentSources:
         object.__setattr__(self, "extra", tuple(self.extra))
         for source in self.extra:
             _check_extra(source)
-        if self.shared_pool is not None and not isinstance(self.shared_pool, LoomMemory):
-            raise ConfigError(
-                "`AgentSources.shared_pool` must be a LoomMemory, got "
-                f"{type(self.shared_pool).__name__}"
-            )
+        _optional(self.shared_pool, LoomMemory, "AgentSources.shared_pool", "a LoomMemory")
         timeout = self.timeout
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigError(
@@ -198,14 +199,10 @@ class AgentLoop:
                 "`AgentLoop.progress` must be a function returning the task's progress (0..1, "
                 f"or None to count turns), got {self.progress!r}"
             )
-        if self.llm_options is not None and not isinstance(self.llm_options, LLMOptions):
-            raise ConfigError(
-                "`AgentLoop.llm_options` must be an LLMOptions, got "
-                f"{type(self.llm_options).__name__}"
-            )
+        _optional(self.llm_options, LLMOptions, "AgentLoop.llm_options", "an LLMOptions")
 
 
-MOVED: dict[str, tuple[str, str, str]] = {
+MOVED: Final[Mapping[str, tuple[str, str, str]]] = {
     "model_context_window": ("window", "AgentWindow", "model_context_window"),
     "output_reserve_ratio": ("window", "AgentWindow", "output_reserve_ratio"),
     "token_counter": ("window", "AgentWindow", "token_counter"),
