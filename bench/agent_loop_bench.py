@@ -41,6 +41,7 @@ from loomctx import (
     ToolCall,
     tool,
 )
+from loomctx.agent import AgentSources, AgentWindow
 from loomctx.agent.events import ContextAssembled, RunStarted, TurnCompleted
 from loomctx.memory.task import USER_MESSAGE
 from loomctx.testing import ScriptedLLM
@@ -147,9 +148,9 @@ async def measure(
             llm=llm,
             system_instructions="You remember what your friends told you. Cite dates.",
             tools=[recall] if tool_turns else [],
-            context_retriever=retriever,
             memory=memory or LoomMemory("bench", counter=COUNTER, embedder=None),
-            token_counter=COUNTER,
+            window=AgentWindow(token_counter=COUNTER),
+            sources=AgentSources(retriever=retriever),
         )
         turns = await one_run(agent, llm)
         if i >= 2:  # the first two runs warm caches up

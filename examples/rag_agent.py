@@ -31,6 +31,7 @@ from loomctx import (
     ToolError,
     tool,
 )
+from loomctx.agent import AgentSources
 from loomctx.agent.events import (
     ContextAssembled,
     LLMCompleted,
@@ -176,8 +177,7 @@ async def ask(llm: LLM, questions: Sequence[str]) -> None:
             llm=llm,
             system_instructions="You answer customers of a small online shop from its help pages.",
             tools=[order_status],
-            context_retriever=HelpCenter(PAGES),
-            retrieval_top_k=2,
+            sources=AgentSources(retriever=HelpCenter(PAGES), top_k=2),
         )
         async for event in agent.stream(question):
             print(clip(f"[turn {event.turn}] {event.type.value:<19} {describe(event)}"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loomctx import LLM, Agent
+from loomctx.agent import AgentLoop, AgentSources
 
 from .schema import SchemaRetriever, table_docs
 from .tools import make_tools
@@ -33,8 +34,9 @@ def build_agent(
         llm=llm,
         system_instructions=INSTRUCTIONS,
         tools=make_tools(database, docs, plain_errors=plain_errors),
-        context_retriever=SchemaRetriever(docs, max_tokens=SCHEMA_BUDGET),
-        max_turns=max_turns,
         name="text_to_sql",
-        retrieval_top_k=TOP_TABLES,
+        sources=AgentSources(
+            retriever=SchemaRetriever(docs, max_tokens=SCHEMA_BUDGET), top_k=TOP_TABLES
+        ),
+        loop=AgentLoop(max_turns=max_turns),
     )

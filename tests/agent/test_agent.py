@@ -20,6 +20,7 @@ from loomctx import (
     ToolCall,
     tool,
 )
+from loomctx.agent import AgentLoop, AgentSources
 from loomctx.agent.llm import Completed
 from loomctx.agent.retriever import BaseContextRetriever, Document, MemoryRetriever
 from loomctx.context.render import CONTEXT_PREAMBLE
@@ -175,9 +176,12 @@ async def test_an_invalid_tool_call_is_answered_with_the_reason_it_was_refused(
 async def test_every_call_gets_instructions_and_retrieved_documents_seed_000() -> None:
     llm = ScriptedLLM([[ToolCall(id="c1", name="add", arguments={"a": 1, "b": 1})], "done"])
     agent = Agent(
-        llm=llm, system_instructions="You are a SQL analyst.", tools=[add],
-        context_retriever=TableDocs(), embedder=None,
-    )  # fmt: skip
+        llm=llm,
+        system_instructions="You are a SQL analyst.",
+        tools=[add],
+        embedder=None,
+        sources=AgentSources(retriever=TableDocs()),
+    )
     await agent.run("How many orders were placed?")
     for call in llm.calls:
         assert "You are a SQL analyst." in call.messages[0].content
@@ -192,7 +196,9 @@ async def test_what_a_tool_reveals_is_retrieved_for_the_next_call_seed_001() -> 
 
     retriever = TableDocs()
     llm = ScriptedLLM([[ToolCall(id="c1", name="list_tables", arguments={})], "done"])
-    agent = Agent(llm=llm, tools=[list_tables], context_retriever=retriever, embedder=None)
+    agent = Agent(
+        llm=llm, tools=[list_tables], embedder=None, sources=AgentSources(retriever=retriever)
+    )
     await agent.run("Which table has the customer ratings?")
     assert "Table reviews(" not in texts(llm.calls[0].messages)
     assert "Table reviews(" in texts(llm.calls[1].messages)
@@ -202,7 +208,7 @@ async def test_what_a_tool_reveals_is_retrieved_for_the_next_call_seed_001() -> 
 async def test_max_turns_stops_the_loop() -> None:
     call = [ToolCall(id=f"c{i}", name="add", arguments={"a": i, "b": 1}) for i in range(3)]
     llm = ScriptedLLM([[call[0]], [call[1]], [call[2]]])
-    agent = Agent(llm=llm, tools=[add], max_turns=3, embedder=None)
+    agent = Agent(llm=llm, tools=[add], embedder=None, loop=AgentLoop(max_turns=3))
     events = [e async for e in agent.stream("loop")]
     assert events[-1].to_dict()["stopped"] == "max_turns"
     assert events[-1].to_dict()["turns"] == 3
@@ -240,8 +246,8 @@ async def test_a_provider_error_is_reported_then_raised() -> None:
 
 def test_run_sync_and_validation() -> None:
     assert Agent(llm=ScriptedLLM(["hi"]), embedder=None).run_sync("hello") == "hi"
-    with pytest.raises(ConfigError, match="`max_turns`"):
-        Agent(llm=ScriptedLLM([]), max_turns=0, embedder=None)
+    with pytest.raises(ConfigError, match=r"`AgentLoop\.max_turns`"):
+        Agent(llm=ScriptedLLM([]), embedder=None, loop=AgentLoop(max_turns=0))
     with pytest.raises(ConfigError, match="share a name"):
         Agent(llm=ScriptedLLM([]), tools=[add, add], embedder=None)
     with pytest.raises(TypeError):

@@ -22,6 +22,7 @@ from loomctx import (
     ToolCall,
     UserInputSource,
 )
+from loomctx.agent import AgentSources
 from loomctx.agent.executor import TurnSource
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
@@ -129,21 +130,33 @@ async def test_a_prompt_that_is_not_a_string_is_refused(memory: LoomMemory) -> N
     assert memory.get_l1_tasks() == []
 
 
-@pytest.mark.parametrize("setting", ["system_instructions", "stage", "task_context"])
+def _with_text(setting: str, text: object, name: str = "agent") -> Agent:
+    """An agent whose instructions, stage or task context is `text`."""
+    if setting == "system_instructions":
+        return Agent(ScriptedLLM([]), text, name=name, embedder=None)  # type: ignore[arg-type]
+    field = setting.removeprefix("AgentSources.")
+    sources = AgentSources(**{field: text})  # type: ignore[arg-type]
+    return Agent(ScriptedLLM([]), name=name, embedder=None, sources=sources)
+
+
+TEXTS = ["system_instructions", "AgentSources.stage", "AgentSources.task_context"]
+
+
+@pytest.mark.parametrize("setting", TEXTS)
 def test_settings_that_are_not_valid_unicode_are_refused_at_construction(setting: str) -> None:
     """Before, the agent was made, and its first run recorded the user's Task before the
     window failed, naming a `system` message instead of the setting."""
     with pytest.raises(MessageFormatError) as err:
-        Agent(llm=ScriptedLLM([]), name="helper", **{setting: "Be brief.\udc80"}, embedder=None)
+        _with_text(setting, "Be brief.\udc80", name="helper")
     message = str(err.value)
     assert f"the `{setting}` of agent `helper`" in message
     assert "position 9" in message
 
 
-@pytest.mark.parametrize("setting", ["system_instructions", "stage", "task_context"])
+@pytest.mark.parametrize("setting", TEXTS)
 def test_settings_that_are_not_strings_are_refused_at_construction(setting: str) -> None:
     with pytest.raises(ConfigError, match=rf"the `{setting}` of agent `agent` must be a string"):
-        Agent(llm=ScriptedLLM([]), **{setting: None}, embedder=None)
+        _with_text(setting, None)
 
 
 async def test_a_build_without_a_user_turn_ends_on_the_in_flight_exchange() -> None:
@@ -180,13 +193,16 @@ def test_a_unified_retrieval_source_in_sources_is_refused_with_the_way_to_pass_i
         Agent(
             ScriptedLLM([]),
             "Rules.",
-            sources=[UnifiedRetrievalSource(knowledge_bases=[handbook])],
             embedder=None,
+            sources=AgentSources(extra=[UnifiedRetrievalSource(knowledge_bases=[handbook])]),
         )
     with pytest.raises(ConfigError, match="`L1_recent`"):
         Agent(
-            ScriptedLLM([]), "Rules.", sources=[HistorySource([], name="L1_recent")], embedder=None
+            ScriptedLLM([]),
+            "Rules.",
+            embedder=None,
+            sources=AgentSources(extra=[HistorySource([], name="L1_recent")]),
         )
     # Under another name, it searches as well.
     search = UnifiedRetrievalSource(knowledge_bases=[handbook], name="docs_search")
-    Agent(ScriptedLLM([]), "Rules.", sources=[search], embedder=None)
+    Agent(ScriptedLLM([]), "Rules.", embedder=None, sources=AgentSources(extra=[search]))

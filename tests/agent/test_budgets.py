@@ -21,6 +21,7 @@ from loomctx import (
     ToolCall,
     tool,
 )
+from loomctx.agent import AgentLoop, AgentSources, AgentWindow
 from loomctx.agent.events import ContextAssembled
 from loomctx.agent.retriever import BaseContextRetriever, Document
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
@@ -68,7 +69,7 @@ async def test_a_10k_token_system_prompt_works_in_a_16k_window() -> None:
     prompt = instructions(10_000)
     llm = ScriptedLLM([call("rent", "c1"), call("fees", "c2"), "Rent is 42."])
     agent = Agent(llm=llm, system_instructions=prompt, tools=[lookup], memory=memory())
-    assert agent.model_context_window == 16_000
+    assert agent.window.model_context_window == 16_000
     events = [e async for e in agent.stream("What is the rent?")]
     llm.assert_complete()
     assert events[-1].output == "Rent is 42."  # type: ignore[attr-defined]
@@ -105,7 +106,12 @@ def test_the_static_limit_is_configurable() -> None:
     Agent(llm=ScriptedLLM([]), system_instructions=prompt, memory=memory())
     capped = BudgetManager(static_ratio=0.25)
     with pytest.raises(BudgetExceededError, match="budget of 3200 tokens") as caught:
-        Agent(llm=ScriptedLLM([]), system_instructions=prompt, budget_manager=capped, embedder=None)
+        Agent(
+            llm=ScriptedLLM([]),
+            system_instructions=prompt,
+            embedder=None,
+            window=AgentWindow(budget_manager=capped),
+        )
     assert "static_ratio" in str(caught.value)
 
 
@@ -128,13 +134,14 @@ async def test_seed_001_split_12000_static_and_4000_dynamic_of_16000() -> None:
     agent = Agent(
         llm=llm,
         system_instructions=prompt,
-        context_retriever=Schemas(max_tokens=16_000),
-        retrieval_top_k=40,
-        model_context_window=20_000,  # 16,000 input tokens with the default reserve of 0.2
-        budget_manager=split,
         memory=memory(),
-        # Seed 001's tail: a quarter of the input, not the window recipe's default cap.
-        cache_policy=CachePolicy(max_dynamic=0.25),
+        window=AgentWindow(
+            model_context_window=20_000,  # 16,000 input tokens with the default reserve of 0.2
+            budget_manager=split,
+            # Seed 001's tail: a quarter of the input, not the window recipe's default cap.
+            cache_policy=CachePolicy(max_dynamic=0.25),
+        ),
+        sources=AgentSources(retriever=Schemas(max_tokens=16_000), top_k=40),
     )
     events = [e async for e in agent.stream("orders by month")]
     (window,) = [e for e in events if isinstance(e, ContextAssembled)]
@@ -147,9 +154,8 @@ async def test_seed_001_split_12000_static_and_4000_dynamic_of_16000() -> None:
         Agent(
             llm=ScriptedLLM([]),
             system_instructions=instructions(12_100),
-            model_context_window=20_000,
-            budget_manager=split,
             embedder=None,
+            window=AgentWindow(model_context_window=20_000, budget_manager=split),
         )
 
 
@@ -179,10 +185,10 @@ def test_limits_default_to_the_whole_budget_and_no_dynamic_cap() -> None:
 
 
 def test_agent_refuses_a_budget_manager_of_another_type() -> None:
-    with pytest.raises(ConfigError, match="`budget_manager` must be a BudgetManager"):
-        Agent(llm=ScriptedLLM([]), budget_manager={"L1_recent": 0.5}, embedder=None)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="`progress` must be a function"):
-        Agent(llm=ScriptedLLM([]), progress=0.5, embedder=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"`AgentWindow\.budget_manager` must be a BudgetManager"):
+        AgentWindow(budget_manager={"L1_recent": 0.5})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"`AgentLoop\.progress` must be a function"):
+        AgentLoop(progress=0.5)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,10 +224,10 @@ async def test_the_adaptive_split_shifts_early_middle_late_in_one_run() -> None:
     agent = Agent(
         llm=llm,
         tools=[lookup],
-        max_turns=6,
-        budget_manager=manager,
-        sources=[seen],
         memory=memory(),
+        window=AgentWindow(budget_manager=manager),
+        sources=AgentSources(extra=[seen]),
+        loop=AgentLoop(max_turns=6),
     )
     events = [e async for e in agent.stream("Reconcile the ledger")]
     windows = [allocated(e) for e in events if isinstance(e, ContextAssembled)]
@@ -242,7 +248,7 @@ async def test_the_adaptive_split_shifts_early_middle_late_in_one_run() -> None:
 async def test_the_turn_index_counts_model_calls_across_runs() -> None:
     seen = Seen()
     llm = ScriptedLLM([call("a", "c1"), "one", "two", call("b", "c2"), "three"])
-    agent = Agent(llm=llm, tools=[lookup], sources=[seen], memory=memory())
+    agent = Agent(llm=llm, tools=[lookup], memory=memory(), sources=AgentSources(extra=[seen]))
     for prompt in ("first", "second", "third"):
         await agent.run(prompt)
     assert [c.turn_index for c in seen.contexts] == [0, 1, 2, 3, 4]
@@ -259,15 +265,15 @@ async def test_the_task_s_own_progress_signal_sets_the_phase() -> None:
     agent = Agent(
         llm=llm,
         tools=[lookup],
-        sources=[seen],
-        budget_manager=manager,
-        progress=lambda: signal.pop(0) if signal else None,
         memory=memory(),
+        window=AgentWindow(budget_manager=manager),
+        sources=AgentSources(extra=[seen]),
+        loop=AgentLoop(progress=lambda: signal.pop(0) if signal else None),
     )
     await agent.run("finish the report")
     assert [c.progress for c in seen.contexts] == [0.9, 0.1]  # then turns, when it gives None
     assert [manager.phase(c) for c in seen.contexts] == ["late", "early"]
-    bad = Agent(llm=ScriptedLLM(["x"]), progress=lambda: 2.0, memory=memory())
+    bad = Agent(llm=ScriptedLLM(["x"]), memory=memory(), loop=AgentLoop(progress=lambda: 2.0))
     with pytest.raises(ConfigError, match=r"returned 2\.0; return a number from 0 to 1"):
         await bad.run("go")
 
@@ -290,7 +296,9 @@ async def test_a_new_agent_on_the_same_memory_counts_on() -> None:
     await first.run("first")
     assert first.turns_taken == 2
     seen = Seen()
-    again = Agent(llm=ScriptedLLM(["two"]), tools=[lookup], sources=[seen], memory=shared)
+    again = Agent(
+        llm=ScriptedLLM(["two"]), tools=[lookup], memory=shared, sources=AgentSources(extra=[seen])
+    )
     assert again.turns_taken == 2  # a restart, or a server's next request
     await again.run("second")
     assert [c.turn_index for c in seen.contexts] == [2]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from loomctx.agent import AgentWindow
 from loomctx.agent.providers import AnthropicLLM
 from loomctx.errors import ConfigError
 from loomctx.messages import Message
@@ -100,7 +101,9 @@ async def test_an_agent_builds_within_the_window_its_calibration_deems_safe(
     llm = AnthropicLLM("claude-test", base_url=wire.url, api_key="k", calibration=cal)
     # `loomctx chat` and `demo` wrap the model to save what each call sent: the margin stays.
     model = RecordingLLM(llm) if recorded else llm
-    agent = Agent(model, "You are terse.", model_context_window=10_000, embedder=None)
+    agent = Agent(
+        model, "You are terse.", embedder=None, window=AgentWindow(model_context_window=10_000)
+    )
 
     async def available() -> int:
         wire.script(anthropic_text("4", input_tokens=200))
@@ -134,7 +137,9 @@ async def test_every_anthropic_provider_keeps_a_margin_unless_told_not_to(
     from loomctx.agent.llm import allow_model_requests
 
     async def first_available(llm: AnthropicLLM) -> int:
-        agent = Agent(llm, "You are terse.", model_context_window=10_000, embedder=None)
+        agent = Agent(
+            llm, "You are terse.", embedder=None, window=AgentWindow(model_context_window=10_000)
+        )
         wire.script(anthropic_text("4", input_tokens=200))
         try:
             with allow_model_requests():

@@ -17,6 +17,7 @@ from loomctx import (
     ToolResult,
     tool,
 )
+from loomctx.agent import AgentSources
 from loomctx.agent.discovery import Discoveries
 from loomctx.agent.retriever import BaseContextRetriever, Document
 from loomctx.testing import ScriptedLLM
@@ -118,7 +119,10 @@ async def test_the_agent_asks_its_retriever_with_what_the_model_tried() -> None:
         ]
     )
     agent = Agent(
-        llm=llm, tools=[grep], context_retriever=retriever, memory=LoomMemory("d", embedder=None)
+        llm=llm,
+        tools=[grep],
+        memory=LoomMemory("d", embedder=None),
+        sources=AgentSources(retriever=retriever),
     )
     await agent.run("Where are invoices settled?")
     first, second, third = retriever.queries

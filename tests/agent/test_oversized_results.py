@@ -20,6 +20,7 @@ from loomctx import (
     tasks_from_messages,
     tool,
 )
+from loomctx.agent import AgentWindow
 from loomctx.agent.events import ContextAssembled, ToolResultEvent
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
@@ -90,7 +91,9 @@ async def test_an_80_kb_result_in_a_16k_window_is_an_excerpt_the_model_reads_on(
     assert len(BIG) > 80_000
     assert COUNTER.count(BIG) > 16_000  # more than the whole 16k window
     llm = ScriptedLLM([call("fetch_logs", service="orders"), read_on, answer])
-    agent = Agent(llm=llm, tools=[fetch_logs], model_context_window=16_000, embedder=None)
+    agent = Agent(
+        llm=llm, tools=[fetch_logs], embedder=None, window=AgentWindow(model_context_window=16_000)
+    )
     assert await agent.run("What does the orders log show?") == "The log shows 1,500 requests."
     llm.assert_complete()
 
@@ -257,7 +260,12 @@ async def test_a_turn_s_results_share_the_limit_the_short_ones_whole() -> None:
         ToolCall(id="c2", name="fetch_logs", arguments={"service": "orders"}),
     ]
     llm = ScriptedLLM([both, "done"])
-    agent = Agent(llm=llm, tools=[fetch_logs, count_rows], max_result_tokens=800, embedder=None)
+    agent = Agent(
+        llm=llm,
+        tools=[fetch_logs, count_rows],
+        embedder=None,
+        window=AgentWindow(max_result_tokens=800),
+    )
     await agent.run("Rows and log?")
     small, big = [m for m in llm.calls[1].messages if m.role == "tool"]
     assert small.content == "42"
@@ -300,4 +308,4 @@ async def test_the_reader_comes_with_tools_only_and_its_name_is_reserved() -> No
         await late.run("go")
     for bad in (0, 50, 2.5, True):
         with pytest.raises(ConfigError, match="max_result_tokens"):
-            Agent(llm=llm, max_result_tokens=bad, embedder=None)  # type: ignore[arg-type]
+            Agent(llm=llm, embedder=None, window=AgentWindow(max_result_tokens=bad))  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from loomctx.agent import AgentWindow
 from loomctx.agent.events import ContextAssembled, LLMCompleted
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import allow_model_requests
@@ -46,7 +47,7 @@ async def test_each_call_carries_its_prediction_beside_the_provider_s_usage(
 ) -> None:
     llm = AnthropicLLM("claude-test", base_url=wire.url, api_key="k")
     assert llm.pricing is ANTHROPIC
-    agent = Agent(llm, RULES, model_context_window=12_000, embedder=None)
+    agent = Agent(llm, RULES, embedder=None, window=AgentWindow(model_context_window=12_000))
     assert agent.pricing is ANTHROPIC
     wire.script(
         anthropic_sse(
@@ -88,7 +89,7 @@ async def test_each_call_carries_its_prediction_beside_the_provider_s_usage(
 
 async def test_an_openai_model_s_family_sets_its_pricing(wire: WireServer) -> None:
     llm = OpenAIChatLLM("gpt-5-mini", base_url=wire.openai_url, api_key="k")
-    agent = Agent(llm, RULES, model_context_window=12_000, embedder=None)
+    agent = Agent(llm, RULES, embedder=None, window=AgentWindow(model_context_window=12_000))
     assert agent.pricing is OPENAI_GPT5
     wire.script(openai_text("Hi.", usage=(1500, 2), cached=1024))
     try:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from loomctx import Agent, KnowledgeBase, LoomMemory, Task, ToolCall, tool
+from loomctx.agent import AgentSources
 from loomctx.agent.retriever import KnowledgeRetriever, UnifiedRetriever
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import ConfigError
@@ -77,9 +78,8 @@ async def test_the_loop_retrieves_what_a_tool_revealed_from_a_knowledge_base(
         llm=llm,
         system_instructions="You help the support team.",
         tools=[current_incident],
-        context_retriever=KnowledgeRetriever(*kbs),
-        retrieval_top_k=1,
         embedder=None,
+        sources=AgentSources(retriever=KnowledgeRetriever(*kbs), top_k=1),
     )
     assert await agent.run("What should I do about the current incident?") == "done"
     first, second = ("\n".join(m.content for m in call.messages) for call in llm.calls)

@@ -27,6 +27,7 @@ from loomctx import (
     split_units,
     tool,
 )
+from loomctx.agent import AgentLoop, AgentSources
 from loomctx.agent.events import ErrorEvent, RunCompleted, RunStarted
 from loomctx.context.sources.memory import SharedPoolSource
 from loomctx.memory.context_builder import ExecutionContext
@@ -197,8 +198,8 @@ async def test_a_child_without_an_answer_is_an_error_result() -> None:
         llm=ScriptedLLM([[ToolCall(id="k1", name="ping", arguments={})]]),
         name="pinger",
         tools=[ping],
-        max_turns=1,
         embedder=None,
+        loop=AgentLoop(max_turns=1),
     )
     parent_llm = ScriptedLLM([[delegate("p1", "ask_pinger", "Ping")], "Gave up."])
     parent = Agent(llm=parent_llm, tools=[child.as_tool("ask_pinger")], embedder=None)
@@ -282,8 +283,8 @@ def relay(name: str, other: str) -> FunctionLLM:
 
 
 async def test_a_depth_limit_stops_agents_delegating_in_a_loop() -> None:
-    ping = Agent(llm=relay("ping", "pong"), name="ping", max_depth=2, embedder=None)
-    pong = Agent(llm=relay("pong", "ping"), name="pong", max_depth=2, embedder=None)
+    ping = Agent(llm=relay("ping", "pong"), name="ping", embedder=None, loop=AgentLoop(max_depth=2))
+    pong = Agent(llm=relay("pong", "ping"), name="pong", embedder=None, loop=AgentLoop(max_depth=2))
     ping.tools.append(pong.as_tool())
     pong.tools.append(ping.as_tool())
     events = [e async for e in ping.stream("start")]
@@ -390,10 +391,17 @@ async def test_agents_sharing_a_pool_read_each_others_work(memory: MemoryFactory
     pool = memory("pool")
     analyst = Agent(
         llm=ScriptedLLM(["The north region grew fastest, 12 percent."]),
-        name="analyst", memory=memory("analyst"), shared_pool=pool,
-    )  # fmt: skip
+        name="analyst",
+        memory=memory("analyst"),
+        sources=AgentSources(shared_pool=pool),
+    )
     writer_llm = ScriptedLLM(["North, by 12 percent."])
-    writer = Agent(llm=writer_llm, name="writer", memory=memory("writer"), shared_pool=pool)
+    writer = Agent(
+        llm=writer_llm,
+        name="writer",
+        memory=memory("writer"),
+        sources=AgentSources(shared_pool=pool),
+    )
     await analyst.run("Which region grew fastest?")
     await writer.run("Write the headline: which region grew fastest?")
     window = writer_llm.calls[0].messages
@@ -430,10 +438,12 @@ async def test_the_pool_source_leaves_out_the_agent_being_built_for() -> None:
 
 def test_sub_agent_settings_are_checked() -> None:
     llm = ScriptedLLM([])
-    with pytest.raises(ConfigError, match="`max_depth` must be an int >= 1"):
-        Agent(llm=llm, max_depth=0, embedder=None)
-    with pytest.raises(ConfigError, match="`shared_pool` must be a LoomMemory"):
-        Agent(llm=llm, shared_pool="pool", embedder=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"`AgentLoop\.max_depth` must be an int >= 1"):
+        Agent(llm=llm, embedder=None, loop=AgentLoop(max_depth=0))
+    with pytest.raises(ConfigError, match=r"`AgentSources\.shared_pool` must be a LoomMemory"):
+        Agent(llm=llm, embedder=None, sources=AgentSources(shared_pool="pool"))  # type: ignore[arg-type]
     mine = LoomMemory("mine", embedder=None)
-    with pytest.raises(ConfigError, match="`shared_pool` is the agent's own `memory`"):
-        Agent(llm=llm, memory=mine, shared_pool=mine)
+    with pytest.raises(
+        ConfigError, match=r"`AgentSources\.shared_pool` is the agent's own `memory`"
+    ):
+        Agent(llm=llm, memory=mine, sources=AgentSources(shared_pool=mine))

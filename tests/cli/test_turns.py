@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+from loomctx.agent import AgentWindow
 from loomctx.agent.executor import Agent
 from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._offline import OfflineResponder
@@ -23,8 +24,8 @@ async def test_a_sub_agents_windows_are_not_the_turns_own() -> None:
         ),
         tools=[child.as_tool(name="researcher", description="Finds things out.")],
         name="lead",
-        model_context_window=3000,
         embedder=None,
+        window=AgentWindow(model_context_window=3000),
     )
     log = io.StringIO()
     answer = await ask(parent, "Where is our depot?", events=log)

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from loomctx import Agent, tool
+from loomctx.agent import AgentWindow
 from loomctx.cli._agent import RecordingLLM, ask
 from loomctx.cli._reports import save_window
 from loomctx.memory.core import LoomMemory
@@ -80,8 +81,7 @@ async def _replay(path: Path, turns: int, window: int) -> list[int]:
         tools=[search_tracker],
         memory=memory,
         name="assistant",
-        model_context_window=window,
-        output_reserve_ratio=0.2,
+        window=AgentWindow(model_context_window=window, output_reserve_ratio=0.2),
     )
     calls = []
     try:

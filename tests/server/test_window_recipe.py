@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from loomctx.agent import AgentWindow
 from loomctx.agent.executor import Agent
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
@@ -80,9 +81,10 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
         llm,
         system,
         memory=memory,
-        model_context_window=model.window,
-        output_reserve_ratio=model.output_reserve,
         knowledge_bases=service.knowledge_bases(tenant),
+        window=AgentWindow(
+            model_context_window=model.window, output_reserve_ratio=model.output_reserve
+        ),
     )
     await agent.run(PROMPT)
     memory.close()

@@ -14,7 +14,7 @@ parent=ctx)``. Either way the child's run is a sub-agent run of the parent's cal
 - its final reply is the tool result; a child that fails gives an error result instead, and
   the parent's run goes on.
 
-Runaway recursion is stopped by depth: a run may sit at most `Agent.max_depth` delegations
+Runaway recursion is stopped by depth: a run may sit at most `AgentLoop.max_depth` delegations
 below a top-level run. Deeper, ``stream(parent=...)`` raises `ConfigError` before the run
 starts, which `as_tool` turns into an error result the parent's model reads, like any
 failed tool call. A child that shares its parent's memory is refused the same way: it would

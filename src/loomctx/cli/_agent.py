@@ -124,7 +124,7 @@ async def ask(
             continue  # a sub-agent's event: its windows are its own
         if isinstance(event, ContextAssembled):
             windows += 1
-            report = report_from_payload(event.report, window=agent.model_context_window)
+            report = report_from_payload(event.report, window=agent.window.model_context_window)
             built.append((report, len(recorder.sent) if recorder is not None else -1))
         elif isinstance(event, LLMCompleted) and event.reported is not None and built:
             reported[len(built) - 1] = event.reported

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from loomctx.agent.events import AgentEvent, ToolCallEvent, ToolResultEvent
 from loomctx.agent.executor import Agent
+from loomctx.agent.settings import AgentLoop, AgentSources, AgentWindow
 from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._common import ConfigOption, StoreOption, out_console, progress_bar, settings_from
 from loomctx.cli._render import report_view
@@ -290,11 +291,12 @@ def chat(
             system_instructions=settings.instructions,
             tools=agent_tools,
             memory=memory,
-            max_turns=settings.max_turns,
             name="assistant",
-            model_context_window=settings.window,
-            output_reserve_ratio=settings.output_reserve,
-            sources=sources,
+            window=AgentWindow(
+                model_context_window=settings.window, output_reserve_ratio=settings.output_reserve
+            ),
+            sources=AgentSources(extra=sources),
+            loop=AgentLoop(max_turns=settings.max_turns),
         )
         resumed = bool(memory.get_l1_tasks(1))
         lines = [

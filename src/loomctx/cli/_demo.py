@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loomctx.agent.executor import Agent
+from loomctx.agent.settings import AgentSources, AgentWindow
 from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._common import out_console, progress_bar
 from loomctx.cli._render import report_view
@@ -254,9 +255,8 @@ def demo(
             system_instructions=INSTRUCTIONS,
             memory=memory,
             name="assistant",
-            model_context_window=WINDOW,
-            output_reserve_ratio=RESERVE,
-            sources=[knowledge_source(kb)],
+            window=AgentWindow(model_context_window=WINDOW, output_reserve_ratio=RESERVE),
+            sources=AgentSources(extra=[knowledge_source(kb)]),
         )
         log = stack.enter_context(events.open("w", encoding="utf-8")) if events else None
         asyncio.run(_turns(console, agent, history, log, None if store is None else where))

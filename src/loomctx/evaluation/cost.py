@@ -49,6 +49,7 @@ from typing import Any
 from loomctx.agent.events import ContextAssembled
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import Completed, LLMChunk, LLMOptions
+from loomctx.agent.settings import AgentWindow
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS, CachePrediction, CachePricing
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
@@ -328,10 +329,12 @@ async def _loom(
         model,
         SYSTEM,
         memory=memory,
-        model_context_window=window,
-        output_reserve_ratio=reserve / window,
-        token_counter=counter,
-        cache_policy=policy,
+        window=AgentWindow(
+            model_context_window=window,
+            output_reserve_ratio=reserve / window,
+            token_counter=counter,
+            cache_policy=policy,
+        ),
     )
     available = window - reserve
 

@@ -34,19 +34,21 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from loomctx.errors import ConfigError, LoomError
+from loomctx.server._chat_request import ChatRequest, parse_chat_request
 from loomctx.server._config import TenantConfig
 from loomctx.server._errors import RequestError, error_body
+from loomctx.server._exchange import REPORT_HEADER, SESSION_HEADER, Exchange
 from loomctx.server._faces import ChatFace, Face
 from loomctx.server._input import int_param, read_body, read_json
 from loomctx.server._inspector import service_inspector
@@ -58,9 +60,7 @@ from loomctx.server._messages_api import (
     client_marks,
 )
 from loomctx.server._openapi import OPENAPI
-from loomctx.server._otel import ChatSpan
-from loomctx.server._proxy import ChatProxy, ChatRequest, Prepared, parse_chat_request
-from loomctx.server._responding import Settled, close, while_connected
+from loomctx.server._proxy import ChatProxy
 from loomctx.server._responses import ResponsesFace, chat_body_of_responses, previous_response
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.server._upstream import UpstreamError, preload_sdks
@@ -68,16 +68,6 @@ from loomctx.session.bus import open_bus
 from loomctx.stores.base import Get
 
 __all__ = ["REPORT_HEADER", "SESSION_HEADER", "create_app"]
-
-SESSION_HEADER = "X-Loom-Session"
-REPORT_HEADER = "X-Loom-Report"
-PREDICTED_HEADERS = (
-    "X-Loom-Predicted-Cached",
-    "X-Loom-Predicted-Written",
-    "X-Loom-Predicted-Plain",
-)
-"""The window's predicted prompt tokens read from the provider's cache, written to it, and
-billed at the plain input price (`loomctx.context.billing`, under the model's provider)."""
 
 log = logging.getLogger("loomctx.server")
 
@@ -227,136 +217,7 @@ class _Server:
         self, request: Request, tenant: TenantConfig, chat: ChatRequest, face: Face
     ) -> Response:
         """`chat` through the proxy, answered in `face`'s wire format."""
-        span = ChatSpan(
-            model=chat.model.upstream_model,
-            provider=chat.model.provider,
-            tenant=tenant.name,
-            session=chat.session,
-        )
-        lock = self.service.lock(tenant.name, chat.session)
-        await lock.acquire()
-
-        async def failed(exc: BaseException, prepared: Prepared | None = None) -> None:
-            span.fail(exc)
-            span.end()
-            try:
-                if prepared is not None:  # the session's state is written before it is free
-                    await self.proxy.saved(prepared)
-            finally:
-                lock.release()
-
-        started = time.perf_counter()
-        try:
-            prepared = await self.proxy.prepare(tenant, chat)
-        except BaseException as exc:
-            await failed(exc)
-            raise
-        # What Loom itself took (recording the turn, building the window), before the model.
-        request.state.log["loom_ms"] = round((time.perf_counter() - started) * 1000, 2)
-
-        async def respond_headers() -> dict[str, str]:
-            """Once the window's write is done (it ran while the upstream was asked): the
-            headers, and the window on the span, with the report's id if it is stored."""
-            waited = time.perf_counter()
-            await self.proxy.saved(prepared)
-            request.state.log["save_wait_ms"] = round((time.perf_counter() - waited) * 1000, 2)
-            window = prepared.window
-            span.window(
-                window.report if window else None,
-                prepared.report_id,
-                window.messages if window else (),
-            )
-            headers = {SESSION_HEADER: chat.session}
-            if prepared.report_id is not None:
-                headers[REPORT_HEADER] = prepared.report_id
-                request.state.log["report"] = prepared.report_id
-            if prepared.cache_marks is not None:
-                headers["X-Loom-Cache-Marks"] = prepared.cache_marks
-            if window is None:
-                headers["X-Loom-Passthrough"] = "true"
-            else:  # the bill the window predicts; the provider's usage is recorded later
-                report = window.report
-                headers[PREDICTED_HEADERS[0]] = str(report.predicted_cached)
-                headers[PREDICTED_HEADERS[1]] = str(report.predicted_written)
-                headers[PREDICTED_HEADERS[2]] = str(report.predicted_plain)
-            return headers
-
-        chunks = self.proxy.chunks(prepared)
-        streams: list[AsyncIterator[Any]] = [chunks]
-
-        async def settle() -> None:
-            """Once the response is sent, or could not be (the client went away, the server
-            refused a header): close the upstream's stream (which cancels a call still
-            running), end the span, record the reply in a worker thread (the event loop
-            serves other sessions meanwhile), then free the session, whatever fails here."""
-            try:
-                for stream in reversed(streams):
-                    await close(stream)
-                if prepared.complete and prepared.reply is not None:
-                    span.reply(prepared.reply.completion())
-                span.end()
-                loop = asyncio.get_running_loop()
-                recording = loop.run_in_executor(None, self.proxy.record, prepared)
-            except BaseException:
-                lock.release()
-                raise
-
-            def recorded(done: asyncio.Future[None]) -> None:
-                lock.release()
-                if not done.cancelled() and done.exception() is not None:
-                    log.error(
-                        "the reply could not be recorded",
-                        exc_info=done.exception(),
-                        extra={"tenant": tenant.name, "session": chat.session},
-                    )
-
-            recording.add_done_callback(recorded)
-
-        async def drain() -> None:
-            async for _ in chunks:
-                pass
-
-        try:  # the upstream's reply (or its first chunk), unless the client goes first
-            first = await while_connected(request, drain() if not chat.stream else anext(chunks))
-            headers = await respond_headers()
-            if not chat.stream:
-                assert prepared.reply is not None
-                payload = await face.body(prepared.reply)
-        except BaseException as exc:
-            await close(chunks)
-            await failed(exc, prepared)
-            raise
-        if not chat.stream:
-            return Settled(JSONResponse(payload, headers=headers), settle=settle)
-
-        async def all_chunks() -> AsyncGenerator[dict[str, Any]]:
-            if first is not None:
-                yield first
-            async for chunk in chunks:
-                yield chunk
-
-        async def events() -> AsyncGenerator[bytes]:
-            try:
-                async with contextlib.aclosing(face.events(all_chunks())) as sent:
-                    async for data in sent:
-                        yield data
-            except UpstreamError as exc:  # the stream cannot end as a 502: it ends on the error
-                span.fail(exc)
-                yield face.error_event(exc.body)
-            except Exception as exc:  # a bug: the client still learns the reply is cut
-                log.exception("request failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-                span.fail(exc)
-                body = error_body(
-                    f"Loom failed in the middle of this reply ({type(exc).__name__}); the "
-                    "server's log has the details",
-                    type="server_error",
-                )
-                yield face.error_event(body)
-
-        body = events()
-        streams.append(body)
-        response = StreamingResponse(body, media_type="text/event-stream", headers=headers)
-        return Settled(response, settle=settle)
+        return await Exchange(self.proxy, request, tenant, chat, face).respond()
 
     async def models(self, request: Request) -> Response:
         self.tenant(request)

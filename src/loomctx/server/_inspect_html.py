@@ -1,4 +1,6 @@
 """The web inspector's pages: server-rendered HTML, inline CSS and SVG, one small script.
+This module holds the frame every page shares and the sessions, timeline and search pages;
+one call's page is `loomctx.server._inspect_window`'s.
 
 Every piece of window text (messages, tool output, retrieved text, prompts, session ids,
 block ids and reasons) goes through `_e` (`html.escape`, quotes included) before it reaches
@@ -13,27 +15,25 @@ Colours: each source has a strong colour (bars, the left edge of its text) and a
 from __future__ import annotations
 
 import html
-import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
 from loomctx.context.billing import CachePrediction, ReportedUsage, unexpected_miss
-from loomctx.context.render import CONTEXT_PREAMBLE, SUMMARY_PREAMBLE
 from loomctx.context.report import ContextReport
-from loomctx.messages import Message
-from loomctx.server._inspect_data import Pricing, Row, SessionHits, WindowDiff
-from loomctx.session.windows import SavedWindow
+from loomctx.server._inspect_data import Pricing, Row, SessionHits
 
 __all__ = [
+    "colours",
     "escape",
     "page",
+    "quoted",
+    "receipt",
     "search_page",
     "sessions_page",
     "timeline_page",
     "timeline_rows",
-    "window_page",
+    "when",
 ]
 
 _COLOURS: Final[Mapping[str, tuple[str, str]]] = {
@@ -142,8 +142,12 @@ def escape(value: object) -> str:
 _e = escape
 
 
-def _u(value: str) -> str:
+def quoted(value: str) -> str:
+    """`value` as one segment of a URL path (every reserved character escaped)."""
     return quote(value, safe="")
+
+
+_u = quoted
 
 
 def colours(source: str) -> tuple[str, str]:
@@ -176,7 +180,8 @@ def page(
     )
 
 
-def _when(stamp: object) -> str:
+def when(stamp: object) -> str:
+    """A stored time stamp as the pages show it (``2026-01-31 09:30:00``)."""
     return str(stamp or "")[:19].replace("T", " ")
 
 
@@ -184,7 +189,7 @@ def _billed(pricing: Pricing, cached: int, new: int) -> str:
     return pricing.label(pricing.billed(cached, new))
 
 
-def _receipt(predicted: CachePrediction | None, reported: ReportedUsage | None) -> str:
+def receipt(predicted: CachePrediction | None, reported: ReportedUsage | None) -> str:
     """A call's cache receipt: predicted read / written / plain tokens, then what the
     provider reported, and a badge when its cache missed unexpectedly."""
     if predicted is None:
@@ -237,7 +242,7 @@ def sessions_page(
             f'<td class="num">{int(s.get("windows", 0))}</td>'
             f'<td class="num">{tokens:,}</td>'
             f'<td class="num">{_e(_billed(pricing, tokens - new, new))}</td>'
-            f"<td>{_e(_when(s.get('last_at')))}</td></tr>"
+            f"<td>{_e(when(s.get('last_at')))}</td></tr>"
         )
     who = f" of tenant {_e(tenant)}" if tenant else ""
     table = (
@@ -356,7 +361,7 @@ def timeline_rows(
             f'<td class="barcell">{_bar(rep, scale, r.label)}</td>'
             f'<td class="num">{rep.token_count:,}<div class="muted">'
             f"{rep.reused_prefix_tokens:,} repeated</div>"
-            f"{_receipt(r.predicted, r.reported)}</td>"
+            f"{receipt(r.predicted, r.reported)}</td>"
             f'<td class="num">{_e(pricing.label(r.billed))}</td>'
             f"<td>{' '.join(marks)}</td></tr>"
         )
@@ -415,173 +420,6 @@ def timeline_page(
         "live: new calls appear here as they are made</p>"
     )
     return page(f"Session {name}", body, base=base, nonce=nonce, script=True)
-
-
-# --- one window -----------------------------------------------------------------------------
-
-_FENCE: Final = re.compile(r'<context source="([^"]*)">\n(.*?)\n</context>', re.DOTALL)
-
-
-def _segment(text: str, source: str) -> str:
-    strong, tint = colours(source)
-    return (
-        f'<pre class="seg" data-source="{_e(source)}" style="border-color:{strong};'
-        f'background:{tint}"><span class="src">{_e(source)}</span>{_e(text)}</pre>'
-    )
-
-
-def _message_sources(window: SavedWindow) -> list[str]:
-    """Which source each message is attributed to, by the layout (DESIGN.md section 5.4):
-    the system message to the instructions' source, the last plain user message to the
-    user turn's, what follows it to the in-flight turn's, the rest to history's. Fenced
-    reference data inside a message is coloured by the source its fence names."""
-    by_section: dict[str, str] = {}
-    for b in window.report.blocks:
-        by_section.setdefault(b.section, b.source)
-    plain_users = [
-        i for i, m in enumerate(window.messages) if m.role == "user" and not _is_framed(m)
-    ]
-    last_user = plain_users[-1] if plain_users else len(window.messages)
-    out = []
-    for i, m in enumerate(window.messages):
-        if _is_framed(m):
-            out.append("framing")
-        elif m.role == "system":
-            out.append(by_section.get("instructions", "system_prompt"))
-        elif i == last_user:
-            out.append(by_section.get("user", "user_input"))
-        elif i > last_user:
-            out.append(by_section.get("turn", "turn"))
-        else:
-            out.append(by_section.get("history", "history"))
-    return out
-
-
-def _is_framed(m: Message) -> bool:
-    """A message Loom wrote around fenced data: the dynamic tail, or the summary of what
-    was compacted (its own words are framing; the fences inside name their sources)."""
-    return m.role == "user" and m.content.startswith((CONTEXT_PREAMBLE, SUMMARY_PREAMBLE))
-
-
-def _message(i: int, m: Message, source: str) -> str:
-    title = m.role if m.role != "tool" else f"tool result ({m.name or m.tool_call_id or ''})"
-    parts = []
-    pos = 0
-    for match in _FENCE.finditer(m.content):
-        if m.content[pos : match.start()].strip():
-            parts.append(_segment(m.content[pos : match.start()], source))
-        parts.append(_segment(match.group(2), match.group(1)))
-        pos = match.end()
-    if m.content[pos:].strip() or not (m.content.strip() or m.tool_calls or parts):
-        parts.append(_segment(m.content[pos:], source))
-    for call in m.tool_calls:
-        parts.append(f'<div class="call">→ {_e(call.name)}({_e(call.arguments_json())})</div>')
-    return (
-        f'<section class="msg" aria-labelledby="m{i}"><h3 id="m{i}">{i} · {_e(title)}</h3>'
-        f"{''.join(parts)}</section>"
-    )
-
-
-def _left_out(report: ContextReport) -> str:
-    blocks = [b for b in report.blocks if b.status != "kept"]
-    if not report.blocks:
-        return "<p>This report has no per-block detail (saved in its summary form).</p>"
-    if not blocks:
-        return "<p>Every offered block is in the window, whole.</p>"
-    rows = "".join(
-        f'<tr class="block status-{_e(b.status)}"><td>{_e(b.id)}</td><td>{_e(b.source)}</td>'
-        f'<td class="status-{_e(b.status)}">{_e(b.status)}</td>'
-        f'<td class="num">{b.offered_tokens:,}</td><td class="num">{b.used_tokens:,}</td>'
-        f"<td>{_e(b.reason)}</td></tr>"
-        for b in blocks
-    )
-    return (
-        "<table id='left-out'><thead><tr><th scope='col'>block</th><th scope='col'>source</th>"
-        "<th scope='col'>what happened</th><th scope='col' class='num'>offered</th>"
-        "<th scope='col' class='num'>in window</th><th scope='col'>why</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
-
-
-def _diff(diff: WindowDiff | None) -> str:
-    if diff is None:
-        return "<p>This is the session's first call: nothing to compare with.</p>"
-    items = [f"<li><strong>Cache:</strong> {_e(diff.cause)}.</li>"]
-    items.append(f"<li>{diff.same_messages} leading message(s) unchanged.</li>")
-    if diff.tools_changed:
-        items.append("<li>The tool schemas changed.</li>")
-    for b in diff.added:
-        items.append(f'<li class="added">added: <code>{_e(b)}</code></li>')
-    for b in diff.removed:
-        items.append(f'<li class="removed">no longer in the window: <code>{_e(b)}</code></li>')
-    for b, before, after in diff.status_changed:
-        items.append(
-            f'<li class="changed">changed: <code>{_e(b)}</code> {_e(before)} → {_e(after)}</li>'
-        )
-    if diff.compacted:
-        items.append("<li>History was compacted in this build.</li>")
-    return f'<ul class="diff" id="diff" aria-label="changes">{"".join(items)}</ul>'
-
-
-def window_page(
-    window: SavedWindow,
-    *,
-    diff: WindowDiff | None,
-    neighbours: tuple[str | None, str | None],
-    base: str,
-    nonce: str,
-    pricing: Pricing,
-) -> str:
-    """One call: its numbers, what was left out and why, the diff against the previous call,
-    and the exact text sent, message by message, coloured by source."""
-    rep = window.report
-    predicted = pricing.predict(rep)
-    session = f"{base}/s/{_u(window.session)}"
-    nav = [f'<a href="{_e(session)}">timeline</a>']
-    prev, nxt = neighbours
-    if prev:
-        nav.append(f'<a href="{_e(session)}/w/{prev}" rel="prev">previous call</a>')
-    if nxt:
-        nav.append(f'<a href="{_e(session)}/w/{nxt}" rel="next">next call</a>')
-    sources = "".join(
-        f'<tr><td><span class="swatch" style="background:{colours(s.name)[0]}" '
-        f'aria-hidden="true"></span> {_e(s.name)}</td><td class="num">{s.allocated:,}</td>'
-        f'<td class="num">{s.offered:,}</td><td class="num">{s.used:,}</td>'
-        f"<td>{_e(s.note or (s.error or ''))}</td></tr>"
-        for s in rep.sources
-    )
-    kinds = _message_sources(window)
-    messages = (
-        "".join(_message(i, m, kinds[i - 1]) for i, m in enumerate(window.messages, 1))
-        or "<p>This window was saved without its messages (an older version).</p>"
-    )
-    tools = ""
-    if window.tools:
-        names = ", ".join(
-            str(t.get("name") or t.get("function", {}).get("name", "?")) for t in window.tools
-        )
-        tools = (
-            f"<details><summary>{len(window.tools)} tool schema(s) sent: {_e(names)}</summary>"
-            f'<pre class="tools">{_e(json.dumps(list(window.tools), indent=2))}</pre></details>'
-        )
-    body = (
-        f"<h1>Session {_e(window.session)} · call {window.turn}.{window.call}</h1>"
-        f'<nav aria-label="calls">{" · ".join(nav)}</nav>'
-        f'<p class="muted">{_e(window.model or "model")} · {_e(_when(window.saved_at))} · '
-        f"{rep.token_count:,} of {rep.available:,} input tokens (window {rep.window:,}, "
-        f"output reserve {rep.output_reserve:,}) · {rep.reused_prefix_tokens:,} repeated · "
-        f"{_e(pricing.label(pricing.cache.bill(predicted)))}</p>"
-        f"{_receipt(predicted, window.usage)}"
-        f"<p><strong>Prompt:</strong> {_e(window.prompt)}</p>"
-        "<h2>Sources</h2><table><thead><tr><th scope='col'>source</th>"
-        "<th scope='col' class='num'>allocated</th><th scope='col' class='num'>offered</th>"
-        "<th scope='col' class='num'>used</th><th scope='col'>note</th></tr></thead>"
-        f"<tbody>{sources}</tbody></table>"
-        f"<h2>Left out, truncated or summarized</h2>{_left_out(rep)}"
-        f"<h2>Changes since the previous call</h2>{_diff(diff)}"
-        f"<h2>The exact text sent</h2>{tools}{messages}"
-    )
-    return page(f"{window.session} {window.turn}.{window.call}", body, base=base, nonce=nonce)
 
 
 # --- search ---------------------------------------------------------------------------------

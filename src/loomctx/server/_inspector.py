@@ -60,8 +60,8 @@ from loomctx.server._inspect_html import (
     sessions_page,
     timeline_page,
     timeline_rows,
-    window_page,
 )
+from loomctx.server._inspect_window import window_page
 from loomctx.server._service import LoomService, check_session_id
 from loomctx.session.windows import WindowLog
 from loomctx.stores.base import MemoryStore

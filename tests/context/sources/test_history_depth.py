@@ -20,6 +20,7 @@ from loomctx import (
     TokenBudget,
     tasks_from_messages,
 )
+from loomctx.agent import AgentWindow
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import FunctionLLM
 
@@ -81,7 +82,7 @@ async def test_history_offers_the_conversation_beyond_l1_up_to_its_depth() -> No
 async def test_while_the_conversation_fits_an_agent_s_window_is_the_whole_conversation() -> None:
     memory = LoomMemory("a", max_l1_size=4, embedder=None)
     llm = FunctionLLM(lambda messages, tools, options: "Noted.")
-    agent = Agent(llm, "Be brief.", memory=memory, model_context_window=8000)
+    agent = Agent(llm, "Be brief.", memory=memory, window=AgentWindow(model_context_window=8000))
     for i in range(12):
         await agent.run(f"Box {i} is in room {i}.")
     window = llm.calls[-1].messages
@@ -96,7 +97,7 @@ async def test_while_the_conversation_fits_an_agent_s_window_is_the_whole_conver
 async def test_the_tail_offers_no_important_task_the_history_holds() -> None:
     memory = LoomMemory("a", max_l1_size=4, embedder=None)
     llm = FunctionLLM(lambda messages, tools, options: "Noted.")
-    agent = Agent(llm, "Be brief.", memory=memory, model_context_window=8000)
+    agent = Agent(llm, "Be brief.", memory=memory, window=AgentWindow(model_context_window=8000))
     for i in range(12):
         await agent.run(f"Box {i} is in room {i}.")
     assert memory.get_l2_tasks()  # the user's facts left L1 for L2
