@@ -33,6 +33,7 @@ from loomctx import (
     BuildContext,
     L4SemanticSource,
     LoomMemory,
+    MemoryEmbedding,
     SQLiteStore,
     Task,
     TaskStatus,
@@ -111,8 +112,7 @@ def main() -> None:
                 store=store,
                 counter=counter,
                 embedder=embedder,
-                fast_embedder=fast,
-                embed_in_background=False,
+                embedding=MemoryEmbedding(fast_embedder=fast, in_background=False),
             )
 
         memory = open_memory("bench")

@@ -87,6 +87,7 @@ from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
 from loomctx.memory.plain import Recall, Recalled
+from loomctx.memory.settings import MemoryEmbedding, MemoryRanking, MemoryTiers
 from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
 from loomctx.messages import (
@@ -199,10 +200,13 @@ __all__ = [
     "LayoutState",
     "LoomError",
     "LoomMemory",
+    "MemoryEmbedding",
     "MemoryHit",
+    "MemoryRanking",
     "MemoryRetriever",
     "MemoryStore",
     "MemoryTier",
+    "MemoryTiers",
     "Message",
     "MessageFormatError",
     "MessageUnit",

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import ConfigError, ContextBuilder, ExecutionContext, LoomMemory, Task, TaskStatus
+from loomctx import (
+    ConfigError,
+    ContextBuilder,
+    ExecutionContext,
+    LoomMemory,
+    MemoryTiers,
+    Task,
+    TaskStatus,
+)
 
 
 def fill() -> LoomMemory:
-    memory = LoomMemory("agent", max_l1_size=20, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=20), embedder=None)
     for n in range(15):
         memory.add_task(
             Task(

@@ -15,6 +15,7 @@ from loomctx import (
     ConfigError,
     L1RecentSource,
     LoomMemory,
+    MemoryTiers,
     Task,
     TaskStatus,
     TiktokenCounter,
@@ -193,7 +194,7 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
         metadata={"importance": 0.1, "tags": ["dns\udc80"]},  # not important: summarized
     )
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
+        memory = LoomMemory("agent", store=store, tiers=MemoryTiers(max_l1_size=1), embedder=None)
         memory.add_task(bad)
         memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "and staging?"}))
         memory.promote_tasks()
@@ -205,14 +206,14 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
     assert summary.tags == ("dns\ufffd",)
     _valid(summary.text)
     with SQLiteStore(path) as store:
-        reopened = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
+        reopened = LoomMemory("agent", store=store, tiers=MemoryTiers(max_l1_size=1), embedder=None)
         assert reopened.get_l3_summaries() == [summary]
         reopened.promote_tasks()
         reopened.close()
 
 
 def test_the_summary_of_parameters_that_are_a_string_keeps_the_string() -> None:
-    memory = LoomMemory("agent", max_l1_size=1, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=1), embedder=None)
     memory.add_task(
         Task(
             action="lookup",

@@ -15,6 +15,7 @@ from loomctx import (
     L4SemanticSource,
     LoomMemory,
     MemoryTier,
+    MemoryTiers,
     Message,
     PromptSource,
     SharedPoolSource,
@@ -45,7 +46,7 @@ def conversation(turns: int) -> list[Message]:
 
 
 def memory_with(turns: int, **kwargs: object) -> LoomMemory:
-    memory = LoomMemory("agent", **kwargs, embedder=None)  # type: ignore[arg-type]
+    memory = LoomMemory("agent", tiers=MemoryTiers(**kwargs), embedder=None)  # type: ignore[arg-type]
     for t in tasks_from_messages(conversation(turns)):
         memory.add_task(t)
         memory.promote_tasks()  # as an agent does after every turn
