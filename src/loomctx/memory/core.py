@@ -492,18 +492,17 @@ class LoomMemory(StoreSync):
 
         The score (0..1) fuses the lexical and the dense ranking by value, weighted by
         `fusion_weights`: BM25 relative to the best lexical hit, cosine similarity min-max
-        scaled over the dense hits. With a `fast_embedder`, its ranking (scaled alike) joins
-        with weight `fast_weight`, over the records it has embedded; a record the `embedder`
-        has not reached yet scores 0 in its ranking. Then each task gains `neighbour_weight`
-        times the scores of the tasks recorded just before and after it: a turn is understood
-        with its neighbours (the answer to a question, the message a tool result belongs to).
-        Measured on LoCoMo (``loomctx bench locomo``), value fusion beats reciprocal rank
-        fusion and the neighbours add more; see the closing notes of issue 5. A message right
-        after a message that asks something (a ``?`` in it) gains `answer_weight` times the
-        question's score besides: a question matches the query's words ("How long have you
-        been married?"), its answer holds what was asked for ("5 years already!") in words of
-        its own. Scores are divided by ``1 + 2 * neighbour_weight + answer_weight``, so they
-        stay in 0..1.
+        scaled over the dense hits. With a fast embedder (`MemoryEmbedding`), its ranking
+        (scaled alike) joins with weight `fast_weight`, over the records it has embedded; a
+        record the `embedder` has not reached yet scores 0 in its ranking. Then each task gains
+        `neighbour_weight` times the scores of the tasks recorded just before and after it: a
+        turn is understood with its neighbours (the answer to a question, the message a tool
+        result belongs to). Value fusion ranks better than reciprocal rank fusion, and the
+        neighbours add more (docs/benchmarks.md has the figures). A message right after a
+        message that asks something (a ``?`` in it) gains `answer_weight` times the question's
+        score besides: a question matches the query's words ("How long have you been married?"),
+        its answer holds what was asked for ("5 years already!") in words of its own. Scores are
+        divided by ``1 + 2 * neighbour_weight + answer_weight``, so they stay in 0..1.
 
         When the query names a time ("5 days ago", "last week", "上个月"; resolved against
         `clock()` by `loomctx.memory.timeref`), a task keeps its score in proportion to how
