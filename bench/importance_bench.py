@@ -36,14 +36,11 @@ from typing import Any
 
 from _common import DATA, LOCOMO
 
-from loomctx import (
-    BuildContext,
-    ContextOrchestrator,
+from loomctx import ContextOrchestrator, LoomMemory, MemoryRanking, Task
+from loomctx.context import BuildContext
+from loomctx.context.sources import (
     L1RecentSource,
     L2ImportantSource,
-    LoomMemory,
-    MemoryRanking,
-    Task,
     UnifiedRetrievalSource,
     UserInputSource,
 )

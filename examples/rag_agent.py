@@ -19,18 +19,8 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loomctx import (
-    LLM,
-    Agent,
-    AgentEvent,
-    BaseContextRetriever,
-    Document,
-    LLMOptions,
-    Message,
-    ToolCall,
-    ToolError,
-    tool,
-)
+from loomctx import LLM, Agent, AgentEvent, LLMOptions, Message, ToolCall, ToolError, tool
+from loomctx.agent import BaseContextRetriever, Document
 from loomctx.agent.events import (
     ContextAssembled,
     LLMCompleted,

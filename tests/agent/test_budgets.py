@@ -10,11 +10,8 @@ import re
 import pytest
 
 from loomctx import (
-    AdaptiveBudgetManager,
     Agent,
     BudgetExceededError,
-    BudgetManager,
-    CachePolicy,
     ConfigError,
     LoomMemory,
     TiktokenCounter,
@@ -23,6 +20,7 @@ from loomctx import (
 )
 from loomctx.agent.events import ContextAssembled
 from loomctx.agent.retriever import BaseContextRetriever, Document
+from loomctx.context import AdaptiveBudgetManager, BudgetManager, CachePolicy
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.testing import ScriptedLLM
 

@@ -17,10 +17,10 @@ from loomctx import (
     Message,
     TiktokenCounter,
     ToolCall,
-    tasks_from_messages,
     tool,
 )
 from loomctx.agent.events import ContextAssembled, ToolResultEvent
+from loomctx.memory import tasks_from_messages
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import (
-    ConfigError,
-    ContextBuilder,
-    ExecutionContext,
-    LoomMemory,
-    MemoryTiers,
-    Task,
-    TaskStatus,
-)
+from loomctx import ConfigError, LoomMemory, MemoryTiers, Task, TaskStatus
+from loomctx.memory import ContextBuilder, ExecutionContext
 
 
 def fill() -> LoomMemory:

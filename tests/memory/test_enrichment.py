@@ -9,16 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from loomctx import (
-    ConfigError,
-    EmbeddingError,
-    LoomMemory,
-    MemoryEmbedding,
-    SQLiteStore,
-    Task,
-    TaskStatus,
-)
+from loomctx import ConfigError, LoomMemory, MemoryEmbedding, SQLiteStore, Task, TaskStatus
 from loomctx.embeddings import default_embedder
+from loomctx.errors import EmbeddingError
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.stores.base import Record, Unembedded
 from loomctx.testing.embedders import HashingEmbedder

@@ -11,21 +11,19 @@ from typing import Any
 import pytest
 
 from loomctx import (
-    BuildContext,
     ConfigError,
-    L1RecentSource,
     LoomMemory,
     MemoryTiers,
     Task,
     TaskStatus,
     TiktokenCounter,
-    TokenBudget,
-    split_units,
     to_anthropic,
     to_openai,
 )
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L1RecentSource
 from loomctx.memory.task import USER_MESSAGE, task_line, task_messages, task_text
-from loomctx.messages import MAX_ARGUMENT_DEPTH
+from loomctx.messages import MAX_ARGUMENT_DEPTH, split_units
 from loomctx.stores.sqlite import SQLiteStore
 
 CTX = BuildContext(counter=TiktokenCounter())

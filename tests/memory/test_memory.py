@@ -9,7 +9,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from loomctx import ConfigError, LoomMemory, MemoryTier, MemoryTiers, SQLiteStore, Task, TaskStatus
+from loomctx import ConfigError, LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus
+from loomctx.memory import MemoryTier
 from loomctx.memory.task import USER_MESSAGE
 
 

@@ -9,16 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loomctx import (
-    ConfigError,
-    LoomMemory,
-    MemoryTier,
-    MemoryTiers,
-    SQLiteStore,
-    StoreError,
-    Task,
-    TaskStatus,
-)
+from loomctx import ConfigError, LoomMemory, MemoryTiers, SQLiteStore, StoreError, Task, TaskStatus
+from loomctx.memory import MemoryTier
 from loomctx.stores.base import Put, Record, Scan
 
 

@@ -18,16 +18,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from loomctx import (
-    Agent,
-    ConflictError,
-    LoomMemory,
-    MemoryTiers,
-    SQLiteStore,
-    Task,
-    TaskStatus,
-    ToolCall,
-)
+from loomctx import Agent, LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus, ToolCall
+from loomctx.errors import ConflictError
 from loomctx.memory.core import same_view
 from loomctx.stores.base import Expect, Put, Record, Version
 from loomctx.testing import ScriptedLLM

@@ -8,19 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from loomctx import (
-    Agent,
-    BuildContext,
-    ConfigError,
-    L1RecentSource,
-    LoomMemory,
-    MemoryTier,
-    MemoryTiers,
-    Message,
-    TiktokenCounter,
-    TokenBudget,
-    tasks_from_messages,
-)
+from loomctx import Agent, ConfigError, LoomMemory, MemoryTiers, Message, TiktokenCounter
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L1RecentSource
+from loomctx.memory import MemoryTier, tasks_from_messages
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import FunctionLLM
 

@@ -6,28 +6,28 @@ from __future__ import annotations
 import pytest
 
 from loomctx import (
-    BuildContext,
     ConfigError,
     ContextOrchestrator,
+    LoomMemory,
+    MemoryTiers,
+    Message,
+    Task,
+    TaskStatus,
+    TiktokenCounter,
+    ToolCall,
+)
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import (
     InheritedSource,
     L1RecentSource,
     L2ImportantSource,
     L4SemanticSource,
-    LoomMemory,
-    MemoryTier,
-    MemoryTiers,
-    Message,
     PromptSource,
     SharedPoolSource,
-    Task,
-    TaskStatus,
-    TiktokenCounter,
-    TokenBudget,
-    ToolCall,
     UserInputSource,
-    split_units,
-    tasks_from_messages,
 )
+from loomctx.memory import MemoryTier, tasks_from_messages
+from loomctx.messages import split_units
 
 CTX = BuildContext(counter=TiktokenCounter())
 WIDE = TokenBudget(tokens=1000, ceiling=100_000)
