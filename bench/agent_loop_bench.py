@@ -28,9 +28,8 @@ from _common import locomo_turns
 
 from loomctx import (
     Agent,
-    BaseContextRetriever,
-    Document,
-    LLMChunk,
+    AgentSources,
+    AgentWindow,
     LLMOptions,
     LoomMemory,
     Message,
@@ -41,7 +40,7 @@ from loomctx import (
     ToolCall,
     tool,
 )
-from loomctx.agent import AgentSources, AgentWindow
+from loomctx.agent import BaseContextRetriever, Document, LLMChunk
 from loomctx.agent.events import ContextAssembled, RunStarted, TurnCompleted
 from loomctx.memory.task import USER_MESSAGE
 from loomctx.testing import ScriptedLLM

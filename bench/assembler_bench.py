@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from _common import locomo_turns, median_ms, p95_ms, timed
 
-from loomctx import ContextAssembler, TiktokenCounter
+from loomctx import TiktokenCounter
+from loomctx.context import ContextAssembler
 
 COUNTER = TiktokenCounter()
 

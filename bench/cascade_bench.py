@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loomctx import MemoryEmbedding, MemoryRanking
 from loomctx.embeddings import StaticEmbedder, default_embedder
 from loomctx.evaluation._vector_cache import CachedEmbedder, default_cache_dir
 from loomctx.evaluation.retrieval import (
@@ -84,7 +85,7 @@ def main() -> None:
         texts = {t.task_id: str(t.parameters["content"]) for t in tasks}
         stores = {}
         for state in ("full", "static", "half"):
-            base = LoomMemory(conv.sample_id, embedder=None, time_decay=0.0)
+            base = LoomMemory(conv.sample_id, embedder=None, ranking=MemoryRanking(time_decay=0.0))
             base.add_tasks(tasks)
             ns = base.namespace
             BackgroundEmbedder(base.store, static, prefix=ns, exact=True).drain()
@@ -102,10 +103,10 @@ def main() -> None:
                 store=base.store,
                 namespace=base.namespace,
                 embedder=embedder,
-                fast_embedder=static if w > 0 else None,
-                fast_weight=w or 0.3,
-                embed_in_background=False,
-                time_decay=0.0,
+                embedding=MemoryEmbedding(
+                    fast_embedder=static if w > 0 else None, in_background=False
+                ),
+                ranking=MemoryRanking(fast_weight=w or 0.3, time_decay=0.0),
             )
             rankers = _Rankers(memory, None)
             rankers.configure(RetrievalSettings())

@@ -48,6 +48,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from loomctx import MemoryEmbedding
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOCOMO = DATA / "locomo" / "locomo10_dev.json"
 BATCH = int(os.environ.get("LOOM_BENCH_BATCH", "32"))  # texts per `embed` call (--batch)
@@ -624,7 +626,9 @@ def backlog(name: str, n: int, timeout: float) -> dict[str, Any]:
     turns = [t for c in locomo() for t in c.turns]
     with tempfile.TemporaryDirectory() as folder:
         store = SQLiteStore(f"{folder}/memory.db")
-        memory = LoomMemory("bench", store=store, embedder=embedder, fast_embedder=fast)
+        memory = LoomMemory(
+            "bench", store=store, embedder=embedder, embedding=MemoryEmbedding(fast_embedder=fast)
+        )
         load_before = loadavg()
         start = time.perf_counter()
         cpu_start = time.process_time()

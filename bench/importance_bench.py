@@ -36,13 +36,11 @@ from typing import Any
 
 from _common import DATA, LOCOMO
 
-from loomctx import (
-    BuildContext,
-    ContextOrchestrator,
+from loomctx import ContextOrchestrator, LoomMemory, MemoryRanking, Task
+from loomctx.context import BuildContext
+from loomctx.context.sources import (
     L1RecentSource,
     L2ImportantSource,
-    LoomMemory,
-    Task,
     UnifiedRetrievalSource,
     UserInputSource,
 )
@@ -72,7 +70,9 @@ def replay(
     node: str, sessions: Sequence[Sequence[Task]], clock: Callable[[], datetime] | None
 ) -> LoomMemory:
     """A memory fed session by session, promoting after each, as a chat would."""
-    options: dict[str, Any] = {"time_decay": 0.0} if clock is None else {"clock": clock}
+    options: dict[str, Any] = (
+        {"ranking": MemoryRanking(time_decay=0.0)} if clock is None else {"clock": clock}
+    )
     memory = LoomMemory(node, embedder=None, **options)
     for session in sessions:
         memory.add_tasks(session)

@@ -23,19 +23,11 @@ from pathlib import Path
 
 from _common import locomo_turns
 
-from loomctx import (
-    ContextOrchestrator,
-    HistorySource,
-    Message,
-    PromptSource,
-    SavedWindow,
-    SQLiteStore,
-    TiktokenCounter,
-    UserInputSource,
-    WindowLog,
-)
+from loomctx import ContextOrchestrator, Message, SQLiteStore, TiktokenCounter
+from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
 from loomctx.server._inspect_data import Pricing, diff_windows, search_text, timeline
 from loomctx.server._inspect_html import timeline_page, window_page
+from loomctx.session import SavedWindow, WindowLog
 from loomctx.stores.base import Put, Record
 
 

@@ -29,16 +29,9 @@ from pathlib import Path
 
 from _common import locomo_turns
 
-from loomctx import (
-    BuildContext,
-    L4SemanticSource,
-    LoomMemory,
-    SQLiteStore,
-    Task,
-    TaskStatus,
-    TiktokenCounter,
-    TokenBudget,
-)
+from loomctx import LoomMemory, MemoryEmbedding, SQLiteStore, Task, TaskStatus, TiktokenCounter
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L4SemanticSource
 from loomctx.memory.task import USER_MESSAGE
 from loomctx.testing import HashingEmbedder
 
@@ -111,8 +104,7 @@ def main() -> None:
                 store=store,
                 counter=counter,
                 embedder=embedder,
-                fast_embedder=fast,
-                embed_in_background=False,
+                embedding=MemoryEmbedding(fast_embedder=fast, in_background=False),
             )
 
         memory = open_memory("bench")

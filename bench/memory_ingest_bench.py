@@ -47,6 +47,7 @@ from typing import Any
 
 from _common import LOCOMO
 
+from loomctx import MemoryEmbedding
 from loomctx.embeddings import default_embedder
 from loomctx.evaluation.perf._workload import build_workload, load_source
 from loomctx.memory.core import LoomMemory
@@ -77,7 +78,7 @@ def run_one(mode: str, n: int, profile: str | None) -> dict[str, Any]:
             store=store,
             embedder=embedder,
             counter=TiktokenCounter(),
-            embed_in_background=mode != "foreground",
+            embedding=MemoryEmbedding(in_background=mode != "foreground"),
         )
         try:
             profiler = cProfile.Profile() if profile else None

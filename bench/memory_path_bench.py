@@ -21,6 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
+from loomctx import MemoryEmbedding
 from loomctx.embeddings import default_embedder
 from loomctx.evaluation.perf import _loom
 from loomctx.evaluation.perf._workload import Workload, build_workload, load_source
@@ -74,7 +75,11 @@ def measure(folder: Path, builds: int) -> dict[str, float]:
     kb_store, memory_store = SQLiteStore(folder / "knowledge.db"), SQLiteStore(folder / "memory.db")
     kb = KnowledgeBase("notes", kb_store, embedder=embedder, counter=counter, fast_embedder=None)
     memory = LoomMemory(
-        "perf", store=memory_store, embedder=embedder, counter=counter, embed_in_background=False
+        "perf",
+        store=memory_store,
+        embedder=embedder,
+        counter=counter,
+        embedding=MemoryEmbedding(in_background=False),
     )
     orch = _loom._memory_orchestrator(memory, kb, workload, counter)
     wall: list[float] = []

@@ -14,16 +14,13 @@ import time
 
 from _common import locomo_turns
 
-from loomctx import (
+from loomctx import ContextOrchestrator, Message, TiktokenCounter, ToolCall
+from loomctx.context.sources import (
     AgentOutputSource,
-    ContextOrchestrator,
     HistorySource,
-    Message,
     PromptSource,
     Skill,
     SkillSource,
-    TiktokenCounter,
-    ToolCall,
     ToolSource,
     UserInputSource,
 )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from _common import locomo_turns, timed
 
-from loomctx import HeuristicCounter, TiktokenCounter
+from loomctx import TiktokenCounter
+from loomctx.tokens import HeuristicCounter
 
 
 def main() -> None:

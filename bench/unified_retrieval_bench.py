@@ -47,6 +47,7 @@ from typing import Any
 
 from _common import LOCOMO, locomo_turns, median_ms
 
+from loomctx import MemoryEmbedding
 from loomctx.context.block import BuildContext, TokenBudget
 from loomctx.context.sources.retrieval import TOKENS_PER_CANDIDATE, UnifiedRetrievalSource
 from loomctx.embeddings import default_embedder
@@ -105,7 +106,11 @@ def open_memory(
     """A memory of `size` turns in ``memory-<size>.db`` under `folder`, filled if new."""
     store = SQLiteStore(folder / f"memory-{size}.db")
     memory = LoomMemory(
-        "bench", store=store, embedder=embedder, counter=counter, embed_in_background=False
+        "bench",
+        store=store,
+        embedder=embedder,
+        counter=counter,
+        embedding=MemoryEmbedding(in_background=False),
     )
     have = len(memory.get_l1_tasks(limit=memory.max_l1_size))
     if have == 0:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-from loomctx import ComponentPriority, ContextAssembler, Message, TiktokenCounter, ToolCall
+from loomctx import Message, TiktokenCounter, ToolCall
+from loomctx.context import ComponentPriority, ContextAssembler
 
 INSTRUCTIONS = (
     "You are a data analyst for an online shop. Answer with SQL that runs on SQLite. "

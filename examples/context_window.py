@@ -14,17 +14,13 @@ from __future__ import annotations
 import asyncio
 import textwrap
 
-from loomctx import (
+from loomctx import ContextOrchestrator, ContextWindow, Message, TiktokenCounter, ToolCall
+from loomctx.context.sources import (
     AgentOutputSource,
-    ContextOrchestrator,
-    ContextWindow,
     HistorySource,
-    Message,
     PromptSource,
     Skill,
     SkillSource,
-    TiktokenCounter,
-    ToolCall,
     ToolSource,
     UserInputSource,
 )

@@ -26,7 +26,7 @@ class FakeModel(GenericFakeChatModel):
 
 
 async def main() -> None:
-    hook = LoomPreModelHook(LoomMemory("langgraph-demo", embedder=None, fast_embedder=None),
+    hook = LoomPreModelHook(LoomMemory("langgraph-demo", embedder=None),
                             window=700)  # fmt: skip
     model = FakeModel(messages=iter(AIMessage("Noted.") for _ in range(100)))
     with warnings.catch_warnings():  # LangGraph 1.x: `create_react_agent` is deprecated

@@ -18,15 +18,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from loomctx import (
-    BuildContext,
-    ContextBlock,
-    ContextWindow,
-    SQLiteStore,
-    Task,
-    TaskStatus,
-    TokenBudget,
-)
+from loomctx import ContextWindow, SQLiteStore, Task, TaskStatus
+from loomctx.context import BuildContext, ContextBlock, TokenBudget
 from loomctx.session.controller import ContextController
 from loomctx.session.session import Session
 from loomctx.text import terms

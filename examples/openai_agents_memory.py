@@ -37,7 +37,7 @@ class EchoModel(Model):
 
 
 async def main() -> None:
-    memory = LoomMemory("agents-demo", embedder=None, fast_embedder=None)
+    memory = LoomMemory("agents-demo", embedder=None)
     session = LoomSession("user-42", memory, window=700)
     agent = Agent(name="helper", instructions="You help.", model=EchoModel())
     prompts = [

@@ -24,7 +24,7 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 async def main() -> None:
-    memory = LoomMemory("pydantic-ai-demo", embedder=None, fast_embedder=None)
+    memory = LoomMemory("pydantic-ai-demo", embedder=None)
     history = LoomHistory(memory, window=700)
     agent = Agent(FunctionModel(model), capabilities=[ProcessHistory(history)])
     prompts = [

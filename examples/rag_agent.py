@@ -23,15 +23,14 @@ from loomctx import (
     LLM,
     Agent,
     AgentEvent,
-    BaseContextRetriever,
-    Document,
+    AgentSources,
     LLMOptions,
     Message,
     ToolCall,
     ToolError,
     tool,
 )
-from loomctx.agent import AgentSources
+from loomctx.agent import BaseContextRetriever, Document
 from loomctx.agent.events import (
     ContextAssembled,
     LLMCompleted,

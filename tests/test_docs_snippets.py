@@ -202,7 +202,8 @@ def _run_log(s: Setting) -> None:
 
 
 def _report(s: Setting) -> None:
-    from loomctx import ContextOrchestrator, PromptSource, TiktokenCounter, UserInputSource
+    from loomctx import ContextOrchestrator, TiktokenCounter
+    from loomctx.context.sources import PromptSource, UserInputSource
 
     orchestrator = ContextOrchestrator(
         token_counter=TiktokenCounter(),

@@ -4,41 +4,41 @@ from __future__ import annotations
 
 import pytest
 
-import loomctx
+from loomctx import errors
 from loomctx.errors import ConfigError, Oversize, check_int
 
 
 @pytest.mark.parametrize(
     "cls",
     [
-        loomctx.ConfigError,
-        loomctx.MessageFormatError,
-        loomctx.IngestLimitError,
-        loomctx.TokenizerError,
-        loomctx.BudgetExceededError,
-        loomctx.StoreError,
-        loomctx.ConflictError,
-        loomctx.ProviderError,
-        loomctx.ToolError,
-        loomctx.MissingExtraError,
-        loomctx.BusClosedError,
-        loomctx.BusLoopError,
+        errors.ConfigError,
+        errors.MessageFormatError,
+        errors.IngestLimitError,
+        errors.TokenizerError,
+        errors.BudgetExceededError,
+        errors.StoreError,
+        errors.ConflictError,
+        errors.ProviderError,
+        errors.ToolError,
+        errors.MissingExtraError,
+        errors.BusClosedError,
+        errors.BusLoopError,
     ],
 )
 def test_every_error_is_a_loom_error_and_documented_in_the_tree(cls: type[Exception]) -> None:
-    assert issubclass(cls, loomctx.LoomError)
-    assert cls.__name__ in (loomctx.errors.__doc__ or "")
+    assert issubclass(cls, errors.LoomError)
+    assert cls.__name__ in (errors.__doc__ or "")
 
 
 def test_config_errors_are_value_errors_and_missing_extras_import_errors() -> None:
-    assert issubclass(loomctx.ConfigError, ValueError)
-    assert issubclass(loomctx.MessageFormatError, loomctx.ConfigError)
-    assert issubclass(loomctx.IngestLimitError, loomctx.ConfigError)
-    assert issubclass(loomctx.MissingExtraError, ImportError)
+    assert issubclass(errors.ConfigError, ValueError)
+    assert issubclass(errors.MessageFormatError, errors.ConfigError)
+    assert issubclass(errors.IngestLimitError, errors.ConfigError)
+    assert issubclass(errors.MissingExtraError, ImportError)
 
 
 def test_budget_exceeded_names_every_offender_and_the_budget() -> None:
-    err = loomctx.BudgetExceededError(
+    err = errors.BudgetExceededError(
         offenders=[Oversize(name="system", tokens=900), Oversize(name="user_input", tokens=300)],
         budget=1000,
     )
@@ -52,7 +52,7 @@ def test_budget_exceeded_names_every_offender_and_the_budget() -> None:
 
 
 def test_missing_extra_names_the_extra_to_install() -> None:
-    err = loomctx.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
+    err = errors.MissingExtraError(feature="HuggingFaceCounter", extra="hf", module="tokenizers")
     assert "pip install 'loomctx[hf]'" in str(err)
     assert err.extra == "hf"
 

@@ -15,20 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomctx import (
+from loomctx import ConfigError, Message, TiktokenCounter, TokenCounter, ToolCall, counter_for_model
+from loomctx.errors import TokenizerError
+from loomctx.tokens import (
     CallableCounter,
-    ConfigError,
     HeuristicCounter,
     HuggingFaceCounter,
-    Message,
-    TiktokenCounter,
-    TokenCounter,
-    TokenizerError,
-    ToolCall,
-    counter_for_model,
     encoding_for_model,
+    render_tool_definitions,
 )
-from loomctx.tokens import render_tool_definitions
 
 O200K = TiktokenCounter()
 CL100K = TiktokenCounter("cl100k_base")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loomctx import LLM, Agent
-from loomctx.agent import AgentLoop, AgentSources
+from loomctx import LLM, Agent, AgentLoop, AgentSources
 
 from .schema import SchemaRetriever, table_docs
 from .tools import make_tools

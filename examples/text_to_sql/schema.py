@@ -17,7 +17,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from loomctx import BaseContextRetriever, Document, TokenCounter
+from loomctx import TokenCounter
+from loomctx.agent import BaseContextRetriever, Document
 from loomctx.text import coverage, terms
 
 from .database import TABLES, TODAY, Column, Table

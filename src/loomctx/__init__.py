@@ -1,282 +1,107 @@
-"""Loom: the best context window that fits an exact token budget, before every LLM call."""
+"""Loom: the best context window that fits an exact token budget, before every LLM call.
+
+The top level holds what a user starts from: the agent and its tools, the LLM clients, the
+message model, memory, knowledge bases, sessions, the orchestrator and its report, the
+settings values, the store, and the errors worth catching. Everything else has one home in a
+sub-namespace, each with its own ``__all__`` (see docs/api.md):
+
+| namespace | what lives there |
+|---|---|
+| `loomctx.agent` | the LLM stream's chunks, tool runs, the per-turn retrievers |
+| `loomctx.context` | budgets, blocks, collecting and compacting, the report's parts, billing |
+| `loomctx.context.sources` | the built-in context sources |
+| `loomctx.memory` | memory's parts: hits, tiers, summaries, the background embedder |
+| `loomctx.knowledge` | knowledge-base values, chunking, loaders |
+| `loomctx.retrieval` | query rewriting, recall, reranking and its signals |
+| `loomctx.session` / `loomctx.session.bus` | session state, saved windows / the event bus |
+| `loomctx.stores` | the storage contract |
+| `loomctx.embeddings`, `loomctx.tokens` | embedders, token counters |
+| `loomctx.messages`, `loomctx.errors` | the whole message model, the whole error tree |
+| `loomctx.testing` | strict fakes for tests |
+"""
 
 from loomctx.agent.events import AgentEvent, AgentEventType
 from loomctx.agent.executor import Agent
-from loomctx.agent.llm import (
-    LLM,
-    Completed,
-    LLMChunk,
-    LLMOptions,
-    LLMResponse,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-    complete,
-)
+from loomctx.agent.llm import LLM, LLMOptions
 from loomctx.agent.providers import AnthropicLLM, OpenAIChatLLM, llm_from_env
-from loomctx.agent.reader import result_reader
-from loomctx.agent.retriever import (
-    BaseContextRetriever,
-    ContextRetriever,
-    Document,
-    KnowledgeRetriever,
-    MemoryRetriever,
-    UnifiedRetriever,
-)
-from loomctx.agent.tools import Tool, ToolContext, ToolResult, run_tool_calls, tool
-from loomctx.context.assembler import ComponentPriority, ContextAssembler, ContextComponent
-from loomctx.context.billing import CachePrediction, CachePricing, ReportedUsage, pricing_for
-from loomctx.context.block import BuildContext, ContextBlock, ContextSource, TokenBudget
-from loomctx.context.budget import AdaptiveBudgetManager, BudgetManager
-from loomctx.context.collector import ContextCollector
-from loomctx.context.compactor import CachePolicy, ContextCompactor
-from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
-from loomctx.context.report import BlockReport, CompactionNote, ContextReport, SourceReport
-from loomctx.context.sources import (
-    AgentOutputSource,
-    HistorySource,
-    InheritedSource,
-    L1RecentSource,
-    L2ImportantSource,
-    L4SemanticSource,
-    PromptSource,
-    RetrievalInjector,
-    SharedPoolSource,
-    Skill,
-    SkillSource,
-    ToolSource,
-    UnifiedRetrievalSource,
-    UserInputSource,
-    load_skills,
-)
-from loomctx.embeddings import (
-    Embedder,
-    MultilingualE5Embedder,
-    OpenAIEmbedder,
-    SentenceTransformerEmbedder,
-    StaticEmbedder,
-    default_embedder,
-)
+from loomctx.agent.settings import AgentLoop, AgentSources, AgentWindow
+from loomctx.agent.tools import Tool, ToolContext, ToolResult, tool
+from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
+from loomctx.context.report import ContextReport
+from loomctx.embeddings import Embedder, default_embedder
 from loomctx.errors import (
     BudgetExceededError,
-    BusClosedError,
-    BusLoopError,
     ConfigError,
-    ConflictError,
-    EmbeddingError,
-    IngestLimitError,
     LoomError,
     MessageFormatError,
     MissingExtraError,
     ProviderError,
-    StoreClosedError,
     StoreError,
-    TokenizerError,
     ToolError,
 )
-from loomctx.knowledge import (
-    IngestProgress,
-    IngestSummary,
-    KnowledgeBase,
-    KnowledgeBaseProvider,
-    KnowledgeDocument,
-    KnowledgeHit,
-    SkippedFile,
-)
-from loomctx.memory.context_builder import ContextBuilder, ExecutionContext
-from loomctx.memory.core import LoomMemory, MemoryHit
-from loomctx.memory.enrichment import BackgroundEmbedder, QuarantinedRecord
-from loomctx.memory.plain import Recall, Recalled
-from loomctx.memory.summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from loomctx.memory.task import MemoryTier, Task, TaskStatus, TaskSummary, tasks_from_messages
-from loomctx.messages import (
-    Message,
-    MessageUnit,
-    ToolCall,
-    flatten_units,
-    from_anthropic,
-    from_openai,
-    split_units,
-    to_anthropic,
-    to_openai,
-)
-from loomctx.retrieval import (
-    ContentLengthSignal,
-    OriginDiversitySignal,
-    QueryOverlapSignal,
-    QueryRewriter,
-    Reranker,
-    RetrievalSettings,
-    Signal,
-    VectorScoreSignal,
-)
-from loomctx.session.bus import Event, EventBus, InProcessEventBus, open_bus
+from loomctx.knowledge import KnowledgeBase
+from loomctx.memory.core import LoomMemory
+from loomctx.memory.plain import Recall
+from loomctx.memory.settings import MemoryEmbedding, MemoryRanking, MemoryTiers
+from loomctx.memory.task import Task, TaskStatus
+from loomctx.messages import Message, ToolCall, from_anthropic, from_openai, to_anthropic, to_openai
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.session.controller import ContextController
 from loomctx.session.options import SessionOptions
-from loomctx.session.persist import L4Persister
-from loomctx.session.session import Session, SessionState
-from loomctx.session.windows import SavedWindow, WindowLog
+from loomctx.session.session import Session
 from loomctx.stores import open_store
-from loomctx.stores.base import MemoryStore, Record
 from loomctx.stores.sqlite import SQLiteStore
-from loomctx.tokens import (
-    CallableCounter,
-    HeuristicCounter,
-    HuggingFaceCounter,
-    TiktokenCounter,
-    TokenCounter,
-    UsageCalibration,
-    counter_for_model,
-    encoding_for_model,
-)
+from loomctx.tokens import TiktokenCounter, TokenCounter, counter_for_model
 
 __all__ = [
     "LLM",
-    "AdaptiveBudgetManager",
     "Agent",
     "AgentEvent",
     "AgentEventType",
-    "AgentOutputSource",
+    "AgentLoop",
+    "AgentSources",
+    "AgentWindow",
     "AnthropicLLM",
-    "BackgroundEmbedder",
-    "BaseContextRetriever",
-    "BlockReport",
     "BudgetExceededError",
-    "BudgetManager",
-    "BuildContext",
-    "BusClosedError",
-    "BusLoopError",
-    "CachePolicy",
-    "CachePrediction",
-    "CachePricing",
-    "CallableCounter",
-    "CompactionNote",
-    "Completed",
-    "ComponentPriority",
     "ConfigError",
-    "ConflictError",
-    "ContentLengthSignal",
-    "ContextAssembler",
-    "ContextBlock",
-    "ContextBuilder",
-    "ContextCollector",
-    "ContextCompactor",
-    "ContextComponent",
     "ContextController",
     "ContextOrchestrator",
     "ContextReport",
-    "ContextRetriever",
-    "ContextSource",
     "ContextWindow",
-    "Document",
     "Embedder",
-    "EmbeddingError",
-    "Event",
-    "EventBus",
-    "ExecutionContext",
-    "ExtractiveSummarizer",
-    "HeuristicCounter",
-    "HistorySource",
-    "HuggingFaceCounter",
-    "InProcessEventBus",
-    "IngestLimitError",
-    "IngestProgress",
-    "IngestSummary",
-    "InheritedSource",
     "KnowledgeBase",
-    "KnowledgeBaseProvider",
-    "KnowledgeDocument",
-    "KnowledgeHit",
-    "KnowledgeRetriever",
-    "L1RecentSource",
-    "L2ImportantSource",
-    "L4Persister",
-    "L4SemanticSource",
-    "LLMChunk",
     "LLMOptions",
-    "LLMResponse",
-    "LLMSummarizer",
-    "LayoutState",
     "LoomError",
     "LoomMemory",
-    "MemoryHit",
-    "MemoryRetriever",
-    "MemoryStore",
-    "MemoryTier",
+    "MemoryEmbedding",
+    "MemoryRanking",
+    "MemoryTiers",
     "Message",
     "MessageFormatError",
-    "MessageUnit",
     "MissingExtraError",
-    "MultilingualE5Embedder",
     "OpenAIChatLLM",
-    "OpenAIEmbedder",
-    "OriginDiversitySignal",
-    "PromptSource",
     "ProviderError",
-    "QuarantinedRecord",
-    "QueryOverlapSignal",
-    "QueryRewriter",
     "Recall",
-    "Recalled",
-    "Record",
-    "ReportedUsage",
-    "Reranker",
-    "RetrievalInjector",
     "RetrievalSettings",
     "SQLiteStore",
-    "SavedWindow",
-    "SentenceTransformerEmbedder",
     "Session",
     "SessionOptions",
-    "SessionState",
-    "SharedPoolSource",
-    "Signal",
-    "Skill",
-    "SkillSource",
-    "SkippedFile",
-    "SourceReport",
-    "StaticEmbedder",
-    "StoreClosedError",
     "StoreError",
-    "Summarizer",
     "Task",
     "TaskStatus",
-    "TaskSummary",
-    "TextDelta",
     "TiktokenCounter",
-    "TokenBudget",
     "TokenCounter",
-    "TokenizerError",
     "Tool",
     "ToolCall",
-    "ToolCallDelta",
     "ToolContext",
     "ToolError",
     "ToolResult",
-    "ToolSource",
-    "UnifiedRetrievalSource",
-    "UnifiedRetriever",
-    "Usage",
-    "UsageCalibration",
-    "UserInputSource",
-    "VectorScoreSignal",
-    "WindowLog",
-    "complete",
     "counter_for_model",
     "default_embedder",
-    "encoding_for_model",
-    "flatten_units",
     "from_anthropic",
     "from_openai",
     "llm_from_env",
-    "load_skills",
-    "open_bus",
     "open_store",
-    "pricing_for",
-    "result_reader",
-    "run_tool_calls",
-    "split_units",
-    "tasks_from_messages",
     "to_anthropic",
     "to_openai",
     "tool",

@@ -11,6 +11,8 @@ from loomctx import (
     Agent,
     AgentEvent,
     AgentEventType,
+    AgentLoop,
+    AgentSources,
     ConfigError,
     LoomMemory,
     Message,
@@ -20,7 +22,6 @@ from loomctx import (
     ToolCall,
     tool,
 )
-from loomctx.agent import AgentLoop, AgentSources
 from loomctx.agent.llm import Completed
 from loomctx.agent.retriever import BaseContextRetriever, Document, MemoryRetriever
 from loomctx.context.render import CONTEXT_PREAMBLE

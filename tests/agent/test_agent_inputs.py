@@ -12,18 +12,16 @@ import pytest
 from loomctx import (
     Agent,
     AgentEvent,
+    AgentSources,
     ConfigError,
     ContextOrchestrator,
-    HistorySource,
     LoomMemory,
     Message,
     MessageFormatError,
-    PromptSource,
     ToolCall,
-    UserInputSource,
 )
-from loomctx.agent import AgentSources
 from loomctx.agent.executor import TurnSource
+from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
 
@@ -178,14 +176,8 @@ async def test_a_build_without_a_user_turn_ends_on_the_in_flight_exchange() -> N
 def test_a_unified_retrieval_source_in_sources_is_refused_with_the_way_to_pass_its_bases() -> None:
     """The README once passed `UnifiedRetrievalSource(knowledge_bases=[...])` in `sources=`;
     the agent adds that source itself, and the error must point at `knowledge_bases=`."""
-    from loomctx import (
-        Agent,
-        ConfigError,
-        HistorySource,
-        KnowledgeBase,
-        SQLiteStore,
-        UnifiedRetrievalSource,
-    )
+    from loomctx import Agent, ConfigError, KnowledgeBase, SQLiteStore
+    from loomctx.context.sources import HistorySource, UnifiedRetrievalSource
     from loomctx.testing import ScriptedLLM
 
     handbook = KnowledgeBase("handbook", SQLiteStore(":memory:"))

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import Agent, ConfigError, LLMOptions, LoomMemory
-from loomctx.agent import AgentLoop, AgentSources, AgentWindow
+from loomctx import Agent, AgentLoop, AgentSources, AgentWindow, ConfigError, LLMOptions, LoomMemory
 from loomctx.agent.settings import MOVED
 from loomctx.context.sources import HistorySource
 from loomctx.testing import ScriptedLLM

@@ -10,20 +10,20 @@ import re
 import pytest
 
 from loomctx import (
-    AdaptiveBudgetManager,
     Agent,
+    AgentLoop,
+    AgentSources,
+    AgentWindow,
     BudgetExceededError,
-    BudgetManager,
-    CachePolicy,
     ConfigError,
     LoomMemory,
     TiktokenCounter,
     ToolCall,
     tool,
 )
-from loomctx.agent import AgentLoop, AgentSources, AgentWindow
 from loomctx.agent.events import ContextAssembled
 from loomctx.agent.retriever import BaseContextRetriever, Document
+from loomctx.context import AdaptiveBudgetManager, BudgetManager, CachePolicy
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.testing import ScriptedLLM
 

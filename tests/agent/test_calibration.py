@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from loomctx.agent import AgentWindow
+from loomctx import AgentWindow
 from loomctx.agent.providers import AnthropicLLM
 from loomctx.errors import ConfigError
 from loomctx.messages import Message

@@ -10,17 +10,9 @@ from typing import Any
 
 import pytest
 
-from loomctx import (
-    Agent,
-    AgentEventType,
-    ConfigError,
-    LoomMemory,
-    Message,
-    ToolCall,
-    split_units,
-    tool,
-)
+from loomctx import Agent, AgentEventType, ConfigError, LoomMemory, Message, ToolCall, tool
 from loomctx.agent.llm import LLMChunk, LLMOptions, TextDelta
+from loomctx.messages import split_units
 from loomctx.testing import ScriptedLLM
 
 

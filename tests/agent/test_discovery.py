@@ -9,6 +9,7 @@ import pytest
 
 from loomctx import (
     Agent,
+    AgentSources,
     ConfigError,
     KnowledgeBase,
     LoomMemory,
@@ -17,7 +18,6 @@ from loomctx import (
     ToolResult,
     tool,
 )
-from loomctx.agent import AgentSources
 from loomctx.agent.discovery import Discoveries
 from loomctx.agent.retriever import BaseContextRetriever, Document
 from loomctx.testing import ScriptedLLM

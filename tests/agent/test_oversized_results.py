@@ -12,16 +12,16 @@ import pytest
 from loomctx import (
     Agent,
     AgentEventType,
+    AgentWindow,
     ConfigError,
     LoomMemory,
     Message,
     TiktokenCounter,
     ToolCall,
-    tasks_from_messages,
     tool,
 )
-from loomctx.agent import AgentWindow
 from loomctx.agent.events import ContextAssembled, ToolResultEvent
+from loomctx.memory import tasks_from_messages
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import ScriptedLLM
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import ConfigError, LoomMemory, Task, TaskStatus, TiktokenCounter, result_reader
+from loomctx import ConfigError, LoomMemory, Task, TaskStatus, TiktokenCounter
+from loomctx.agent import result_reader
 from loomctx.context.excerpt import handle_for
 
 COUNTER = TiktokenCounter()

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from loomctx.agent import AgentWindow
+from loomctx import AgentWindow
 from loomctx.agent.events import ContextAssembled, LLMCompleted
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import allow_model_requests

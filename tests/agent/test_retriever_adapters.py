@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loomctx import Agent, KnowledgeBase, LoomMemory, Task, ToolCall, tool
-from loomctx.agent import AgentSources
+from loomctx import Agent, AgentSources, KnowledgeBase, LoomMemory, Task, ToolCall, tool
 from loomctx.agent.retriever import KnowledgeRetriever, UnifiedRetriever
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import ConfigError

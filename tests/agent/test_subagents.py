@@ -13,7 +13,8 @@ from loomctx import (
     Agent,
     AgentEvent,
     AgentEventType,
-    BuildContext,
+    AgentLoop,
+    AgentSources,
     ConfigError,
     LoomMemory,
     Message,
@@ -21,16 +22,15 @@ from loomctx import (
     Task,
     TaskStatus,
     TiktokenCounter,
-    TokenBudget,
     ToolCall,
     ToolContext,
-    split_units,
     tool,
 )
-from loomctx.agent import AgentLoop, AgentSources
 from loomctx.agent.events import ErrorEvent, RunCompleted, RunStarted
+from loomctx.context import BuildContext, TokenBudget
 from loomctx.context.sources.memory import SharedPoolSource
 from loomctx.memory.context_builder import ExecutionContext
+from loomctx.messages import split_units
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import FunctionLLM, ScriptedLLM
 

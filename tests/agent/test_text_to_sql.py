@@ -21,7 +21,8 @@ from types import ModuleType
 
 import pytest
 
-from loomctx import AgentEvent, Document, Message, TiktokenCounter, ToolCall, ToolResult
+from loomctx import AgentEvent, Message, TiktokenCounter, ToolCall, ToolResult
+from loomctx.agent import Document
 from loomctx.agent.events import RetrievalCompleted, RunCompleted, ToolResultEvent
 from loomctx.testing import LLMCall, ScriptedLLM
 from tests.agent._servers import (

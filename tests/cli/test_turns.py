@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from loomctx.agent import AgentWindow
+from loomctx import AgentWindow
 from loomctx.agent.executor import Agent
 from loomctx.cli._agent import RecordingLLM, ask, choose_llm
 from loomctx.cli._offline import OfflineResponder

@@ -8,13 +8,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from loomctx import (
-    BudgetExceededError,
-    ComponentPriority,
-    ConfigError,
-    ContextAssembler,
-    TiktokenCounter,
-)
+from loomctx import BudgetExceededError, ConfigError, TiktokenCounter
+from loomctx.context import ComponentPriority, ContextAssembler
 from loomctx.context.packing import TRUNCATION_MARKER
 
 COUNTER = TiktokenCounter()

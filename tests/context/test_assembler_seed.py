@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loomctx import ComponentPriority, ContextAssembler
+from loomctx.context import ComponentPriority, ContextAssembler
 
 
 def test_basic_assembly() -> None:

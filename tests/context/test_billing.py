@@ -8,18 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomctx import (
-    ConfigError,
-    ContextOrchestrator,
-    ContextReport,
-    HistorySource,
-    LayoutState,
-    Message,
-    PromptSource,
-    TiktokenCounter,
-    ToolSource,
-    UserInputSource,
-)
+from loomctx import ConfigError, ContextOrchestrator, ContextReport, Message, TiktokenCounter
+from loomctx.context import LayoutState
 from loomctx.context.billing import (
     ANTHROPIC,
     ANTHROPIC_1H,
@@ -30,6 +20,7 @@ from loomctx.context.billing import (
     pricing_for,
 )
 from loomctx.context.orchestrator import cache_marks
+from loomctx.context.sources import HistorySource, PromptSource, ToolSource, UserInputSource
 from loomctx.session.windows import report_from_payload
 
 from .test_orchestrator import DocsSource

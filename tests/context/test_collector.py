@@ -6,18 +6,15 @@ from typing import Any
 
 import pytest
 
-from loomctx import (
+from loomctx import ConfigError, ContextOrchestrator, TiktokenCounter
+from loomctx.context import (
     AdaptiveBudgetManager,
     BuildContext,
-    ConfigError,
     ContextBlock,
     ContextCollector,
-    ContextOrchestrator,
-    PromptSource,
-    TiktokenCounter,
     TokenBudget,
-    UserInputSource,
 )
+from loomctx.context.sources import PromptSource, UserInputSource
 from tests.context.test_orchestrator import DocsSource
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx import MemoryTiers
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow
 from loomctx.context.sources import L1RecentSource, UnifiedRetrievalSource, UserInputSource
@@ -30,7 +31,7 @@ WINDOWS = range(150, 700, 25)
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[LoomMemory]:
     with open_store(tmp_path) as store:
-        memory = LoomMemory("s1", store=store, max_l1_size=4, embedder=None)
+        memory = LoomMemory("s1", store=store, tiers=MemoryTiers(max_l1_size=4), embedder=None)
         remember(memory, [("user", text) for text in ENTRIES])
         yield memory
 

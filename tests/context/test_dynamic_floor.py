@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import (
-    BuildContext,
-    CachePolicy,
-    ConfigError,
-    ContextBlock,
-    ContextWindow,
-    HistorySource,
-    TokenBudget,
-    UserInputSource,
-    split_units,
-)
+from loomctx import ConfigError, ContextWindow
+from loomctx.context import BuildContext, CachePolicy, ContextBlock, TokenBudget
+from loomctx.context.sources import HistorySource, UserInputSource
+from loomctx.messages import split_units
 from tests.context.test_orchestrator import DocsSource, conversation, orchestrator
 
 DOCS = [f"Document {i}: " + "facts about the shop and its orders. " * 12 for i in range(60)]

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomctx import BlockReport, ContextBlock, ContextReport, Message, TiktokenCounter, ToolCall
+from loomctx import ContextReport, Message, TiktokenCounter, ToolCall
+from loomctx.context import BlockReport, ContextBlock
 from loomctx.context.excerpt import (
     MIN_EXCERPT_TOKENS,
     Excerpt,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx import MemoryTiers
 from loomctx.context.billing import ANTHROPIC
 from loomctx.context.block import BuildContext
 from loomctx.context.compactor import CachePolicy
@@ -47,7 +48,7 @@ def turns(n: int, start: int = 0) -> list[tuple[str, str]]:
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[LoomMemory]:
     with open_store(tmp_path) as store:
-        memory = LoomMemory("s1", store=store, max_l1_size=8, embedder=None)
+        memory = LoomMemory("s1", store=store, tiers=MemoryTiers(max_l1_size=8), embedder=None)
         yield memory
         memory.close()
 

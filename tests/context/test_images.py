@@ -10,17 +10,9 @@ import struct
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from loomctx import (
-    BudgetExceededError,
-    ContextOrchestrator,
-    HistorySource,
-    Message,
-    PromptSource,
-    TiktokenCounter,
-    UserInputSource,
-    split_units,
-)
-from loomctx.messages import ImagePart
+from loomctx import BudgetExceededError, ContextOrchestrator, Message, TiktokenCounter
+from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
+from loomctx.messages import ImagePart, split_units
 from loomctx.parts import openai_image_tokens
 from tests.strategies import histories
 

@@ -11,22 +11,17 @@ import pytest
 
 from loomctx import (
     BudgetExceededError,
-    BuildContext,
     ConfigError,
-    ContextBlock,
     ContextOrchestrator,
     ContextReport,
-    HistorySource,
     Message,
-    PromptSource,
     TiktokenCounter,
-    TokenBudget,
     ToolCall,
-    ToolSource,
-    UserInputSource,
-    split_units,
 )
+from loomctx.context import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.render import CONTEXT_PREAMBLE
+from loomctx.context.sources import HistorySource, PromptSource, ToolSource, UserInputSource
+from loomctx.messages import split_units
 
 COUNTER = TiktokenCounter()
 

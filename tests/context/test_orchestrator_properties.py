@@ -12,15 +12,12 @@ from loomctx import (
     ConfigError,
     ContextOrchestrator,
     ContextWindow,
-    HistorySource,
     Message,
-    PromptSource,
     TiktokenCounter,
-    ToolSource,
-    UserInputSource,
-    split_units,
 )
 from loomctx.context.render import CONTEXT_PREAMBLE, section_overhead
+from loomctx.context.sources import HistorySource, PromptSource, ToolSource, UserInputSource
+from loomctx.messages import split_units
 from tests.context.test_orchestrator import SQL, WEATHER, DocsSource
 from tests.strategies import histories
 

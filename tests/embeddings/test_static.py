@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loomctx import ConfigError, EmbeddingError
+from loomctx import ConfigError
 from loomctx.embeddings import StaticEmbedder
 from loomctx.embeddings._static import StaticTable
+from loomctx.errors import EmbeddingError
 from loomctx.testing.embedders import check_embedder
 
 

@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
-from loomctx import Agent, tool
-from loomctx.agent import AgentWindow
+from loomctx import Agent, AgentWindow, MemoryEmbedding, MemoryTiers, tool
 from loomctx.cli._agent import RecordingLLM, ask
 from loomctx.cli._reports import save_window
 from loomctx.memory.core import LoomMemory
@@ -73,7 +72,13 @@ async def _replay(path: Path, turns: int, window: int) -> list[int]:
             )
         steps.append(reply)
     store = SQLiteStore(path)
-    memory = LoomMemory(SESSION, 6, store=store, embedder=None, embed_in_background=False)
+    memory = LoomMemory(
+        SESSION,
+        store=store,
+        embedder=None,
+        tiers=MemoryTiers(max_l1_size=6),
+        embedding=MemoryEmbedding(in_background=False),
+    )
     llm = RecordingLLM(ScriptedLLM(steps))  # type: ignore[arg-type]
     agent = Agent(
         llm,

@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loomctx import (
-    ContextOrchestrator,
-    HistorySource,
-    Message,
-    PromptSource,
-    SavedWindow,
-    SQLiteStore,
-    TiktokenCounter,
-    UserInputSource,
-    WindowLog,
-)
+from loomctx import ContextOrchestrator, Message, SQLiteStore, TiktokenCounter
+from loomctx.context.sources import HistorySource, PromptSource, UserInputSource
 from loomctx.errors import ConfigError
 from loomctx.server._inspect_data import Pricing, diff_windows, search_text, timeline
+from loomctx.session import SavedWindow, WindowLog
 
 
 def _window(

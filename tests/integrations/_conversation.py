@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loomctx import LoomMemory
+from loomctx import LoomMemory, MemoryEmbedding
 from loomctx.messages import Message, split_units
 from loomctx.tokens import TiktokenCounter
 
@@ -24,7 +24,7 @@ FILLER = [
 
 def memory() -> LoomMemory:
     """A conversation's memory: lexical search, an in-memory SQLite store."""
-    return LoomMemory("conversation", embedder=None, fast_embedder=None)
+    return LoomMemory("conversation", embedder=None, embedding=MemoryEmbedding(fast_embedder=None))
 
 
 def check_window(messages: Sequence[Message], *, budget: int = WINDOW) -> None:

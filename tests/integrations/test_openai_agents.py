@@ -16,6 +16,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from loomctx import MemoryEmbedding
 from loomctx.errors import MessageFormatError
 from loomctx.integrations.openai_agents import LoomSession, items_to_messages
 from tests.integrations._conversation import FACT, FILLER, QUESTION, WINDOW, check_window, memory
@@ -107,7 +108,12 @@ async def test_a_session_reopened_in_a_new_process_records_nothing_twice(tmp_pat
 
     def reopen() -> LoomSession:
         store = SQLiteStore(path)
-        mem = LoomMemory("conversation", store=store, embedder=None, fast_embedder=None)
+        mem = LoomMemory(
+            "conversation",
+            store=store,
+            embedder=None,
+            embedding=MemoryEmbedding(fast_embedder=None),
+        )
         return LoomSession("user-4", mem, window=WINDOW)
 
     session = reopen()

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from loomctx import ConfigError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx import (
+    ConfigError,
+    LoomMemory,
+    MemoryEmbedding,
+    MemoryRanking,
+    SQLiteStore,
+    Task,
+    TaskStatus,
+)
 from loomctx.embeddings import StaticEmbedder
 from loomctx.embeddings._e5 import E5_NAME
 from loomctx.embeddings._static import default_static_embedder
@@ -47,7 +55,10 @@ def test_fast_vectors_come_first_then_the_slow_ones(tmp_path: Path, static: Stat
     slow = HashingEmbedder(dim=32)
     with SQLiteStore(tmp_path / "m.db") as store:
         memory = LoomMemory(
-            "agent", store=store, embedder=slow, fast_embedder=static, embed_in_background=False
+            "agent",
+            store=store,
+            embedder=slow,
+            embedding=MemoryEmbedding(fast_embedder=static, in_background=False),
         )
         background = memory.background
         assert background is not None
@@ -84,7 +95,7 @@ def test_fast_vectors_come_first_then_the_slow_ones(tmp_path: Path, static: Stat
 
 def test_the_thread_fills_both(static: StaticEmbedder) -> None:
     slow = HashingEmbedder(dim=32)
-    memory = LoomMemory("agent", embedder=slow, fast_embedder=static)
+    memory = LoomMemory("agent", embedder=slow, embedding=MemoryEmbedding(fast_embedder=static))
     try:
         memory.add_tasks([note(n, f"entry {n}") for n in range(30)])
         deadline = time.monotonic() + 20
@@ -102,7 +113,9 @@ def test_before_the_slow_vectors_search_finds_by_meaning(static: StaticEmbedder)
     # The query shares no word with the fact it asks about: lexical search alone misses it.
     query = "How often are backups made?"
     memory = LoomMemory(
-        "agent", embedder=HashingEmbedder(dim=64), fast_embedder=static, embed_in_background=False
+        "agent",
+        embedder=HashingEmbedder(dim=64),
+        embedding=MemoryEmbedding(fast_embedder=static, in_background=False),
     )
     try:
         memory.add_tasks([note(n, t) for n, t in enumerate(FACTS)])
@@ -125,7 +138,9 @@ def test_before_the_slow_vectors_search_finds_by_meaning(static: StaticEmbedder)
 
 def test_the_fast_ranking_is_weighed_by_fast_weight(static: StaticEmbedder) -> None:
     slow = HashingEmbedder(dim=64)
-    memory = LoomMemory("agent", embedder=slow, fast_embedder=static, embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=slow, embedding=MemoryEmbedding(fast_embedder=static, in_background=False)
+    )
     try:
         memory.add_tasks([note(n, t) for n, t in enumerate(FACTS)])
         assert memory.background is not None
@@ -142,7 +157,9 @@ def test_the_fast_ranking_is_weighed_by_fast_weight(static: StaticEmbedder) -> N
 
 
 def test_a_fast_embedder_alone(static: StaticEmbedder) -> None:
-    memory = LoomMemory("agent", embedder=None, fast_embedder=static, embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=None, embedding=MemoryEmbedding(fast_embedder=static, in_background=False)
+    )
     try:
         memory.add_tasks([note(n, t) for n, t in enumerate(FACTS)])
         assert memory.unembedded == 4
@@ -158,9 +175,14 @@ def test_a_fast_embedder_alone(static: StaticEmbedder) -> None:
 
 def test_validation(static: StaticEmbedder) -> None:
     with pytest.raises(ConfigError, match="another model"):
-        LoomMemory("agent", embedder=static, fast_embedder=static)
+        LoomMemory("agent", embedder=static, embedding=MemoryEmbedding(fast_embedder=static))
     with pytest.raises(ConfigError, match="fast_weight"):
-        LoomMemory("agent", embedder=None, fast_embedder=static, fast_weight=-0.1)
+        LoomMemory(
+            "agent",
+            embedder=None,
+            embedding=MemoryEmbedding(fast_embedder=static),
+            ranking=MemoryRanking(fast_weight=-0.1),
+        )
     store = SQLiteStore(":memory:")
     fast = BackgroundEmbedder(store, static)
     with pytest.raises(ConfigError, match="another model"):
@@ -177,7 +199,9 @@ class _NamedE5(HashingEmbedder):
 
 
 def test_the_shipped_e5_gets_the_static_table_by_default() -> None:
-    memory = LoomMemory("agent", embedder=_NamedE5(dim=384), embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=_NamedE5(dim=384), embedding=MemoryEmbedding(in_background=False)
+    )
     try:
         assert memory.fast_embedder is default_static_embedder()
         assert memory.fast_weight == RetrievalSettings().fast_weight
@@ -186,13 +210,17 @@ def test_the_shipped_e5_gets_the_static_table_by_default() -> None:
     finally:
         memory.close()
     # Another model has no static table of its own: no fast vectors, unless given.
-    other = LoomMemory("agent", embedder=HashingEmbedder(dim=32), embed_in_background=False)
+    other = LoomMemory(
+        "agent", embedder=HashingEmbedder(dim=32), embedding=MemoryEmbedding(in_background=False)
+    )
     assert other.fast_embedder is None
     other.close()
     lexical = LoomMemory("agent", embedder=None)
     assert lexical.fast_embedder is None
     assert lexical.background is None
     lexical.close()
-    off = LoomMemory("agent", embedder=_NamedE5(dim=384), fast_embedder=None)
+    off = LoomMemory(
+        "agent", embedder=_NamedE5(dim=384), embedding=MemoryEmbedding(fast_embedder=None)
+    )
     assert off.fast_embedder is None
     off.close()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from loomctx import ConfigError, ContextBuilder, ExecutionContext, LoomMemory, Task, TaskStatus
+from loomctx import ConfigError, LoomMemory, MemoryTiers, Task, TaskStatus
+from loomctx.memory import ContextBuilder, ExecutionContext
 
 
 def fill() -> LoomMemory:
-    memory = LoomMemory("agent", max_l1_size=20, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=20), embedder=None)
     for n in range(15):
         memory.add_task(
             Task(

@@ -9,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from loomctx import ConfigError, EmbeddingError, LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx import ConfigError, LoomMemory, MemoryEmbedding, SQLiteStore, Task, TaskStatus
 from loomctx.embeddings import default_embedder
+from loomctx.errors import EmbeddingError
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.stores.base import Record, Unembedded
 from loomctx.testing.embedders import HashingEmbedder
@@ -23,7 +24,7 @@ def note(n: int, text: str) -> Task:
 
 def test_drain_embeds_everything_and_search_becomes_hybrid() -> None:
     embedder = HashingEmbedder(dim=64)
-    memory = LoomMemory("agent", embedder=embedder, embed_in_background=False)
+    memory = LoomMemory("agent", embedder=embedder, embedding=MemoryEmbedding(in_background=False))
     for n in range(40):
         memory.add_task(note(n, f"fact{n} about the garden and its roses"))
     assert memory.background is not None
@@ -81,7 +82,12 @@ def test_a_failing_batch_is_reported_and_retried() -> None:
             return super().embed(texts, kind=kind)
 
     with SQLiteStore() as store:
-        memory = LoomMemory("agent", store=store, embedder=Flaky(dim=16), embed_in_background=False)
+        memory = LoomMemory(
+            "agent",
+            store=store,
+            embedder=Flaky(dim=16),
+            embedding=MemoryEmbedding(in_background=False),
+        )
         memory.add_task(note(1, "something"))
         background = memory.background
         assert background is not None
@@ -96,7 +102,9 @@ def test_a_failing_batch_is_reported_and_retried() -> None:
 
 
 def test_the_default_embedder_finds_a_paraphrase() -> None:
-    memory = LoomMemory("agent", embedder=default_embedder(), embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=default_embedder(), embedding=MemoryEmbedding(in_background=False)
+    )
     memory.add_task(note(1, "Caroline adopted a rescue puppy named Max last spring"))
     memory.add_task(note(2, "The quarterly budget review is scheduled for Tuesday"))
     memory.add_task(note(3, "我们下周去杭州看西湖"))
@@ -129,7 +137,9 @@ def _wait_embedded(background: BackgroundEmbedder, count: int) -> None:
 def test_the_thread_waits_while_a_writer_writes_then_catches_up() -> None:
     # Embedding during a bulk import took the interpreter from it (issue 19): a batch waits
     # until the writer has left `writing()` for `quiet` seconds.
-    memory = LoomMemory("agent", embedder=HashingEmbedder(dim=8), embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=HashingEmbedder(dim=8), embedding=MemoryEmbedding(in_background=False)
+    )
     background = BackgroundEmbedder(
         memory.store, HashingEmbedder(dim=8), prefix=memory.namespace, interval=0.01,
         quiet=0.05, max_defer=60.0,
@@ -164,7 +174,9 @@ def test_a_writer_that_never_pauses_still_gets_vectors_every_max_defer() -> None
 
 
 def test_a_memory_holds_its_embedder_back_while_it_writes() -> None:
-    memory = LoomMemory("agent", embedder=HashingEmbedder(dim=8), embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=HashingEmbedder(dim=8), embedding=MemoryEmbedding(in_background=False)
+    )
     background = memory.background
     assert background is not None
     seen: list[int] = []
@@ -209,7 +221,9 @@ def test_a_text_that_fails_alone_is_quarantined_and_the_rest_embedded(
 ) -> None:
     embedder = Picky()
     with SQLiteStore() as store:
-        memory = LoomMemory("agent", store=store, embedder=embedder, embed_in_background=False)
+        memory = LoomMemory(
+            "agent", store=store, embedder=embedder, embedding=MemoryEmbedding(in_background=False)
+        )
         for n in range(40):
             bad = {7: "poison", 23: "nanpoison"}.get(n, "")
             memory.add_task(note(n, f"fact{n} about the garden {bad}"))
@@ -262,7 +276,9 @@ def test_an_embedder_that_is_down_is_waited_for_not_quarantined(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with SQLiteStore() as store:
-        memory = LoomMemory("agent", store=store, embedder=Down(9), embed_in_background=False)
+        memory = LoomMemory(
+            "agent", store=store, embedder=Down(9), embedding=MemoryEmbedding(in_background=False)
+        )
         for n in range(5):
             memory.add_task(note(n, f"entry{n} of the log"))
         background = memory.background

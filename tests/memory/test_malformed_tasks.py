@@ -11,20 +11,19 @@ from typing import Any
 import pytest
 
 from loomctx import (
-    BuildContext,
     ConfigError,
-    L1RecentSource,
     LoomMemory,
+    MemoryTiers,
     Task,
     TaskStatus,
     TiktokenCounter,
-    TokenBudget,
-    split_units,
     to_anthropic,
     to_openai,
 )
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L1RecentSource
 from loomctx.memory.task import USER_MESSAGE, task_line, task_messages, task_text
-from loomctx.messages import MAX_ARGUMENT_DEPTH
+from loomctx.messages import MAX_ARGUMENT_DEPTH, split_units
 from loomctx.stores.sqlite import SQLiteStore
 
 CTX = BuildContext(counter=TiktokenCounter())
@@ -193,7 +192,7 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
         metadata={"importance": 0.1, "tags": ["dns\udc80"]},  # not important: summarized
     )
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
+        memory = LoomMemory("agent", store=store, tiers=MemoryTiers(max_l1_size=1), embedder=None)
         memory.add_task(bad)
         memory.add_task(Task(action=USER_MESSAGE, parameters={"content": "and staging?"}))
         memory.promote_tasks()
@@ -205,14 +204,14 @@ def test_a_malformed_task_leaving_l1_is_summarized_not_stuck(tmp_path: Path, val
     assert summary.tags == ("dns\ufffd",)
     _valid(summary.text)
     with SQLiteStore(path) as store:
-        reopened = LoomMemory("agent", store=store, max_l1_size=1, embedder=None)
+        reopened = LoomMemory("agent", store=store, tiers=MemoryTiers(max_l1_size=1), embedder=None)
         assert reopened.get_l3_summaries() == [summary]
         reopened.promote_tasks()
         reopened.close()
 
 
 def test_the_summary_of_parameters_that_are_a_string_keeps_the_string() -> None:
-    memory = LoomMemory("agent", max_l1_size=1, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=1), embedder=None)
     memory.add_task(
         Task(
             action="lookup",

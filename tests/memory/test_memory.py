@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from loomctx import ConfigError, LoomMemory, MemoryTier, SQLiteStore, Task, TaskStatus
+from loomctx import ConfigError, LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus
+from loomctx.memory import MemoryTier
 from loomctx.memory.task import USER_MESSAGE
 
 
@@ -25,7 +27,7 @@ def task(n: int, importance: float | None = None, text: str = "") -> Task:
 
 
 def test_l1_is_a_ring_buffer_oldest_first() -> None:
-    memory = LoomMemory("agent", max_l1_size=3, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=3), embedder=None)
     for n in range(5):
         memory.add_task(task(n, 0.1))
     assert [t.task_id for t in memory.get_l1_tasks(limit=10)] == ["t2", "t3", "t4"]
@@ -34,7 +36,7 @@ def test_l1_is_a_ring_buffer_oldest_first() -> None:
 
 
 def test_promotion_to_l2_by_importance_and_replacement_when_full() -> None:
-    memory = LoomMemory("agent", max_l1_size=10, max_l2_size=2, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=10, max_l2_size=2), embedder=None)
     memory.add_task(task(1, 0.65))
     memory.add_task(task(2, 0.9))
     memory.add_task(task(3, 0.5))  # not important enough
@@ -47,7 +49,7 @@ def test_promotion_to_l2_by_importance_and_replacement_when_full() -> None:
 
 
 def test_what_leaves_l1_and_l2_is_summarized_into_l3() -> None:
-    memory = LoomMemory("agent", max_l1_size=2, max_l2_size=1, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=2, max_l2_size=1), embedder=None)
     memory.add_task(task(1, 0.7))
     memory.add_task(task(2, 0.2))
     memory.promote_tasks()
@@ -67,7 +69,7 @@ def test_what_leaves_l1_and_l2_is_summarized_into_l3() -> None:
 def test_among_equally_important_tasks_the_newer_take_l2() -> None:
     # Most user turns score the same: L2 must follow the conversation, not freeze on its
     # first important tasks.
-    memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=3, max_l2_size=2), embedder=None)
     for n in range(8):
         memory.add_task(task(n, 0.9))
         memory.promote_tasks()
@@ -81,7 +83,7 @@ def test_among_equally_important_tasks_the_newer_take_l2() -> None:
 def test_a_bulk_import_fills_l2_and_summarizes_only_the_rest() -> None:
     # One add_tasks call with no promotion in between: what leaves L1 on the way is
     # considered for L2 as promotion would have considered it.
-    memory = LoomMemory("agent", max_l1_size=4, max_l2_size=3, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=4, max_l2_size=3), embedder=None)
     memory.add_tasks([task(n, 0.9 if n % 5 == 0 else 0.2) for n in range(40)])
     memory.promote_tasks()
     assert [t.task_id for t in memory.get_l1_tasks(limit=10)] == ["t36", "t37", "t38", "t39"]
@@ -91,7 +93,7 @@ def test_a_bulk_import_fills_l2_and_summarizes_only_the_rest() -> None:
 
 
 def test_search_decodes_a_task_once_per_version() -> None:
-    memory = LoomMemory("agent", max_l1_size=2, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=2), embedder=None)
     for n in range(6):
         memory.add_task(task(n, 0.1))
     first = memory.search_tasks("marker1", limit=1)[0]
@@ -102,7 +104,9 @@ def test_search_decodes_a_task_once_per_version() -> None:
 
 
 def test_l3_overflow_stays_searchable_in_l4() -> None:
-    memory = LoomMemory("agent", max_l1_size=1, max_l2_size=1, max_l3_size=2, embedder=None)
+    memory = LoomMemory(
+        "agent", tiers=MemoryTiers(max_l1_size=1, max_l2_size=1, max_l3_size=2), embedder=None
+    )
     for n in range(6):
         memory.add_task(task(n, 0.1))
         memory.promote_tasks()
@@ -146,7 +150,9 @@ def test_re_adding_a_task_updates_it() -> None:
 def test_restore_after_restart_has_the_same_tiers_and_searches(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     with SQLiteStore(path) as store:
-        memory = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store, embedder=None)
+        memory = LoomMemory(
+            "agent", tiers=MemoryTiers(max_l1_size=3, max_l2_size=2), store=store, embedder=None
+        )
         for n in range(8):
             memory.add_task(task(n, 0.9 if n % 3 == 0 else 0.2))
             memory.promote_tasks()
@@ -158,7 +164,9 @@ def test_restore_after_restart_has_the_same_tiers_and_searches(tmp_path: Path) -
             [memory.search_tasks(f"marker{n}", limit=1) for n in range(9)],
         )
     with SQLiteStore(path) as store:
-        again = LoomMemory("agent", max_l1_size=3, max_l2_size=2, store=store, embedder=None)
+        again = LoomMemory(
+            "agent", tiers=MemoryTiers(max_l1_size=3, max_l2_size=2), store=store, embedder=None
+        )
         after = (
             again.get_l1_tasks(),
             again.get_l2_tasks(),
@@ -184,15 +192,19 @@ def test_namespaces_keep_memories_apart() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"max_l1_size": 0}, "`max_l1_size`"),
-        ({"max_l2_size": True}, "`max_l2_size`"),
-        ({"promote_threshold": 2}, "`promote_threshold`"),
+        ({"tiers": {"max_l1_size": 0}}, "`max_l1_size`"),
+        ({"tiers": {"max_l2_size": True}}, "`max_l2_size`"),
+        ({"tiers": {"promote_threshold": 2}}, "`promote_threshold`"),
+        ({"tiers": {"summary_tokens": 0}}, "`summary_tokens`"),
+        ({"ranking": {"max_l1_size": 5}}, "`ranking` must be a `MemoryRanking`"),
         ({"namespace": ("t", "a"), "search_scope": ("other",)}, "`search_scope`"),
     ],
 )
 def test_validation(kwargs: dict[str, object], needle: str) -> None:
+    options = dict(kwargs)
+    tiers: Any = options.pop("tiers", {})
     with pytest.raises(ConfigError, match=needle):
-        LoomMemory("agent", **kwargs, embedder=None)  # type: ignore[arg-type]
+        LoomMemory("agent", **options, embedder=None, tiers=MemoryTiers(**tiers))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="`node_id`"):
         LoomMemory("", embedder=None)
     with pytest.raises(ConfigError, match="takes a Task"):
@@ -205,7 +217,7 @@ class Tiers(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.memory = LoomMemory(
-            "agent", max_l1_size=4, max_l2_size=3, max_l3_size=5, embedder=None
+            "agent", tiers=MemoryTiers(max_l1_size=4, max_l2_size=3, max_l3_size=5), embedder=None
         )
         self.added: list[str] = []
 

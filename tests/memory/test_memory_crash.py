@@ -12,15 +12,16 @@ import textwrap
 import time
 from pathlib import Path
 
-from loomctx import LoomMemory, SQLiteStore
+from loomctx import LoomMemory, MemoryTiers, SQLiteStore
 
 CHILD = textwrap.dedent(
     """
     import sys
-    from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
+    from loomctx import LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus
 
     store = SQLiteStore(sys.argv[1])
-    memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store, embedder=None)
+    memory = LoomMemory("agent", tiers=MemoryTiers(max_l1_size=8, max_l2_size=4), store=store,
+                        embedder=None)
     start = int(sys.argv[2])
     for n in range(start, start + 100_000):
         memory.add_task(Task(task_id=f"t{n}", action="note", status=TaskStatus.COMPLETED,
@@ -60,7 +61,9 @@ def test_acknowledged_tasks_survive_sigkill(tmp_path: Path) -> None:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         conn.close()
         with SQLiteStore(path) as store:
-            memory = LoomMemory("agent", max_l1_size=8, max_l2_size=4, store=store, embedder=None)
+            memory = LoomMemory(
+                "agent", tiers=MemoryTiers(max_l1_size=8, max_l2_size=4), store=store, embedder=None
+            )
             assert len(memory.get_l1_tasks(limit=100)) == 8
             for task_id in acked[-30:] + rng.sample(acked, min(30, len(acked))):
                 found = memory.search_tasks(f"crashmark{task_id[1:]}", limit=1)

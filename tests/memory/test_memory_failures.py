@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loomctx import ConfigError, LoomMemory, MemoryTier, SQLiteStore, StoreError, Task, TaskStatus
+from loomctx import ConfigError, LoomMemory, MemoryTiers, SQLiteStore, StoreError, Task, TaskStatus
+from loomctx.memory import MemoryTier
 from loomctx.stores.base import Put, Record, Scan
 
 
@@ -61,7 +62,7 @@ def _writable(store: SQLiteStore) -> None:
 
 @pytest.mark.parametrize("break_store", [_full_disk, _read_only], ids=["full", "read-only"])
 def test_a_failed_add_leaves_no_trace(store: SQLiteStore, break_store: Breaker) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=3, embedder=None)
+    memory = LoomMemory("s", store=store, tiers=MemoryTiers(max_l1_size=3), embedder=None)
     memory.add_tasks([task(1), task(2), task(3)])
     before = tiers(memory)
     break_store(store)
@@ -85,7 +86,9 @@ def test_a_failed_add_leaves_no_trace(store: SQLiteStore, break_store: Breaker) 
 def test_a_failed_promotion_leaves_the_tiers_as_they_were(
     store: SQLiteStore, break_store: Breaker
 ) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=2, max_l2_size=1, embedder=None)
+    memory = LoomMemory(
+        "s", store=store, tiers=MemoryTiers(max_l1_size=2, max_l2_size=1), embedder=None
+    )
     memory.add_tasks([task(1, 0.9), task(2, 0.2), task(3, 0.2)])  # t1 left L1, unpromoted
     before = tiers(memory)
     break_store(store)
@@ -117,7 +120,7 @@ def test_text_that_cannot_be_encoded_is_made_valid_before_it_is_stored(
     """A Task records what already happened, so its text is kept, made valid (a lone surrogate
     becomes U+FFFD, see `loomctx.messages.valid_text`); the store refuses what a caller writes
     to it directly with such text, and nothing of a refused batch is kept."""
-    memory = LoomMemory("s", store=store, max_l1_size=2, embedder=None)
+    memory = LoomMemory("s", store=store, tiers=MemoryTiers(max_l1_size=2), embedder=None)
     memory.add_tasks([task(1), task(2)])
     memory.add_task(task(3, text="failmark3 caf\udce9"))  # decoded with surrogateescape
     reopened = LoomMemory("again", store=store, namespace=memory.namespace, embedder=None)
@@ -130,7 +133,7 @@ def test_text_that_cannot_be_encoded_is_made_valid_before_it_is_stored(
 
 
 def test_a_closed_store_fails_the_add_and_keeps_nothing(store: SQLiteStore) -> None:
-    memory = LoomMemory("s", store=store, max_l1_size=2, embedder=None)
+    memory = LoomMemory("s", store=store, tiers=MemoryTiers(max_l1_size=2), embedder=None)
     memory.add_task(task(1, 0.9))  # to be promoted
     store.close()
     with pytest.raises(StoreError, match="closed"):
@@ -151,7 +154,9 @@ def test_an_empty_add_writes_nothing(store: SQLiteStore) -> None:
 
 def test_tier_changes_that_a_restore_would_order_alike(store: SQLiteStore) -> None:
     """What the tiers hold after a change is exactly what a restore of the store gives."""
-    memory = LoomMemory("s", store=store, max_l1_size=5, max_l2_size=2, embedder=None)
+    memory = LoomMemory(
+        "s", store=store, tiers=MemoryTiers(max_l1_size=5, max_l2_size=2), embedder=None
+    )
     memory.add_tasks([task(1, 0.7), task(2, 0.8)])
     memory.promote_tasks()
     assert tiers(memory)[1] == ["t2", "t1"]

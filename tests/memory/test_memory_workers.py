@@ -18,7 +18,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from loomctx import Agent, ConflictError, LoomMemory, SQLiteStore, Task, TaskStatus, ToolCall
+from loomctx import Agent, LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus, ToolCall
+from loomctx.errors import ConflictError
 from loomctx.memory.core import same_view
 from loomctx.stores.base import Expect, Put, Record, Version
 from loomctx.testing import ScriptedLLM
@@ -61,15 +62,21 @@ def test_two_memories_on_one_file_see_one_conversation(tmp_path: Path) -> None:
 def test_a_stale_writer_catches_up_before_its_write_lands(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as one, SQLiteStore(path) as two:
-        a = LoomMemory("a", store=one, namespace=NS, max_l1_size=3, embedder=None)
-        b = LoomMemory("b", store=two, namespace=NS, max_l1_size=3, embedder=None)
+        a = LoomMemory(
+            "a", store=one, namespace=NS, tiers=MemoryTiers(max_l1_size=3), embedder=None
+        )
+        b = LoomMemory(
+            "b", store=two, namespace=NS, tiers=MemoryTiers(max_l1_size=3), embedder=None
+        )
         a.add_tasks([turn(0), turn(1), turn(2)])
         # `b` has not read since: its add is worked out on stale tiers, refused by the
         # store's guard, and worked out again on the current ones.
         b.add_task(turn(3))
         assert tiers(a)[0] == tiers(b)[0] == ["turn1", "turn2", "turn3"]
         assert b._seen == two.version(NS)
-        fresh = LoomMemory("c", store=one, namespace=NS, max_l1_size=3, embedder=None)
+        fresh = LoomMemory(
+            "c", store=one, namespace=NS, tiers=MemoryTiers(max_l1_size=3), embedder=None
+        )
         assert tiers(fresh) == tiers(a) == tiers(b)
         a.promote_tasks()
         b.promote_tasks()  # nothing left to do once it caught up
@@ -221,9 +228,9 @@ class TwoWorkers(RuleBasedStateMachine):
         super().__init__()
         self.stores = [SQLiteStore(path), SQLiteStore(path)]
         self.namespace = namespace
-        sizes = {"max_l1_size": 3, "max_l2_size": 2, "max_l3_size": 3}
+        sizes = MemoryTiers(max_l1_size=3, max_l2_size=2, max_l3_size=3)
         self.memories = [
-            LoomMemory(f"w{i}", store=s, namespace=namespace, **sizes, embedder=None)
+            LoomMemory(f"w{i}", store=s, namespace=namespace, tiers=sizes, embedder=None)
             for i, s in enumerate(self.stores)
         ]
         self.sizes = sizes
@@ -255,7 +262,7 @@ class TwoWorkers(RuleBasedStateMachine):
     @invariant()
     def both_hold_what_the_store_holds(self) -> None:
         fresh = LoomMemory(
-            "fresh", store=self.stores[0], namespace=self.namespace, **self.sizes, embedder=None
+            "fresh", store=self.stores[0], namespace=self.namespace, tiers=self.sizes, embedder=None
         )
         expected = tiers(fresh)
         for memory in self.memories:
@@ -286,11 +293,11 @@ def test_two_workers_in_any_order_agree_with_the_store(tmp_path: Path) -> None:
 WORKER = textwrap.dedent(
     """
     import json, sys
-    from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
+    from loomctx import LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus
 
     store = SQLiteStore(sys.argv[1])
     memory = LoomMemory(sys.argv[2], store=store, namespace=("acme", "bot", "session", "s1"),
-                        max_l1_size=8, max_l2_size=4, embedder=None)
+                        tiers=MemoryTiers(max_l1_size=8, max_l2_size=4), embedder=None)
 
     def state():
         return [[t.task_id for t in memory.get_l1_tasks(limit=100)],
@@ -354,7 +361,11 @@ def test_two_processes_writing_in_turn_each_see_the_whole_conversation(tmp_path:
                     pipe.close()
     with SQLiteStore(path) as store:
         restored = LoomMemory(
-            "reader", store=store, namespace=NS, max_l1_size=8, max_l2_size=4, embedder=None
+            "reader",
+            store=store,
+            namespace=NS,
+            tiers=MemoryTiers(max_l1_size=8, max_l2_size=4),
+            embedder=None,
         )
         expected = [list(part) for part in tiers(restored)]
     assert finals[0] == finals[1] == expected

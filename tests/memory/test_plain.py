@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from loomctx import MemoryEmbedding
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.sources.memory import L1RecentSource
 from loomctx.context.sources.prompt import PromptSource, UserInputSource
@@ -82,7 +83,11 @@ def test_just_added_items_are_found_by_vectors_at_once(memory: LoomMemory) -> No
 
 
 def test_a_large_add_says_what_vectors_did_not_see_yet() -> None:
-    memory = LoomMemory("plain-big", embedder=HashingEmbedder(dim=32), embed_in_background=False)
+    memory = LoomMemory(
+        "plain-big",
+        embedder=HashingEmbedder(dim=32),
+        embedding=MemoryEmbedding(in_background=False),
+    )
     try:
         turns = [{"role": "user", "content": f"note {i}: the code is {i * 7}"} for i in range(3)]
         memory.add(turns, embed=False)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loomctx import MemoryEmbedding, MemoryRanking, MemoryTiers
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.task import MemoryTier, Task, task_text
@@ -49,9 +50,9 @@ def memory_of(store: SQLiteStore, *, dense: bool = True, **options: object) -> L
         "session",
         store=store,
         embedder=HashingEmbedder(256) if dense else None,
-        embed_in_background=False,
-        **options,  # type: ignore[arg-type]
-    )
+        embedding=MemoryEmbedding(in_background=False),
+        ranking=MemoryRanking(**options),
+    )  # type: ignore[arg-type]
     remember(memory, CHAT)
     return memory
 
@@ -170,7 +171,9 @@ def test_answer_weight_lifts_the_message_after_a_question(
 def test_answer_weight_skips_tool_calls_and_is_checked(tmp_path: Path) -> None:
     def scores(weight: float, name: str) -> dict[str, float]:
         with SQLiteStore(tmp_path / name) as store:
-            memory = LoomMemory("session", store=store, embedder=None, answer_weight=weight)
+            memory = LoomMemory(
+                "session", store=store, embedder=None, ranking=MemoryRanking(answer_weight=weight)
+            )
             url = {"url": "https://x.test/?q=port"}
             memory.add_task(
                 Task(task_id="call", action="fetch", parameters=url, result="staging database 5433")
@@ -184,7 +187,7 @@ def test_answer_weight_skips_tool_calls_and_is_checked(tmp_path: Path) -> None:
     off, on = scores(0.0, "off.db"), scores(1.0, "on.db")
     assert on == pytest.approx({k: v * 1.6 / 2.6 for k, v in off.items()})
     with SQLiteStore(tmp_path / "bad.db") as store, pytest.raises(ConfigError, match="answer"):
-        LoomMemory("session", store=store, embedder=None, answer_weight=1.5)
+        LoomMemory("session", store=store, embedder=None, ranking=MemoryRanking(answer_weight=1.5))
 
 
 def test_exclude_blank_and_limit(store: SQLiteStore) -> None:
@@ -223,7 +226,7 @@ def test_a_task_archived_straight_to_l4_has_no_conversation_neighbours(
 )
 def test_fusion_settings_are_validated(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]
+        MemoryRanking(**options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -237,7 +240,7 @@ def test_fusion_settings_are_validated(options: dict[str, object], match: str) -
 )
 def test_non_finite_or_non_numeric_fusion_settings(options: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
-        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]
+        MemoryRanking(**options)  # type: ignore[arg-type]
 
 
 WORDS = st.sampled_from(
@@ -263,9 +266,8 @@ def test_scores_stay_in_0_1_best_first(
     memory = LoomMemory(
         "session",
         embedder=HashingEmbedder(32) if dense else None,
-        embed_in_background=False,
-        fusion_weights=weights,
-        neighbour_weight=neighbour,
+        embedding=MemoryEmbedding(in_background=False),
+        ranking=MemoryRanking(fusion_weights=weights, neighbour_weight=neighbour),
     )
     remember(memory, [("user", t) for t in turns])
     hits = memory.search(query, limit=5)
@@ -282,7 +284,12 @@ def test_scores_stay_in_0_1_best_first(
 
 def test_a_summarized_task_is_found_once_as_itself(store: SQLiteStore) -> None:
     # Nothing is important enough for L2, so what leaves L1 is summarized into L3.
-    memory = LoomMemory("session", store=store, max_l1_size=2, promote_threshold=1.0, embedder=None)
+    memory = LoomMemory(
+        "session",
+        store=store,
+        tiers=MemoryTiers(max_l1_size=2, promote_threshold=1.0),
+        embedder=None,
+    )
     remember(memory, CHAT)
     memory.promote_tasks()  # what left L1 is summarized into L3 (and stays in L4)
     assert memory.get_l3_summaries()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 
-from loomctx import ConfigError, Message, ToolCall, split_units
+from loomctx import ConfigError, Message, ToolCall
 from loomctx.memory.task import (
     ASSISTANT_MESSAGE,
     USER_MESSAGE,
@@ -21,6 +21,7 @@ from loomctx.memory.task import (
     task_text,
     tasks_from_messages,
 )
+from loomctx.messages import split_units
 from tests.strategies import histories
 
 

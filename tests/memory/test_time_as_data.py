@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx import MemoryRanking
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.sources.prompt import UserInputSource
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
@@ -133,8 +134,13 @@ def test_a_time_query_finds_the_turn_by_the_date_it_speaks_of(store: SQLiteStore
     """ "12 days ago" shares no word with "the day before yesterday", nor is either turn
     recorded then: only the resolved date says which hike the question is about."""
     now = day(2023, 5, 31)
-    memory = LoomMemory("diary", store=store, clock=lambda: now, neighbour_weight=0,
-                        answer_weight=0, embedder=None)  # fmt: skip
+    memory = LoomMemory(
+        "diary",
+        store=store,
+        clock=lambda: now,
+        ranking=MemoryRanking(neighbour_weight=0, answer_weight=0),
+        embedder=None,
+    )
     memory.add_tasks(
         [
             turn("dated", "The day before yesterday I went hiking in Sintra", day(2023, 5, 21)),
@@ -148,8 +154,12 @@ def test_a_time_query_finds_the_turn_by_the_date_it_speaks_of(store: SQLiteStore
 
 
 def test_a_question_about_when_prefers_the_turn_that_says_when(store: SQLiteStore) -> None:
-    memory = LoomMemory("talk", store=store, neighbour_weight=0, answer_weight=0,
-                        embedder=None)  # fmt: skip
+    memory = LoomMemory(
+        "talk",
+        store=store,
+        ranking=MemoryRanking(neighbour_weight=0, answer_weight=0),
+        embedder=None,
+    )
     memory.add_tasks(
         [
             turn("dated", "I went to an LGBTQ support group yesterday", SAID),
@@ -160,8 +170,12 @@ def test_a_question_about_when_prefers_the_turn_that_says_when(store: SQLiteStor
     assert memory.search("Caroline LGBTQ support group", limit=1)[0].task.task_id == "other"
     hits = memory.search(query, limit=2)
     assert hits[0].task.task_id == "dated"
-    off = LoomMemory("talk", store=store, neighbour_weight=0, answer_weight=0, date_weight=0,
-                     embedder=None)  # fmt: skip
+    off = LoomMemory(
+        "talk",
+        store=store,
+        ranking=MemoryRanking(neighbour_weight=0, answer_weight=0, date_weight=0),
+        embedder=None,
+    )
     assert off.search(query, limit=1)[0].task.task_id == "other"
     assert all(0 <= h.score <= 1 for h in hits)
     off.close()
@@ -171,7 +185,7 @@ def test_a_question_about_when_prefers_the_turn_that_says_when(store: SQLiteStor
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.5"])
 def test_date_weight_is_validated(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"`date_weight` must be in 0..1"):
-        LoomMemory("session", date_weight=bad, embedder=None)  # type: ignore[arg-type]
+        LoomMemory("session", ranking=MemoryRanking(date_weight=bad), embedder=None)  # type: ignore[arg-type]
 
 
 def test_the_window_label_shows_the_resolved_date() -> None:

@@ -7,11 +7,13 @@ import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loomctx import MemoryRanking
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import USER_MESSAGE, Task
@@ -175,7 +177,13 @@ DIARY = [
 
 
 def test_search_favours_what_was_recorded_when_the_query_says(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0, embedder=None)
+    memory = LoomMemory(
+        "diary",
+        store=store,
+        clock=lambda: NOW,
+        ranking=MemoryRanking(neighbour_weight=0),
+        embedder=None,
+    )
     memory.add_tasks(DIARY)
     plain = memory.search("what did I post on social media", limit=3)
     assert all(h.time_match is None for h in plain)
@@ -190,7 +198,13 @@ def test_search_favours_what_was_recorded_when_the_query_says(store: SQLiteStore
 
 
 def test_chinese_time_reference_in_search(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, clock=lambda: NOW, neighbour_weight=0, embedder=None)
+    memory = LoomMemory(
+        "diary",
+        store=store,
+        clock=lambda: NOW,
+        ranking=MemoryRanking(neighbour_weight=0),
+        embedder=None,
+    )
     memory.add_tasks(
         [
             said("february", "我们讨论了数据库迁移", day(2023, 2, 1)),
@@ -220,7 +234,9 @@ def test_a_time_no_task_is_near_changes_nothing(store: SQLiteStore) -> None:
 
 
 def test_time_decay_zero_ignores_time_and_the_clock_defaults_to_now(store: SQLiteStore) -> None:
-    memory = LoomMemory("diary", store=store, time_decay=0, clock=lambda: NOW, embedder=None)
+    memory = LoomMemory(
+        "diary", store=store, ranking=MemoryRanking(time_decay=0), clock=lambda: NOW, embedder=None
+    )
     memory.add_tasks(DIARY)
     assert all(h.time_match is None for h in memory.search("social media 5 days ago", limit=3))
     fresh = LoomMemory("other", store=store, embedder=None)
@@ -230,13 +246,15 @@ def test_time_decay_zero_ignores_time_and_the_clock_defaults_to_now(store: SQLit
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"time_decay": -0.1}, r"`time_decay` must be in 0..1"),
-        ({"time_decay": 1.5}, r"`time_decay` must be in 0..1"),
-        ({"time_decay": math.nan}, r"`time_decay` must be in 0..1"),
-        ({"time_decay": True}, r"`time_decay` must be in 0..1"),
+        ({"ranking": {"time_decay": -0.1}}, r"`time_decay` must be in 0..1"),
+        ({"ranking": {"time_decay": 1.5}}, r"`time_decay` must be in 0..1"),
+        ({"ranking": {"time_decay": math.nan}}, r"`time_decay` must be in 0..1"),
+        ({"ranking": {"time_decay": True}}, r"`time_decay` must be in 0..1"),
         ({"clock": "2023-05-31"}, r"`clock` must be a function"),
     ],
 )
 def test_time_settings_are_validated(options: dict[str, object], match: str) -> None:
+    options = dict(options)
+    ranking: Any = options.pop("ranking", {})
     with pytest.raises(ConfigError, match=match):
-        LoomMemory("session", **options, embedder=None)  # type: ignore[arg-type]
+        LoomMemory("session", **options, embedder=None, ranking=MemoryRanking(**ranking))  # type: ignore[arg-type]

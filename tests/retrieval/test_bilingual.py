@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx import MemoryEmbedding
 from loomctx.context.sources import UnifiedRetrievalSource
 from loomctx.embeddings import Embedder, default_embedder
 from loomctx.knowledge import KnowledgeBase
@@ -38,7 +39,9 @@ NOTES = {
 
 def open_world(tmp_path: Path, embedder: Embedder | None) -> tuple[LoomMemory, KnowledgeBase]:
     store = open_store(tmp_path)
-    memory = LoomMemory("s1", store=store, embedder=embedder, embed_in_background=False)
+    memory = LoomMemory(
+        "s1", store=store, embedder=embedder, embedding=MemoryEmbedding(in_background=False)
+    )
     memory.add_tasks(
         Task(
             task_id=key,

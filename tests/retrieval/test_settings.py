@@ -33,7 +33,7 @@ def test_the_defaults_are_todays_values(store: SQLiteStore) -> None:
     assert [type(x) for x in s.reranker().signals] == [type(x) for x in default_signals()]
     # the memory-side defaults are `LoomMemory`'s own
     memory = LoomMemory("s", store=store, embedder=None)
-    assert {k: getattr(memory, k) for k in s.memory_options()} == s.memory_options()
+    assert memory.ranking == s.memory_ranking()
     source = UnifiedRetrievalSource(memory)
     assert (source.recall_limit, source.rewrite_max_terms) == (20, 4)
     assert source.rewriter is not None
@@ -42,7 +42,7 @@ def test_the_defaults_are_todays_values(store: SQLiteStore) -> None:
 
 def test_a_source_reads_its_settings(store: SQLiteStore) -> None:
     s = RetrievalSettings(recall_limit=7, rewrite_max_terms=2, rewrite_top_k=3, overlap_weight=0.9)
-    memory = LoomMemory("s", store=store, embedder=None, **s.memory_options())
+    memory = LoomMemory("s", store=store, embedder=None, ranking=s.memory_ranking())
     source = UnifiedRetrievalSource(memory, settings=s)
     assert (source.recall_limit, source.rewrite_max_terms) == (7, 2)
     assert source.rewriter is not None

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from loomctx import MemoryEmbedding
 from loomctx.context.block import BuildContext, TokenBudget
 from loomctx.context.sources import UnifiedRetrievalSource
 from loomctx.knowledge import KnowledgeBase
@@ -102,7 +103,12 @@ def snapshot() -> dict[str, Any]:
     half = len(all_tasks) // 2
     # Another namespace under the same prefix: a wider `search_scope` reads both.
     other = LoomMemory(
-        "other", store=store, embedder=None, fast_embedder=None, clock=clock, counter=counter
+        "other",
+        store=store,
+        embedder=None,
+        embedding=MemoryEmbedding(fast_embedder=None),
+        clock=clock,
+        counter=counter,
     )
     other.add_tasks(
         [
@@ -119,8 +125,7 @@ def snapshot() -> dict[str, Any]:
         "golden",
         store=store,
         embedder=dense,
-        fast_embedder=fast,
-        embed_in_background=False,
+        embedding=MemoryEmbedding(fast_embedder=fast, in_background=False),
         clock=clock,
         counter=counter,
     )
@@ -134,13 +139,18 @@ def snapshot() -> dict[str, Any]:
     out["memory_fast_only"] = {q: _memory_hits(fused, q, limit=12) for q in queries}
     background.drain()
     lexical = LoomMemory(
-        "golden", store=store, embedder=None, fast_embedder=None, clock=clock, counter=counter
+        "golden",
+        store=store,
+        embedder=None,
+        embedding=MemoryEmbedding(fast_embedder=None),
+        clock=clock,
+        counter=counter,
     )
     wide = LoomMemory(
         "golden",
         store=store,
         embedder=None,
-        fast_embedder=None,
+        embedding=MemoryEmbedding(fast_embedder=None),
         search_scope=("default",),
         clock=clock,
         counter=counter,
@@ -149,8 +159,7 @@ def snapshot() -> dict[str, Any]:
         "golden",
         store=store,
         embedder=dense,
-        fast_embedder=None,
-        embed_in_background=False,
+        embedding=MemoryEmbedding(fast_embedder=None, in_background=False),
         clock=clock,
         counter=counter,
     )

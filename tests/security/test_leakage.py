@@ -22,17 +22,20 @@ from loomctx import (
     ContextController,
     ContextOrchestrator,
     ContextWindow,
-    InheritedSource,
     KnowledgeBase,
-    L1RecentSource,
-    L2ImportantSource,
-    L4SemanticSource,
     LoomMemory,
-    SharedPoolSource,
+    MemoryTiers,
     SQLiteStore,
     Task,
     TaskStatus,
     TiktokenCounter,
+)
+from loomctx.context.sources import (
+    InheritedSource,
+    L1RecentSource,
+    L2ImportantSource,
+    L4SemanticSource,
+    SharedPoolSource,
     UnifiedRetrievalSource,
     UserInputSource,
 )
@@ -154,12 +157,20 @@ async def test_a_memory_reads_nothing_of_another_namespace(
     store: BaseStore, writer_ns: Namespace, reader_ns: Namespace
 ) -> None:
     writer = LoomMemory(
-        "writer", store=store, namespace=writer_ns, max_l1_size=3, max_l2_size=2, embedder=None
+        "writer",
+        store=store,
+        namespace=writer_ns,
+        tiers=MemoryTiers(max_l1_size=3, max_l2_size=2),
+        embedder=None,
     )
     fill(writer, "a")
     # Restore: a reader opened after the writes.
     reader = LoomMemory(
-        "reader", store=store, namespace=reader_ns, max_l1_size=3, max_l2_size=2, embedder=None
+        "reader",
+        store=store,
+        namespace=reader_ns,
+        tiers=MemoryTiers(max_l1_size=3, max_l2_size=2),
+        embedder=None,
     )
     fill(reader, "b")
     await assert_memory_reads_nothing_of(reader, "a", "b")
@@ -207,12 +218,18 @@ async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
                 await session.add_task(task("a", n if sid == "s1" else n + 10, 0.9))
         await controller.end_session("s2")  # archived into the agent-level memory
         await controller.aggregate_context(["s1"], lure("a"), 2000)  # feeds the agent's L3
-        memory = LoomMemory("agent", store=store, max_l1_size=3, max_l2_size=2, embedder=None)
+        memory = LoomMemory(
+            "agent", store=store, tiers=MemoryTiers(max_l1_size=3, max_l2_size=2), embedder=None
+        )
         fill(memory, "b")
         await assert_memory_reads_nothing_of(memory, "a", "b")
         # Not even a memory opened on the controller's root namespace itself.
         root = LoomMemory(
-            "root", store=store, namespace=controller.layout.root, max_l1_size=3, embedder=None
+            "root",
+            store=store,
+            namespace=controller.layout.root,
+            tiers=MemoryTiers(max_l1_size=3),
+            embedder=None,
         )
         fill(root, "c")
         await assert_memory_reads_nothing_of(root, "a", "c")

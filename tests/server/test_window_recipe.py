@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from loomctx.agent import AgentWindow
+from loomctx import AgentWindow
 from loomctx.agent.executor import Agent
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus

@@ -379,7 +379,7 @@ def perf(
             "--soak",
             min=0,
             help="Also build this many windows per strategy in one process at N=10,000 "
-            "(lexical), to see that latency and memory stay flat (issue 19: 10000).",
+            "(lexical), to see that latency and memory stay flat (e.g. 10000).",
         ),
     ] = 0,
 ) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
+from loomctx.memory.settings import MemoryEmbedding, MemoryTiers
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
 from loomctx.session._layout import SessionLayout, cli_memory_before, session_memory
@@ -64,11 +65,11 @@ def open_memory(
     namespace = session_memory(store, SessionLayout(), session, before=[cli_memory_before(session)])
     return LoomMemory(
         session,
-        l1_size,
         store=store,
         namespace=namespace,
         embedder=embedder,
-        embed_in_background=False,
+        tiers=MemoryTiers(max_l1_size=l1_size),
+        embedding=MemoryEmbedding(in_background=False),
     )
 
 

@@ -499,7 +499,7 @@ def _unembedded(source: ContextSource) -> int:
 
 
 def _partly_embedded(source: ContextSource) -> tuple[int, str, str] | None:
-    """With an embedding cascade (`LoomMemory(fast_embedder=...)`): how many records have
+    """With an embedding cascade (a fast embedder, `MemoryEmbedding`): how many records have
     the fast model's vector but not yet the main model's, and the two names; else None."""
     by_model = getattr(source, "unembedded_by", None)
     if not isinstance(by_model, dict) or len(by_model) != 2:

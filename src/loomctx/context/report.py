@@ -20,8 +20,9 @@ prefix survives (a "deferred" compaction), or for pinned content; `note` says wh
 `L4SemanticSource`) could find by their words only, because the background embedder had not
 given them a vector yet (after a bulk import, or when a store made with another embedding
 model is reopened): search was partly, or wholly, lexical. `note` says so too. With an
-embedding cascade (`LoomMemory(fast_embedder=...)`), records with the fast model's vector are
-not counted; `note` says how many lack the main model's vector still, and names both models.
+embedding cascade (a fast embedder, `MemoryEmbedding`), records with the fast model's vector
+are not counted; `note` says how many lack the main model's vector still, and names both
+models.
 (Reports saved before this field was named `offered` call it `requested`; `from_dict` reads
 both.)
 """

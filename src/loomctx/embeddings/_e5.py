@@ -6,11 +6,11 @@ Chinese and English among them, into 384 dimensions, and marks queries and docum
 e5's ``"query: "`` / ``"passage: "`` prefixes by `kind`. Texts longer than the model's 512
 tokens are windowed by the engine. Chosen by measurement: see ``bench/embedder_bench.py``.
 
-Speed on 2 cores: 10-14 ms for one short query (about 20-25 ms while another thread embeds
-documents) and 35-40 short documents/s in batches (a 512-token chunk takes about 0.7 s),
-so documents are embedded in the background (off the write path) and queries are cached.
-The engine's OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE` unless set): spinning
-made a query take seconds whenever another process was busy.
+A query takes milliseconds and a document batch far longer (docs/benchmarks.md, "Design
+measurements"), so documents are embedded in the background (off the write path) and
+queries are cached. The engine's OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE`
+unless set): spinning made a query slow by orders of magnitude whenever another process was
+busy.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ class MultilingualE5Embedder(BaseEmbedder):
     """
 
     def __init__(self, *, batch_size: int = 32, query_cache_size: int = 1024) -> None:
-        # The engine's OpenMP threads spin between calls by default: while another process
-        # loads the cores, a 12 ms query took 0.5-2 s (measured: p50 625 ms vs 50 ms passive
-        # under load). Passive waiting is read when the engine's libgomp loads (on the first
-        # embed), so set it now; a value the user set is kept.
+        # The engine's OpenMP threads spin between calls by default, which makes a query wait
+        # for the cores whenever another process loads them. Passive waiting is read when the
+        # engine's libgomp loads (on the first embed), so set it now; a value the user set is
+        # kept.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             # Imported now so a missing package is reported at once; this loads no model.

@@ -16,26 +16,13 @@ cached per word, so the Viterbi runs once per distinct word.
 
 Queries and documents are embedded alike (`kind` is accepted and ignored).
 
-Measured (issue 19) on the LoCoMo dev conversations, ``loomctx bench locomo --stages`` figures
-(R@10 of the dense and fused stages and of the whole pipeline, evidence in a 2,000 / 4,000
-token window), on a shared 2-core machine:
-
-    embedder, fusion (lexical, dense)       dense  fused  final  window@2000  window@4000
-    MultilingualE5Embedder, (0.5, 0.5)      50.3   71.1   72.3   75.4         82.9
-    MultilingualE5Embedder, (0.6, 0.4)      50.3   71.2   72.2   75.0         82.8
-    this table (128-d, 6.2 MB), (0.5, 0.5)  42.9   67.7   68.8   70.6         78.8
-    this table, (0.6, 0.4)                  42.9   69.6   70.1   71.9         80.4
-    256-d (10.7 MB), (0.6, 0.4)             45.9   69.8   69.7   72.1
-    384-d (14.7 MB), (0.6, 0.4)             46.7   70.2   69.5   71.9
-
-Pass ``fusion_weights=(0.6, 0.4)`` to `LoomMemory` with it: at the default (0.5, 0.5) its
-fused ranking is below lexical search alone (68.3). It embeds about 5,500 LoCoMo turns per
-CPU-second with a cold word cache and 15,700 with a warm one, where the 4-bit transformer
-embeds tens; it ranks lower than the transformer (final R@10 -2.2, window@2000 -3.5 at the
-best weights), so it does not replace it. It runs beside it instead: with the default
-transformer, `LoomMemory` takes it as its `fast_embedder` (`default_static_embedder()`), gives
-every record its static vector first, and fuses both rankings (docs/concepts.md, "The fast
-embedder", has the figures).
+Alone it ranks below the transformer, so it does not replace it; as a memory's only
+embedder, weigh the lexical score above it (``MemoryRanking(fusion_weights=(0.6, 0.4))``),
+since at equal weights its fused ranking falls below lexical search alone. It runs beside
+the transformer instead: with the default transformer, `LoomMemory` takes it as its fast
+embedder (`MemoryEmbedding`, `default_static_embedder()`), gives every record its static
+vector first, and fuses both rankings. The figures behind these choices are in
+docs/benchmarks.md ("Design measurements") and docs/concepts.md ("The fast embedder").
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ from loomctx.evaluation.retrieval import (
     locomo_date,
 )
 from loomctx.memory.core import LoomMemory
+from loomctx.memory.settings import MemoryTiers
 from loomctx.messages import Message
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TiktokenCounter, TokenCounter
@@ -322,7 +323,12 @@ async def _loom(
 
     # Lexical: a replay must build the same windows however fast a background thread embeds.
     memory = LoomMemory(
-        "cost", store=store, counter=counter, max_l1_size=l1_size, embedder=None, clock=clock
+        "cost",
+        store=store,
+        counter=counter,
+        tiers=MemoryTiers(max_l1_size=l1_size),
+        embedder=None,
+        clock=clock,
     )
     model = _Replayer()
     agent = Agent(

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.errors import ConfigError
 from loomctx.memory.core import TASK, LoomMemory
+from loomctx.memory.settings import MemoryEmbedding, MemoryRanking
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task
 from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.base import Hit, VectorSearch
@@ -389,8 +390,12 @@ def _open(node_id: str, tasks: list[Task], embedder: Any, now: datetime | None =
     """Rankers over a fresh memory of `tasks`. `now`: when the questions are asked (the
     memory's clock, for "5 days ago"); None where the dataset does not say (LoCoMo): time
     references are then not resolved, rather than against the day the benchmark runs."""
-    options: dict[str, Any] = {"time_decay": 0.0} if now is None else {"clock": lambda: now}
-    memory = LoomMemory(node_id, embedder=embedder, embed_in_background=False, **options)
+    options: dict[str, Any] = (
+        {"ranking": MemoryRanking(time_decay=0.0)} if now is None else {"clock": lambda: now}
+    )
+    memory = LoomMemory(
+        node_id, embedder=embedder, embedding=MemoryEmbedding(in_background=False), **options
+    )
     memory.add_tasks(tasks)
     lexical = None
     if memory.background is not None:

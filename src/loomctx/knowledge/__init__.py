@@ -1,9 +1,10 @@
 """Knowledge bases: documents -> chunks -> lexical and dense indexes, searched before every call.
 
-- `KnowledgeBase`: add texts, files and folders (text, Markdown, reStructuredText and code
-  built in; PDF, Word and HTML with the `loaders` extra; any other format through
-  `loaders`), incrementally, with progress (`IngestProgress`); hybrid search (BM25 and
-  vectors, fused into a 0..1 score); everything persisted in a `MemoryStore`.
+- `KnowledgeBase` (exported from `loomctx` itself): add texts, files and folders (text,
+  Markdown, reStructuredText and code built in; PDF, Word and HTML with the `loaders` extra;
+  any other format through `loaders`), incrementally, with progress (`IngestProgress`);
+  hybrid search (BM25 and vectors, fused into a 0..1 score); everything persisted in a
+  `MemoryStore`.
 - `KnowledgeBaseProvider`: the protocol `UnifiedRetrievalSource` searches, and `KnowledgeHit`,
   what a search returns.
 - `chunk_text`: the Markdown-aware chunker (headings, paragraphs, sentences, token limit,
@@ -12,7 +13,7 @@
   folder ingest unless `add_folder` is given others.
 """
 
-from loomctx.knowledge._base import KnowledgeBase
+from loomctx.knowledge._base import KnowledgeBase as KnowledgeBase  # exported from `loomctx`
 from loomctx.knowledge._chunking import Chunk, chunk_text
 from loomctx.knowledge._folder import (
     DEFAULT_MAX_FILE_BYTES,
@@ -41,7 +42,6 @@ __all__ = [
     "IngestProgressKind",
     "IngestStatus",
     "IngestSummary",
-    "KnowledgeBase",
     "KnowledgeBaseProvider",
     "KnowledgeDocument",
     "KnowledgeHit",

@@ -26,8 +26,8 @@ of weak matches the top mark: one shared common word would score 1 against an En
 over a Chinese document that answers it. So the lexical side is scaled by coverage (one query
 term of four: at most 0.25), which also gives lexical-only search an absolute reading, and the
 dense side by the cosine itself (a model that says 0.1 is not trusted as a 1). Equal weights:
-on LoCoMo, BM25 and e5-small alone score about the same (R@10 57.6 and 58.8) and their fusion
-beats both.
+on conversations BM25 and e5-small alone rank about as well as each other, and their fusion
+beats both (docs/benchmarks.md, "Design measurements").
 
 Coverage is tested on the lowercased text with `in` (C speed: re-tokenizing 20 candidates
 would cost milliseconds), so a term inside a longer word counts, as a stem does; a stem of

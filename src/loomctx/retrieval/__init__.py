@@ -10,7 +10,7 @@ from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate, fingerprint
 from loomctx.retrieval.recall import recall, recall_knowledge, recall_memory
 from loomctx.retrieval.reranker import Reranker, dedupe
 from loomctx.retrieval.rewriter import QueryRewriter
-from loomctx.retrieval.settings import RetrievalSettings
+from loomctx.retrieval.settings import RetrievalSettings as RetrievalSettings  # in `loomctx`
 from loomctx.retrieval.signals import (
     ContentLengthSignal,
     OriginDiversitySignal,
@@ -29,7 +29,6 @@ __all__ = [
     "QueryOverlapSignal",
     "QueryRewriter",
     "Reranker",
-    "RetrievalSettings",
     "Signal",
     "SpeakerSignal",
     "VectorScoreSignal",

@@ -9,11 +9,11 @@ conversations, reported on the fifth). Constants added since (`answer_weight`,
 `speaker_weight`, `whole_below`, `pool_depth`) were chosen that way.
 
     settings = RetrievalSettings(neighbour_weight=0.2)
-    memory = LoomMemory("agent", **settings.memory_options())
+    memory = LoomMemory("agent", ranking=settings.memory_ranking())
     source = UnifiedRetrievalSource(memory, settings=settings)
 
 The memory-side fields (`fusion_weights`, `fast_weight`, `neighbour_weight`, `answer_weight`,
-`time_decay`, `date_weight`) are arguments of `LoomMemory`; the others are read by
+`time_decay`, `date_weight`) are `LoomMemory`'s `MemoryRanking`; the others are read by
 `UnifiedRetrievalSource` (its rewriter and reranker).
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from loomctx.errors import ConfigError
+from loomctx.memory.settings import MemoryRanking
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
 from loomctx.retrieval.signals import (
@@ -51,8 +52,9 @@ class RetrievalSettings:
     """The tuned constants of recall, rewriting, reranking and filling a grant.
 
     Memory search (`LoomMemory.search`): `fusion_weights` (lexical, dense), `fast_weight` (the
-    fast embedder's dense ranking, beside them: `LoomMemory(fast_embedder=...)`), `neighbour_weight`
-    (what a turn gains from the scores of the turns just before and after it), `answer_weight`
+    fast embedder's dense ranking, beside them: `MemoryEmbedding(fast_embedder=...)`),
+    `neighbour_weight` (what a turn gains from the scores of the turns just before and after
+    it), `answer_weight`
     (what a message gains from the one just before it when that one asks a question),
     `time_decay` (what a task far from a time the query names loses), `date_weight` (how far
     a turn that names a time, "yesterday", rises above the others when the query asks when).
@@ -169,17 +171,16 @@ class RetrievalSettings:
                 values[name] = numbers[0]
         return cls(**values)
 
-    def memory_options(self) -> dict[str, Any]:
-        """`LoomMemory` keyword arguments: ``fusion_weights``, ``fast_weight``,
-        ``neighbour_weight``, ``answer_weight``, ``time_decay``, ``date_weight``."""
-        return {
-            "fusion_weights": self.fusion_weights,
-            "fast_weight": self.fast_weight,
-            "neighbour_weight": self.neighbour_weight,
-            "answer_weight": self.answer_weight,
-            "time_decay": self.time_decay,
-            "date_weight": self.date_weight,
-        }
+    def memory_ranking(self) -> MemoryRanking:
+        """The memory-side fields as `LoomMemory`'s ``ranking``."""
+        return MemoryRanking(
+            fusion_weights=self.fusion_weights,
+            fast_weight=self.fast_weight,
+            neighbour_weight=self.neighbour_weight,
+            answer_weight=self.answer_weight,
+            time_decay=self.time_decay,
+            date_weight=self.date_weight,
+        )
 
     def rewriter(self) -> QueryRewriter:
         """A `QueryRewriter` with `rewrite_window` and `rewrite_top_k`."""

@@ -24,7 +24,7 @@ from loomctx.server._config import (
 from loomctx.server._errors import RequestError
 from loomctx.server._mcp import fixed_resolver, make_mcp_server
 from loomctx.server._proxy import ChatProxy
-from loomctx.server._service import LoomService, open_store
+from loomctx.server._service import LoomService
 
 __all__ = [
     "REPORT_HEADER",
@@ -40,5 +40,4 @@ __all__ = [
     "hash_key",
     "load_serve_config",
     "make_mcp_server",
-    "open_store",
 ]

@@ -42,6 +42,7 @@ from loomctx.context.recipe import (
 )
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
+from loomctx.memory.settings import MemoryTiers
 from loomctx.memory.task import MemoryTier, Task, importance_of
 from loomctx.session import topics
 from loomctx.session._layout import QUEUED_KIND, SESSION_KIND, SessionLayout
@@ -113,15 +114,17 @@ class Session:
         self._layout = layout
         self.memory: Final = LoomMemory(
             session_id,
-            max_l1_size=options.max_l1_size,
-            max_l2_size=options.max_l2_size,
-            max_l3_size=options.max_l3_size,
             store=store,
             namespace=layout.memory(session_id),
             counter=counter,
             # Lexical, as before the shipped embedder became LoomMemory's default: a
             # controller may hold thousands of sessions, each would run an embedding thread.
             embedder=None,
+            tiers=MemoryTiers(
+                max_l1_size=options.max_l1_size,
+                max_l2_size=options.max_l2_size,
+                max_l3_size=options.max_l3_size,
+            ),
         )
         """Its tiered memory, in its own namespace of the store."""
         self.orchestrator: Final = window_orchestrator(

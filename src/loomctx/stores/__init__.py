@@ -2,7 +2,10 @@
 pgvector for many workers (`loomctx.stores.postgres`, extra ``loomctx[postgres]``).
 
 `open_store(url)` picks the backend from a URL, so configuration (``loom.toml``,
-``LOOM_STORE``, ``--store``) names a store the same way for every backend."""
+``LOOM_STORE``, ``--store``) names a store the same way for every backend.
+
+`open_store` and `SQLiteStore` are at the top level (`loomctx`); here are the contract
+(`MemoryStore`, `Record`) and what configuration reads."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from pathlib import Path
 from typing import Final
 
 from loomctx.errors import ConfigError
-from loomctx.stores.base import BaseStore
+from loomctx.stores.base import BaseStore, MemoryStore, Record
 
-__all__ = ["STORE_SCHEMES", "open_store", "redact_url"]
+__all__ = ["STORE_SCHEMES", "MemoryStore", "Record", "redact_url"]
 
 STORE_SCHEMES: Final = ("sqlite:///PATH", "postgresql://...", "postgres://...", "a file path")
 """What `open_store` accepts, for messages and help texts."""

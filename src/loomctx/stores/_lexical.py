@@ -1,11 +1,11 @@
 """The in-process BM25 index of the SQLite store, beside SQLite (which stays the truth).
 
 Why not FTS5: an OR query ranked by FTS5's `bm25()` scores every matching row through the
-auxiliary-function API. On LoCoMo turns cycled to 100k records in one namespace, a 5-10 term
-query matches ~35k rows: 47 ms p50 ranked (10 ms just to list the rowids), against a target
-of 3 ms. Here the same ranking is flat numpy over precomputed postings (as bm25s does):
-gather the query terms' postings, weight them, `bincount` into per-row scores, keep the
-best (`_top.best`).
+auxiliary-function API, and a conversation's query of a few words matches a third of its
+records, so ranking took an order of magnitude longer than a search may (docs/benchmarks.md,
+"Design measurements"). Here the same ranking is flat numpy over precomputed postings (as
+bm25s does): gather the query terms' postings, weight them, `bincount` into per-row scores,
+keep the best (`_top.best`).
 
 Layout. Each indexed record is a row (record id, namespace and kind codes, length, alive).
 Postings are a CSR *base* (per term: rows and term frequencies, sorted by row) plus a flat

@@ -4,10 +4,10 @@ Scoring is the SQLite store's: Okapi BM25 (k1 = 1.2, b = 0.75), IDF
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the store-wide document frequencies, a query
 being an OR of its terms; ties go to the older record (lower id).
 
-Why not always rank every match. A query of 5-10 LoCoMo words matches ~35% of the records:
-at 100k records, summing BM25 over every matching posting in SQL took 264 ms p50 (a ``simple``
-tsvector with a GIN index, its term counts read back with ``unnest``: 8.6 s). So the search
-is MaxScore (Turtle and Flood, 1995), which is exact:
+Why not always rank every match. A query of a few conversational words matches about a third
+of the records, and summing BM25 over every matching posting in SQL (or ranking a ``simple``
+tsvector's matches) is far too slow at archive sizes (docs/benchmarks.md, "Design
+measurements"). So the search is MaxScore (Turtle and Flood, 1995), which is exact:
 
 1. score the records having any of the rarest query terms (those whose postings add up to
    at most `_FIRST_ROUND` rows): this gives a `limit`-th best score, θ;
@@ -19,17 +19,14 @@ is MaxScore (Turtle and Flood, 1995), which is exact:
 
 But when the query's terms have at most `_SCORE_ALL` postings in all, the first round
 scores them all: summing a few thousand postings costs less than MaxScore's look-ups by
-key and second round. Server CPU per search on LoCoMo turns (2 cores at load 6-7): at 10k
-records 4.6 vs 10.8 ms for 2-4k postings, 9.1 vs 14.6 ms for 6-8k; at 100k records 7.7 vs
-9.9 ms for 6-8k, but 14.2 vs 8.8 ms for 8-16k, where MaxScore's pruning pays. The store's
+key and second round, and only past that does MaxScore's pruning pay. The store's
 term statistics count postings store-wide; a search of one exact namespace (a
 conversation, usually a small part of the store) also counts the postings it keeps, up to
 `_SCORE_ALL`, and scores them all when they are fewer: a session of 10k turns in a store
 of 110k holds 1.1-3.4k of a window query's postings where the store holds 12-36k, and
 MaxScore's first round, chosen by store-wide rarity, found too few of them to prune
-anything. A prefix may
-be most of the store: there, counting 8,000 postings only to find more would slow the
-search of a large archive.
+anything. A prefix may be most of the store: there, counting thousands of postings only to
+find more would slow the search of a large archive.
 
 The statistics and the first round are one statement, a second round another (a round trip
 costs as much as summing hundreds of postings); each is filtered by namespace and kind in

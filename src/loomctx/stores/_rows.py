@@ -5,10 +5,10 @@ hash-table slot), 10 MB per index, and a store holds one lexical index and one v
 per model. Here the map is a sorted array of ids beside their rows (`np.searchsorted` finds
 one), plus a small dict of the changes since the last compaction: a write is a dict insert,
 and the dict is folded into the arrays (a sort) once it holds an eighth of the entries, so
-it never costs more than the arrays do. Measured at 100k ids (bench/store_bench.py): 12
-bytes per id against a dict's 112; `get` 1.7-2.2 us against 0.25-0.56 us, paid only on
-writes (an upsert, a removal), never by search. Record ids are SQLite rowids, so they are
-exact integer keys: no hashing, and no collisions to handle.
+it never costs more than the arrays do. A look-up is slower than a dict's, but it is paid
+only on writes (an upsert, a removal), never by search (`bench/store_bench.py` measures
+both). Record ids are SQLite rowids, so they are exact integer keys: no hashing, and no
+collisions to handle.
 
 `SeqsById` keeps each found record's `seq` for search, in a flat array indexed by record id
 (dense: SQLite hands out rowids from 1), so a search's few thousand hits are looked up with

@@ -6,43 +6,23 @@ mask over rows (DESIGN.md invariant 6 never depends on an approximation).
 
 Search is exact (one matrix-vector product and a partition) while the candidate rows are
 few enough to score cheaply (`EXACT_ROWS`). Above that, scoring every float32 row is memory
-bound: 10-21 ms at 100k x 384 on this machine kind, against a target of 3 ms. So a first
-pass ranks rows by the Hamming distance of their sign bits (1 bit per dimension, 1/32 of
-the bytes, `np.bitwise_count`), and the best `RERANK` rows are then scored exactly.
-
-Measured at 100k x 384 (recall: share of the exact top k found):
-
-- random unit vectors, the hard case where all distances are alike: recall@10 0.76 in
-  1.3 ms (a shortlist of 1,024 rows: 0.62; of 4,096: 0.85, 2.5 ms); recall@186 0.76, 2.6 ms;
-- clustered vectors, as real embeddings are (gaussian clusters, noise as large as the
-  centres): 200 centres, recall@10-186 1.00; 2,000 centres (50 rows each, so a top 186
-  spans several), recall@10 1.00, @60 0.95, @186 0.84 (2.4 ms);
-- for comparison, on the random vectors: faiss HNSW (M 16, ef 32-128) 0.3-0.9 ms, recall
-  0.12-0.23, 31 s to build; faiss IVF (316 lists, nprobe 8-32) 0.2-0.9 ms, 0.19-0.34;
-  usearch (connectivity 16-32) 1.8-4.9 ms, 0.08-0.27, 172 s to build. None is needed.
-
-Above `RERANK` rows the exact pass is memory bound: ~6,000 rows of 1.5 KB (limit 186, as
-`LoomMemory.search` asks at a 2,000-token grant) take 1.2 ms to gather and score, the
-Hamming pass 0.5 ms. Tried and not kept (2,000 centres, limit 186): fewer rows per hit
-(16: 1.5 ms, recall 0.72; 8: 1.3 ms, 0.66); an int8 copy to score the shortlist before an
-exact pass on its best few hundred (0.86 ms instead of 1.2 ms for that first scoring, less
-the exact pass, for 38 MB more per 100k rows); a float16 copy (numpy has no fast float16
-product: 16 ms); gathering into a reused buffer or in chunks (slower: 1.3-1.6 ms).
+bound and slower than a search may be. So a first pass ranks rows by the Hamming distance of
+their sign bits (1 bit per dimension, 1/32 of the bytes, `np.bitwise_count`), and the best
+`RERANK` rows are then scored exactly. On clustered vectors, as real embeddings are, the
+shortlist finds the exact top k, and on random vectors (the hard case) more of it than the
+approximate indexes of faiss and usearch did, with nothing to build; those measurements, and
+the variants tried and not kept, are in docs/benchmarks.md ("Design measurements").
 
 The sign bits are taken around the mean vector (embedding models do not centre their output
 at zero), computed when the bits are first needed.
 
 Past `CODES_FROM` rows each vector is held as int16 codes with one float32 scale per row
-(symmetric: code = round(v / max|v| * 32767)), half the bytes of float32: 77 MB instead of
-154 MB at 100k x 384. Scores are computed from the codes, converted to float32 `_CHUNK` rows
-at a time and multiplied by the row's scale. A score moves by at most sqrt(dim) * max|v| /
-65534 (3e-4 at 384-d in theory; below 1e-4 measured on random and real vectors), so a
-ranking changes only between near-ties: the LoCoMo dev figures are identical with every
-index held as codes. Scoring the shortlist gets faster, as it reads half the bytes: 6,000 of
-100k rows took 1.12 ms in float32, 0.60 ms from codes in chunks of 1,024 rows (1.11 ms all
-at once, 0.84 ms in chunks of 4,096, which leave the cache). int8 codes were tried before
-and lost retrieval quality. Below `CODES_FROM` rows memory does not matter, and float32 rows
-are scored in place without a conversion.
+(symmetric: code = round(v / max|v| * 32767)), half the bytes of float32. Scores are computed
+from the codes, converted to float32 `_CHUNK` rows at a time (chunks that stay in the cache)
+and multiplied by the row's scale. A score moves by at most sqrt(dim) * max|v| / 65534
+(3e-4 at 384-d), so a ranking changes only between near-ties, and scoring the shortlist gets
+faster, as it reads half the bytes. int8 codes lost retrieval quality. Below `CODES_FROM`
+rows memory does not matter, and float32 rows are scored in place without a conversion.
 
 Rows are removed by moving the last row into the hole, so arrays stay dense.
 """
@@ -64,7 +44,7 @@ from loomctx.stores._top import best
 __all__ = ["CODES_FROM", "EXACT_ROWS", "RERANK", "VectorIndex"]
 
 EXACT_ROWS: Final = 16_384
-"""Up to this many rows, search scores every one exactly (about 1.5 ms at 384-d); above, a
+"""Up to this many rows, search scores every one exactly (cheap at 384-d); above, a
 selection of at most `RERANK` rows (a small namespace) is still scored exactly."""
 
 RERANK: Final = 2048
@@ -439,7 +419,7 @@ class VectorIndex:
 
 def _dot(vecs: npt.NDArray[np.float32], unit: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     # einsum's own SIMD loop, not BLAS: a threaded sgemv waits for worker threads to wake,
-    # which on a busy 2-core machine made 20k x 384 take 2.7-5.5 ms instead of 1.3-1.5 ms.
+    # which on a busy machine made the product several times slower.
     scores: npt.NDArray[np.float32] = np.einsum("ij,j->i", vecs, unit)
     return scores
 

@@ -17,10 +17,9 @@ runs on two in-process indexes built from it on first use and kept up to date by
 write, in the same `batch` (so a record is searchable as soon as `batch` returns):
 
 - lexical: BM25 over the terms of `loomctx.text.terms` (English words, CJK bigrams), a query
-  being an OR of its terms (`loomctx.stores._lexical`; FTS5 measured 47 ms at 100k records);
+  being an OR of its terms (`loomctx.stores._lexical`; FTS5 ranked too slowly);
 - vectors: cosine similarity per embedding model (`loomctx.stores._vectors`): exact up to
-  16,384 rows, above that a sign-bit shortlist re-scored exactly (exact numpy measured
-  10-21 ms at 100k x 384; the shortlist 1.7 ms).
+  16,384 rows, above that a sign-bit shortlist re-scored exactly.
 
 Both filter by namespace (exactly, or by prefix) and kind exactly, with a boolean mask
 over rows. For a file

@@ -40,21 +40,23 @@ how Claude's count compares to Loom's, so the margin shrinks as calls are made.
 
 The package: the protocol and the base (`_base`), the billing rules (`_rules`), the count
 cache (`_cache`), the counters (`_counters`) and the calibration (`_calibration`); every name
-is imported from here.
+is imported from here, except `TokenCounter`, `TiktokenCounter` and `counter_for_model`,
+which are exported from `loomctx` itself (and still importable here).
 """
 
 from __future__ import annotations
 
-from loomctx.tokens._base import BaseTokenCounter, TokenCounter
+from loomctx.tokens._base import BaseTokenCounter
+from loomctx.tokens._base import TokenCounter as TokenCounter  # exported from `loomctx`
 from loomctx.tokens._calibration import UsageCalibration
 from loomctx.tokens._counters import (
     CallableCounter,
     HeuristicCounter,
     HuggingFaceCounter,
-    TiktokenCounter,
-    counter_for_model,
     encoding_for_model,
 )
+from loomctx.tokens._counters import TiktokenCounter as TiktokenCounter  # exported from `loomctx`
+from loomctx.tokens._counters import counter_for_model as counter_for_model
 from loomctx.tokens._rules import TOKENS_PER_MESSAGE as TOKENS_PER_MESSAGE
 from loomctx.tokens._rules import TOKENS_PER_NAME as TOKENS_PER_NAME
 from loomctx.tokens._rules import TOKENS_PER_TOOL_CALL as TOKENS_PER_TOOL_CALL
@@ -67,10 +69,7 @@ __all__ = [
     "CallableCounter",
     "HeuristicCounter",
     "HuggingFaceCounter",
-    "TiktokenCounter",
-    "TokenCounter",
     "UsageCalibration",
-    "counter_for_model",
     "encoding_for_model",
     "render_tool_definitions",
 ]

@@ -70,7 +70,7 @@ class BaseTokenCounter(ABC):
     # 65,536 texts (and 8M characters at most): a 128k window counts ~3,000 items (each one's
     # text and its labelled form), a server counts many sessions' windows; with 4,096, a
     # build at 10k stored turns missed the cache for every retrieved turn, and a 128k one
-    # re-counted nearly everything (memory path at 100k turns: 193 -> 150 ms p50).
+    # re-counted nearly everything.
     def __init__(self, *, cache_entries: int = 65_536, cache_chars: int = 8_000_000) -> None:
         if cache_entries < 0 or cache_chars < 0:
             raise ConfigError("`cache_entries` and `cache_chars` must be >= 0")

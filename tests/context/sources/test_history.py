@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomctx import CallableCounter, HeuristicCounter, Message, MessageFormatError, TiktokenCounter
+from loomctx import Message, MessageFormatError, TiktokenCounter
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.compactor import SUMMARY_UNITS
 from loomctx.context.sources import HistorySource
 from loomctx.messages import ToolCall, flatten_units, split_units
+from loomctx.tokens import CallableCounter, HeuristicCounter
 from tests.strategies import histories
 
 COUNTER = TiktokenCounter()

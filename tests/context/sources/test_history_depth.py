@@ -10,17 +10,16 @@ import pytest
 
 from loomctx import (
     Agent,
-    BuildContext,
+    AgentWindow,
     ConfigError,
-    L1RecentSource,
     LoomMemory,
-    MemoryTier,
+    MemoryTiers,
     Message,
     TiktokenCounter,
-    TokenBudget,
-    tasks_from_messages,
 )
-from loomctx.agent import AgentWindow
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L1RecentSource
+from loomctx.memory import MemoryTier, tasks_from_messages
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import FunctionLLM
 
@@ -36,7 +35,7 @@ def exchanges(n: int, start: int = 0) -> list[Message]:
 
 def test_recent_tasks_reach_past_l1_in_order_and_after_a_restart(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
-    memory = LoomMemory("a", store=store, max_l1_size=4, embedder=None)
+    memory = LoomMemory("a", store=store, tiers=MemoryTiers(max_l1_size=4), embedder=None)
     for i in range(15):  # one exchange at a time, as a conversation records them
         memory.add_tasks(tasks_from_messages(exchanges(1, start=i)))
         memory.promote_tasks()
@@ -45,7 +44,7 @@ def test_recent_tasks_reach_past_l1_in_order_and_after_a_restart(tmp_path: Path)
     assert len(memory.get_l1_tasks(limit=100)) == 4
     assert [t.parameters["content"] for t in memory.recent_tasks(7)] == texts[-7:]
     memory.close()
-    reopened = LoomMemory("a", store=store, max_l1_size=4, embedder=None)
+    reopened = LoomMemory("a", store=store, tiers=MemoryTiers(max_l1_size=4), embedder=None)
     assert [t.parameters["content"] for t in reopened.recent_tasks(1000)] == texts
     reopened.add_tasks(tasks_from_messages(exchanges(1, start=15)))
     assert [t.parameters["content"] for t in reopened.recent_tasks(3)] == [
@@ -57,7 +56,7 @@ def test_recent_tasks_reach_past_l1_in_order_and_after_a_restart(tmp_path: Path)
 
 
 def test_recent_tasks_end_at_an_archived_import() -> None:
-    memory = LoomMemory("a", max_l1_size=2, embedder=None)
+    memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=2), embedder=None)
     memory.add_tasks(tasks_from_messages(exchanges(3)), tier=MemoryTier.L4)
     memory.add_tasks(tasks_from_messages(exchanges(3, start=3)))
     texts = [t.parameters["content"] for t in memory.recent_tasks(100)]
@@ -66,7 +65,7 @@ def test_recent_tasks_end_at_an_archived_import() -> None:
 
 
 async def test_history_offers_the_conversation_beyond_l1_up_to_its_depth() -> None:
-    memory = LoomMemory("a", max_l1_size=4, embedder=None)
+    memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=4), embedder=None)
     memory.add_tasks(tasks_from_messages(exchanges(10)))
     wide = TokenBudget(tokens=100_000, ceiling=100_000)
     deep = await L1RecentSource(memory, depth=1000).collect("", wide, ctx=CTX)
@@ -80,7 +79,7 @@ async def test_history_offers_the_conversation_beyond_l1_up_to_its_depth() -> No
 
 
 async def test_while_the_conversation_fits_an_agent_s_window_is_the_whole_conversation() -> None:
-    memory = LoomMemory("a", max_l1_size=4, embedder=None)
+    memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=4), embedder=None)
     llm = FunctionLLM(lambda messages, tools, options: "Noted.")
     agent = Agent(llm, "Be brief.", memory=memory, window=AgentWindow(model_context_window=8000))
     for i in range(12):
@@ -95,7 +94,7 @@ async def test_while_the_conversation_fits_an_agent_s_window_is_the_whole_conver
 
 
 async def test_the_tail_offers_no_important_task_the_history_holds() -> None:
-    memory = LoomMemory("a", max_l1_size=4, embedder=None)
+    memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=4), embedder=None)
     llm = FunctionLLM(lambda messages, tools, options: "Noted.")
     agent = Agent(llm, "Be brief.", memory=memory, window=AgentWindow(model_context_window=8000))
     for i in range(12):

@@ -9,21 +9,18 @@ import re
 import pytest
 
 from loomctx import (
-    BuildContext,
     ConfigError,
     ContextOrchestrator,
-    L1RecentSource,
     LoomMemory,
     Message,
-    PromptSource,
     Task,
     TaskStatus,
     TiktokenCounter,
-    TokenBudget,
-    UserInputSource,
-    split_units,
 )
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import L1RecentSource, PromptSource, UserInputSource
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE
+from loomctx.messages import split_units
 
 COUNTER = TiktokenCounter()
 CTX = BuildContext(counter=COUNTER)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from loomctx import MemoryTiers
 from loomctx.context.block import BuildContext
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.sources.memory import L2ImportantSource, L4SemanticSource
@@ -30,7 +31,7 @@ def test_said_at_is_a_date_in_utc() -> None:
 
 
 def test_memory_blocks_carry_dates_and_no_hex_ids() -> None:
-    memory = LoomMemory("dates", max_l1_size=2)
+    memory = LoomMemory("dates", tiers=MemoryTiers(max_l1_size=2))
     try:
         said = [
             "Yesterday I booked the venue on Rua Augusta for the launch.",

@@ -6,27 +6,28 @@ from __future__ import annotations
 import pytest
 
 from loomctx import (
-    BuildContext,
     ConfigError,
     ContextOrchestrator,
+    LoomMemory,
+    MemoryTiers,
+    Message,
+    Task,
+    TaskStatus,
+    TiktokenCounter,
+    ToolCall,
+)
+from loomctx.context import BuildContext, TokenBudget
+from loomctx.context.sources import (
     InheritedSource,
     L1RecentSource,
     L2ImportantSource,
     L4SemanticSource,
-    LoomMemory,
-    MemoryTier,
-    Message,
     PromptSource,
     SharedPoolSource,
-    Task,
-    TaskStatus,
-    TiktokenCounter,
-    TokenBudget,
-    ToolCall,
     UserInputSource,
-    split_units,
-    tasks_from_messages,
 )
+from loomctx.memory import MemoryTier, tasks_from_messages
+from loomctx.messages import split_units
 
 CTX = BuildContext(counter=TiktokenCounter())
 WIDE = TokenBudget(tokens=1000, ceiling=100_000)
@@ -45,7 +46,7 @@ def conversation(turns: int) -> list[Message]:
 
 
 def memory_with(turns: int, **kwargs: object) -> LoomMemory:
-    memory = LoomMemory("agent", **kwargs, embedder=None)  # type: ignore[arg-type]
+    memory = LoomMemory("agent", tiers=MemoryTiers(**kwargs), embedder=None)  # type: ignore[arg-type]
     for t in tasks_from_messages(conversation(turns)):
         memory.add_task(t)
         memory.promote_tasks()  # as an agent does after every turn

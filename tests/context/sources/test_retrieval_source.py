@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx import MemoryEmbedding, MemoryTiers
 from loomctx.context.block import BuildContext, TokenBudget
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.render import CONTEXT_PREAMBLE
@@ -36,7 +37,9 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
 
 def world(store: SQLiteStore, *, dense: bool = False) -> tuple[LoomMemory, list[KnowledgeBase]]:
     embedder = HashingEmbedder(256) if dense else None
-    memory = LoomMemory("s1", store=store, embedder=embedder, embed_in_background=False)
+    memory = LoomMemory(
+        "s1", store=store, embedder=embedder, embedding=MemoryEmbedding(in_background=False)
+    )
     remember(memory, CHAT)
     kbs = [
         knowledge(store, "handbook", HANDBOOK, embedder=embedder),
@@ -142,7 +145,9 @@ async def test_a_follow_up_finds_what_the_conversation_is_about(
     store: SQLiteStore, dense: bool
 ) -> None:
     embedder = HashingEmbedder(256) if dense else None
-    memory = LoomMemory("s1", store=store, embedder=embedder, embed_in_background=False)
+    memory = LoomMemory(
+        "s1", store=store, embedder=embedder, embedding=MemoryEmbedding(in_background=False)
+    )
     remember(memory, OAUTH_CHAT)
     kb = knowledge(store, "settings", SETTINGS, embedder=embedder)
     plain = await UnifiedRetrievalSource(memory, [kb], rewrite=False).candidates(FOLLOW_UP)
@@ -247,7 +252,7 @@ async def test_the_rewriter_needs_recent_messages_and_something_to_add(
 
 
 async def test_exclude_recent_leaves_l1_to_the_history(store: SQLiteStore) -> None:
-    memory = LoomMemory("s1", store=store, max_l1_size=2, embedder=None)
+    memory = LoomMemory("s1", store=store, tiers=MemoryTiers(max_l1_size=2), embedder=None)
     remember(memory, CHAT)
     recent = {t.task_id for t in memory.get_l1_tasks(limit=2)}
     found = await UnifiedRetrievalSource(memory, exclude_recent=True).candidates("deploy rollback")

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomctx import ConfigError, HeuristicCounter, TiktokenCounter
+from loomctx import ConfigError, TiktokenCounter
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources import ToolSource
-from loomctx.tokens import render_tool_definitions
+from loomctx.tokens import HeuristicCounter, render_tool_definitions
 
 COUNTER = TiktokenCounter()
 CTX = BuildContext(counter=COUNTER)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loomctx import LoomMemory, SQLiteStore, Task, TaskStatus
+from loomctx import LoomMemory, MemoryEmbedding, SQLiteStore, Task, TaskStatus
 from loomctx.context.orchestrator import ContextOrchestrator
 from loomctx.context.report import ContextReport
 from loomctx.context.sources import UserInputSource
@@ -30,7 +30,9 @@ def build(memory: LoomMemory) -> ContextReport:
 
 
 def test_records_without_vectors_are_counted_in_the_report_until_embedded() -> None:
-    memory = LoomMemory("agent", embedder=HashingEmbedder(dim=32), embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=HashingEmbedder(dim=32), embedding=MemoryEmbedding(in_background=False)
+    )
     try:
         memory.add_tasks([note(n) for n in range(7)])
         assert memory.unembedded == 7
@@ -67,8 +69,12 @@ def test_a_memory_without_an_embedder_is_lexical_by_choice_not_missing_vectors()
 def test_a_store_reopened_with_another_model_counts_all_its_records(tmp_path: object) -> None:
     path = f"{tmp_path}/memory.db"
     store = SQLiteStore(path)
-    first = LoomMemory("agent", store=store, embedder=HashingEmbedder(dim=32),
-                       embed_in_background=False)  # fmt: skip
+    first = LoomMemory(
+        "agent",
+        store=store,
+        embedder=HashingEmbedder(dim=32),
+        embedding=MemoryEmbedding(in_background=False),
+    )
     first.add_tasks([note(n) for n in range(5)])
     assert first.background is not None
     first.background.drain()
@@ -88,7 +94,9 @@ def test_with_a_fast_embedder_the_note_says_which_vectors_are_missing() -> None:
     from loomctx.embeddings import StaticEmbedder
 
     slow, fast = HashingEmbedder(dim=32), StaticEmbedder()
-    memory = LoomMemory("agent", embedder=slow, fast_embedder=fast, embed_in_background=False)
+    memory = LoomMemory(
+        "agent", embedder=slow, embedding=MemoryEmbedding(fast_embedder=fast, in_background=False)
+    )
     try:
         memory.add_tasks([note(n) for n in range(7)])
         assert "7 record(s) have no vector yet" in build(memory).sources[0].note

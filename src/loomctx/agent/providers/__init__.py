@@ -6,8 +6,7 @@ only when a provider is built; a missing one raises `MissingExtraError` naming t
 
 from __future__ import annotations
 
-from loomctx.agent.providers._env import llm_from_env
-from loomctx.agent.providers.anthropic import AnthropicLLM
-from loomctx.agent.providers.openai import OpenAIChatLLM
-
-__all__ = ["AnthropicLLM", "OpenAIChatLLM", "llm_from_env"]
+# Exported from `loomctx` itself; importable here too, for the modules that name the package.
+from loomctx.agent.providers._env import llm_from_env as llm_from_env
+from loomctx.agent.providers.anthropic import AnthropicLLM as AnthropicLLM
+from loomctx.agent.providers.openai import OpenAIChatLLM as OpenAIChatLLM

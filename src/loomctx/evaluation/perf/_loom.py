@@ -65,6 +65,7 @@ from loomctx.evaluation.perf.score import (
 )
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory, shipped_fast_embedder
+from loomctx.memory.settings import MemoryEmbedding
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
 from loomctx.stores.base import Unembedded
@@ -465,7 +466,11 @@ def serving(
     kb_store, memory_store = SQLiteStore(Path(knowledge)), SQLiteStore(Path(memory))
     kb = KnowledgeBase("notes", kb_store, embedder=model, counter=counter, fast_embedder=None)
     loom = LoomMemory(
-        "perf", store=memory_store, embedder=model, counter=counter, embed_in_background=False
+        "perf",
+        store=memory_store,
+        embedder=model,
+        counter=counter,
+        embedding=MemoryEmbedding(in_background=False),
     )
     try:
         orch = _memory_orchestrator(loom, kb, workload, counter)

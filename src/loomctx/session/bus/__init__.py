@@ -24,7 +24,9 @@ from __future__ import annotations
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from loomctx.errors import BusClosedError, BusLoopError, ConfigError
+from loomctx.errors import BusClosedError as BusClosedError  # its home is `loomctx.errors`
+from loomctx.errors import BusLoopError as BusLoopError
+from loomctx.errors import ConfigError
 from loomctx.session.bus.base import (
     HANDLER_FAILED,
     BusStats,
@@ -39,8 +41,6 @@ from loomctx.session.bus.inprocess import InProcessEventBus, InProcessSubscripti
 
 __all__ = [
     "HANDLER_FAILED",
-    "BusClosedError",
-    "BusLoopError",
     "BusStats",
     "Event",
     "EventBus",
