@@ -105,10 +105,10 @@ from loomctx.retrieval import (
     OriginDiversitySignal,
     QueryOverlapSignal,
     QueryRewriter,
+    RelevanceSignal,
     Reranker,
     RetrievalSettings,
     Signal,
-    VectorScoreSignal,
 )
 from loomctx.session.bus import Event, EventBus, InProcessEventBus, open_bus
 from loomctx.session.controller import ContextController
@@ -219,6 +219,7 @@ __all__ = [
     "Recall",
     "Recalled",
     "Record",
+    "RelevanceSignal",
     "ReportedUsage",
     "Reranker",
     "RetrievalInjector",
@@ -259,7 +260,6 @@ __all__ = [
     "Usage",
     "UsageCalibration",
     "UserInputSource",
-    "VectorScoreSignal",
     "WindowLog",
     "complete",
     "counter_for_model",
