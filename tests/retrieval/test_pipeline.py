@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from loomctx.retrieval import Evidence, QueryRewriter, Reranker, RetrievalSettings, retrieve
+from loomctx.retrieval.evidence import new_evidence
 from loomctx.retrieval.pipeline import after, hop_merge, rewritten
 from tests.retrieval.fixtures import turn
 
@@ -111,3 +114,24 @@ async def test_retrieve_without_rewriter_or_hop_recalls_once() -> None:
     )
     assert recalls.asked == [("deploys", 5)]
     assert [e.id for e in ranked] == ["b", "a"]
+
+
+def test_new_evidence_is_the_value_the_constructor_makes() -> None:
+    fields = {
+        "id": "c1",
+        "origin": "knowledge:kb",
+        "text": "chunk",
+        "item": object(),
+        "metadata": {"document_id": "a.md"},
+        "scores": {"relevance": 0.4},
+        "signals": {"speaker": 1.0},
+    }
+    assert [f.name for f in dataclasses.fields(Evidence)] == list(fields)  # all set below
+    made = new_evidence(**fields)
+    assert made == Evidence(**fields)
+    assert new_evidence(**{**fields, "signals": None}) == Evidence(**{**fields, "signals": {}})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = "changed"  # type: ignore[misc]
+    assert made.rescored({"score": 0.7}) == Evidence(
+        **{**fields, "scores": {"relevance": 0.4, "score": 0.7}}
+    )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, task_line
-from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
+from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, new_evidence
 
 if TYPE_CHECKING:
     from loomctx.knowledge import KnowledgeBaseProvider, KnowledgeHit
@@ -75,13 +75,13 @@ def recall_memory(
         if hit.time_match is not None:  # the query named a time: how close this task is
             metadata["time_match"] = round(hit.time_match, 4)
         out.append(
-            Evidence(
-                id=hit.task.task_id,
-                origin=MEMORY_ORIGIN,
-                text=_line(hit.task),
-                item=hit.task,
-                metadata=metadata,
-                scores=_scores(hit.score, hit.vector_score, hit.lexical_score),
+            new_evidence(
+                hit.task.task_id,
+                MEMORY_ORIGIN,
+                _line(hit.task),
+                hit.task,
+                metadata,
+                _scores(hit.score, hit.vector_score, hit.lexical_score),
             )
         )
     return out
@@ -103,13 +103,13 @@ def _local(kb: KnowledgeBaseProvider) -> KnowledgeBase | None:
 
 def _chunks(kb: KnowledgeBaseProvider, hits: Sequence[KnowledgeHit]) -> list[Evidence]:
     return [
-        Evidence(
-            id=h.chunk_id,
-            origin=f"knowledge:{kb.name}",
-            text=h.text,
-            item=h,
-            metadata={"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},
-            scores=_scores(h.score, h.vector_score, h.lexical_score),
+        new_evidence(
+            h.chunk_id,
+            f"knowledge:{kb.name}",
+            h.text,
+            h,
+            {"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},
+            _scores(h.score, h.vector_score, h.lexical_score),
         )
         for h in hits
     ]

@@ -83,10 +83,11 @@ class Reranker:
         final = final / sum(self.weights.values())
         keep = np.flatnonzero(final >= self.min_score)
         order = keep[np.argsort(-final[keep], kind="stable")]  # ties keep recall order
-        columns = {name: values.tolist() for name, values in scored.items()}
+        names = list(scored)
+        rows = np.column_stack([scored[n] for n in names]).tolist()  # one list per piece
         totals = final.tolist()
         return [
-            unique[i].rescored({"score": totals[i]}, signals={n: v[i] for n, v in columns.items()})
+            unique[i].rescored({"score": totals[i]}, signals=dict(zip(names, rows[i], strict=True)))
             for i in order.tolist()
         ]
 
