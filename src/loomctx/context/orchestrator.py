@@ -44,7 +44,7 @@ from loomctx.context.compactor import (
 )
 from loomctx.context.layout_state import LayoutState, cache_marks, repeated_prefix_tokens
 from loomctx.context.render import Layout, block_cost, render, section_overhead
-from loomctx.context.report import BlockReport, ContextReport, SourceReport
+from loomctx.context.report import Blocks, ContextReport, SourceReport
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.messages import (
     Message,
@@ -439,15 +439,15 @@ class ContextOrchestrator:
             )
             for item in collected
         )
-        blocks = tuple(
-            BlockReport(
-                id=d.block.id,
-                source=d.block.source,
-                section=d.block.section,
-                offered_tokens=d.candidate.block.token_count,
-                used_tokens=d.cost,
-                status=d.status,
-                reason=d.reason,
+        blocks = Blocks(
+            (
+                d.block.id,
+                d.block.source,
+                d.block.section,
+                d.candidate.block.token_count,
+                d.cost,
+                d.status,
+                d.reason,
             )
             for d in decisions
         )
