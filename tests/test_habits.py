@@ -20,13 +20,6 @@ OVER_THE_LIMIT = {
     "evaluation/retrieval.py",
 }
 
-# Public dataclasses that are not frozen, keyword-only values, and why.
-NOT_VALUES = {
-    # A pipeline's working item, rescored in place by each stage of a retrieval; to become a
-    # frozen value that stages `replace` (one `Candidate` for memory and knowledge alike).
-    "loomctx.retrieval.candidates.Candidate",
-}
-
 
 def _lines() -> dict[str, int]:
     return {
@@ -87,12 +80,10 @@ def _not_values(classes: dict[str, type]) -> dict[str, list[str]]:
 def test_public_dataclasses_are_frozen_and_keyword_only() -> None:
     found = _public_dataclasses()
     assert len(found) > 40  # the walk reached the public API
-    wrong = {name: why for name, why in _not_values(found).items() if name not in NOT_VALUES}
-    assert wrong == {}, (
+    assert _not_values(found) == {}, (
         "public values are `@dataclass(frozen=True, slots=True, kw_only=True)` (DESIGN.md "
-        "section 4); make these so, or list one in NOT_VALUES with the reason"
+        "section 4); make these so"
     )
-    assert set(found) >= NOT_VALUES, "NOT_VALUES names a class that is no longer public"
 
 
 def test_the_value_check_catches_a_mutable_or_positional_dataclass() -> None:

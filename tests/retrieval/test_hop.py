@@ -10,15 +10,15 @@ import pytest
 from loomctx.context.sources import UnifiedRetrievalSource
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
-from loomctx.retrieval.candidates import Candidate
+from loomctx.retrieval.evidence import Evidence
 from loomctx.retrieval.hop import hop_terms
 from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store, remember
 
 
-def cand(text: str) -> Candidate:
-    return Candidate(id=text[:8], text=text, origin="memory")
+def cand(text: str) -> Evidence:
+    return Evidence(id=text[:8], text=text, origin="memory")
 
 
 def test_hop_terms_are_names_and_years_the_query_lacks() -> None:

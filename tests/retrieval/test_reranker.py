@@ -5,32 +5,36 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from loomctx.errors import ConfigError
 from loomctx.retrieval import (
-    Candidate,
+    Evidence,
     QueryOverlapSignal,
+    RelevanceSignal,
     Reranker,
-    VectorScoreSignal,
     dedupe,
     default_signals,
     fingerprint,
 )
+from loomctx.retrieval.signals import Scores
 
 QUERY = "OAuth2 token expiry"  # terms: oauth2 token expiri
 
 
-def crafted() -> list[Candidate]:
+def crafted() -> list[Evidence]:
     """Three candidates whose every signal is known by hand (see `test_final_score...`)."""
     return [
-        Candidate(id="a", text="OAuth2 token rotation policy", origin="memory", relevance=0.8),
-        Candidate(id="b", text="Lunch is at noon", origin="memory", relevance=0.2),
-        Candidate(
+        Evidence(
+            id="a", text="OAuth2 token rotation policy", origin="memory", scores={"relevance": 0.8}
+        ),
+        Evidence(id="b", text="Lunch is at noon", origin="memory", scores={"relevance": 0.2}),
+        Evidence(
             id="c",
             text=("token expiry: " + "details " * 40).strip(),  # 333 characters
             origin="knowledge:kb",
-            relevance=0.5,
+            scores={"relevance": 0.5},
         ),
     ]
 
@@ -38,7 +42,7 @@ def crafted() -> list[Candidate]:
 def test_fingerprint_ignores_case_and_whitespace() -> None:
     assert fingerprint("Hello  World\n") == fingerprint("hello world")
     assert fingerprint("hello world") != fingerprint("hello, world")
-    c = Candidate(id="x", text="Hello World", origin="memory")
+    c = Evidence(id="x", text="Hello World", origin="memory")
     assert c.fingerprint == fingerprint("hello   world")
     assert c.key == ("memory", "x")
 
@@ -96,38 +100,45 @@ def test_min_score_drops_weak_candidates() -> None:
 
 def test_ties_keep_recall_order() -> None:
     same = [
-        Candidate(id=str(i), text=f"note {i}", origin="memory", relevance=0.5) for i in range(5)
+        Evidence(id=str(i), text=f"note {i}", origin="memory", scores={"relevance": 0.5})
+        for i in range(5)
     ]
     assert [c.id for c in Reranker().rerank("q", same)] == ["0", "1", "2", "3", "4"]
     assert [c.id for c in Reranker().rerank("q", same[::-1])] == ["4", "3", "2", "1", "0"]
 
 
 class Freshness:
-    """A custom signal: newer candidates (by `metadata["age"]`, in days) score higher."""
+    """A custom signal: newer pieces (by `metadata["age"]`, in days) score higher."""
 
     name = "freshness"
 
     def __init__(self, weight: float = 1.0) -> None:
         self.weight = weight
-        self.prepared: list[tuple[str, int]] = []
+        self.pools: list[tuple[str, int]] = []  # what it was asked to score, for the test
 
-    def prepare(self, query: str, candidates: Sequence[Candidate]) -> None:
-        self.prepared.append((query, len(candidates)))
-
-    def score(self, candidate: Candidate) -> float:
-        return 1.0 / (1.0 + float(candidate.metadata.get("age", 0)))
+    def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
+        self.pools.append((query, len(pool)))
+        return np.array([1.0 / (1.0 + float(e.metadata.get("age", 0))) for e in pool])
 
 
 def test_a_custom_signal_plugs_in() -> None:
-    old = Candidate(
-        id="old", text="release notes", origin="memory", relevance=0.9, metadata={"age": 9}
+    old = Evidence(
+        id="old",
+        text="release notes",
+        origin="memory",
+        metadata={"age": 9},
+        scores={"relevance": 0.9},
     )
-    new = Candidate(
-        id="new", text="release plan", origin="memory", relevance=0.6, metadata={"age": 0}
+    new = Evidence(
+        id="new",
+        text="release plan",
+        origin="memory",
+        metadata={"age": 0},
+        scores={"relevance": 0.6},
     )
     fresh = Freshness()
-    only = Reranker([VectorScoreSignal(), fresh]).rerank("release", [old, new, old])
-    assert fresh.prepared == [("release", 2)]  # after dedupe
+    only = Reranker([RelevanceSignal(), fresh]).rerank("release", [old, new, old])
+    assert fresh.pools == [("release", 2)]  # after dedupe
     assert [c.id for c in only] == ["new", "old"]
     assert only[0].score == pytest.approx((0.4 * 0.6 / 0.9 + 1.0 * 1.0) / 1.4)
     assert only[1].signals == pytest.approx({"vector_score": 1.0, "freshness": 0.1})
@@ -136,33 +147,78 @@ def test_a_custom_signal_plugs_in() -> None:
     assert [c.id for c in mixed.rerank("release", [old, new])] == ["old", "new"]
 
 
+class Prepared:
+    """A signal of the earlier protocol: `prepare(query, candidates)`, then
+    `score(candidate)` one by one."""
+
+    name = "prepared"
+    weight = 1.0
+
+    def prepare(self, query: str, candidates: Sequence[Evidence]) -> None:
+        """Nothing."""
+
+    def score(self, candidate: Evidence) -> float:
+        return 1.0
+
+
+class Short:
+    """A signal that scores fewer pieces than it is given."""
+
+    name = "short"
+    weight = 1.0
+
+    def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
+        return np.ones(len(pool) - 1)
+
+
+def test_a_signal_of_the_earlier_protocol_or_the_wrong_shape_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"signal 'prepared' has `prepare`.*score\(query, pool\)"):
+        Reranker([Prepared()])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match=r"signal 'short' returned scores of shape \(2,\)"):
+        Reranker([Short()]).rerank(QUERY, crafted())
+
+
+def test_reranking_adds_scores_to_new_values_and_keeps_recall_scores() -> None:
+    pool = crafted()
+    ranked = Reranker().rerank(QUERY, pool)
+    assert all(e.score == 0.0 and not e.signals for e in pool)  # the pool is as it was
+    a = next(e for e in ranked if e.id == "a")
+    assert a.relevance == 0.8
+    assert a.scores.keys() == {"relevance", "score"}
+    assert a.signals.keys() == {s.name for s in default_signals()}
+
+
 def test_dedupe_keeps_the_higher_vector_score_at_the_first_position() -> None:
-    first = Candidate(id="m1", text="Deploys run on Tuesday", origin="memory", vector_score=0.3)
-    other = Candidate(id="x", text="Something else", origin="memory")
-    better = Candidate(
-        id="kb1", text="deploys  run on tuesday", origin="knowledge:kb", vector_score=0.7
+    first = Evidence(
+        id="m1", text="Deploys run on Tuesday", origin="memory", scores={"vector_score": 0.3}
+    )
+    other = Evidence(id="x", text="Something else", origin="memory")
+    better = Evidence(
+        id="kb1",
+        text="deploys  run on tuesday",
+        origin="knowledge:kb",
+        scores={"vector_score": 0.7},
     )
     assert [c.id for c in dedupe([first, other, better])] == ["kb1", "x"]
     # A tie (or no dense score on either side) keeps the first.
-    tie = Candidate(
-        id="kb2", text="Deploys run on Tuesday", origin="knowledge:kb", vector_score=0.3
+    tie = Evidence(
+        id="kb2", text="Deploys run on Tuesday", origin="knowledge:kb", scores={"vector_score": 0.3}
     )
     assert [c.id for c in dedupe([first, tie])] == ["m1"]
-    plain = [Candidate(id=i, text="same", origin="memory") for i in ("p", "q")]
+    plain = [Evidence(id=i, text="same", origin="memory") for i in ("p", "q")]
     assert [c.id for c in dedupe(plain)] == ["p"]
     # Any dense score beats none.
-    unscored = Candidate(id="u", text="Deploys run on Tuesday", origin="memory")
+    unscored = Evidence(id="u", text="Deploys run on Tuesday", origin="memory")
     assert [c.id for c in dedupe([unscored, first])] == ["m1"]
     assert [c.id for c in dedupe([first, unscored])] == ["m1"]
 
 
 def test_the_reranker_dedupes_before_scoring() -> None:
-    copy = Candidate(
+    copy = Evidence(
         id="a2",
         text="oauth2 TOKEN rotation policy",
         origin="knowledge:kb",
-        relevance=0.9,
-        vector_score=0.9,
+        scores={"relevance": 0.9, "vector_score": 0.9},
     )
     twice = [*crafted(), copy]
     ranked = Reranker().rerank(QUERY, twice)
@@ -172,8 +228,10 @@ def test_the_reranker_dedupes_before_scoring() -> None:
 
 
 def test_dedupe_a_zero_cosine_beats_a_negative_one() -> None:
-    zero = Candidate(id="zero", text="Same text", origin="memory", vector_score=0.0)
-    negative = Candidate(id="neg", text="same TEXT", origin="knowledge:kb", vector_score=-0.2)
+    zero = Evidence(id="zero", text="Same text", origin="memory", scores={"vector_score": 0.0})
+    negative = Evidence(
+        id="neg", text="same TEXT", origin="knowledge:kb", scores={"vector_score": -0.2}
+    )
     assert [c.id for c in dedupe([zero, negative])] == ["zero"]
 
 
@@ -186,7 +244,7 @@ def test_dedupe_a_zero_cosine_beats_a_negative_one() -> None:
         ({"weights": {"query_overlap": "0.5"}}, r"weight of 'query_overlap' must be >= 0"),
         ({"signals": []}, "needs at least one signal with a weight above 0"),
         ({"weights": {s.name: 0 for s in default_signals()}}, "at least one signal"),
-        ({"signals": [VectorScoreSignal(), VectorScoreSignal()]}, "two signals share a name"),
+        ({"signals": [RelevanceSignal(), RelevanceSignal()]}, "two signals share a name"),
         ({"min_score": 1.5}, r"`min_score` must be in 0..1"),
         ({"min_score": -0.1}, r"`min_score` must be in 0..1"),
         ({"min_score": math.nan}, r"`min_score` must be in 0..1"),
@@ -211,6 +269,6 @@ def test_non_finite_or_non_numeric_settings_are_config_errors(kwargs: dict[str, 
 
 
 def test_a_signal_of_weight_zero_is_allowed_if_another_counts() -> None:
-    reranker = Reranker([VectorScoreSignal(), QueryOverlapSignal(0.0)])
+    reranker = Reranker([RelevanceSignal(), QueryOverlapSignal(0.0)])
     ranked = reranker.rerank("tokens", crafted())
     assert [c.score for c in ranked] == pytest.approx([1.0, 0.625, 0.25])

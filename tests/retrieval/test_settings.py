@@ -110,13 +110,13 @@ def test_bad_settings_are_named(kwargs: dict[str, Any], match: str) -> None:
 
 def test_short_candidates_go_in_whole_or_not_at_all(store: SQLiteStore) -> None:
     from loomctx.context.sources import RetrievalInjector
-    from loomctx.retrieval.candidates import Candidate
+    from loomctx.retrieval.evidence import Evidence
     from loomctx.tokens import TiktokenCounter
 
     counter = TiktokenCounter()
     ranked = [
-        Candidate(id="long", text="word " * 40, origin="memory", score=0.9),
-        Candidate(id="short", text="a short turn that fits.", origin="memory", score=0.5),
+        Evidence(id="long", text="word " * 40, origin="memory", scores={"score": 0.9}),
+        Evidence(id="short", text="a short turn.", origin="memory", scores={"score": 0.5}),
     ]
     # whole_below=0 (the injector's own default): the first candidate is cut to the room,
     # and nothing else fits

@@ -1,21 +1,23 @@
-"""The reranker's signals (seed 002), each scored on crafted candidates."""
+"""The reranker's signals (seed 002), each scored over crafted pools."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from loomctx.errors import ConfigError
 from loomctx.memory.task import USER_MESSAGE, Task
 from loomctx.retrieval import (
-    Candidate,
     ContentLengthSignal,
+    Evidence,
     OriginDiversitySignal,
     QueryOverlapSignal,
+    RelevanceSignal,
     Signal,
     SpeakerSignal,
-    VectorScoreSignal,
     default_signals,
 )
 from loomctx.retrieval.settings import RetrievalSettings
@@ -23,8 +25,16 @@ from loomctx.retrieval.settings import RetrievalSettings
 
 def cand(
     text: str = "text", origin: str = "memory", relevance: float = 0.5, n: int = 0
-) -> Candidate:
-    return Candidate(id=f"c{n}", text=text, origin=origin, relevance=relevance)
+) -> Evidence:
+    return Evidence(id=f"c{n}", text=text, origin=origin, scores={"relevance": relevance})
+
+
+def scores(signal: Signal, query: str, pool: Sequence[Evidence]) -> list[float]:
+    """The signal's scores of `pool`, checked to be one float per piece."""
+    got = signal.score(query, pool)
+    assert isinstance(got, np.ndarray)
+    assert got.shape == (len(pool),)
+    return [float(x) for x in got]
 
 
 def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
@@ -37,39 +47,54 @@ def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
         ("speaker", 0.10),
     ]
     assert all(isinstance(s, Signal) for s in signals)
-    assert default_signals()[0] is not signals[0]  # fresh instances: signals keep state
+    assert default_signals()[0] is not signals[0]  # fresh instances
     assert repr(signals[3]) == "ContentLengthSignal(weight=0.1)"
 
 
-def test_vector_score_is_the_recall_relevance_relative_to_the_best() -> None:
-    signal = VectorScoreSignal()
+def test_relevance_is_the_recall_relevance_relative_to_the_best() -> None:
+    signal = RelevanceSignal()
     found = [cand(relevance=r, n=i) for i, r in enumerate([0.6, 0.3, 0.0, -0.2, 0.45])]
-    signal.prepare("anything", found)
-    assert [signal.score(c) for c in found] == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.75])
-    lone = cand(relevance=0.73)
-    signal.prepare("anything", [lone])
-    assert signal.score(lone) == 1.0
-    nothing = cand(relevance=0.0)
-    signal.prepare("anything", [nothing])  # no relevance at all: no evidence
-    assert signal.score(nothing) == 0.0
-    signal.prepare("anything", [])
-    assert signal.score(cand(relevance=1.4)) == 1.0  # clamped
+    assert scores(signal, "anything", found) == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.75])
+    assert scores(signal, "anything", [cand(relevance=0.73)]) == [1.0]
+    # No relevance at all: no evidence.
+    assert scores(signal, "anything", [cand(relevance=0.0), cand(relevance=-1.0)]) == [0.0, 0.0]
+    assert scores(signal, "anything", []) == []
 
 
-def test_query_overlap_is_the_share_of_query_terms_in_the_candidate() -> None:
+def test_a_signal_keeps_nothing_between_pools() -> None:
+    """Each call sees only its own pool: scoring one pool, then another, then the first
+    again gives the first's scores again (a signal may serve concurrent builds)."""
+    first = [cand("getting the air fryer", relevance=0.8, n=0), cand("a bike", 0.4, n=1)]
+    second = [cand("getting the air fryer", relevance=0.2, n=0), cand("getting air", n=1)]
+    for signal in default_signals():
+        before = scores(signal, "getting an air fryer", first)
+        scores(signal, "the bike Caroline got", second)
+        assert scores(signal, "getting an air fryer", first) == before, signal.name
+
+
+def test_query_overlap_is_the_share_of_query_terms_in_the_piece() -> None:
     signal = QueryOverlapSignal()
-    signal.prepare("OAuth2 token expiry for the API", [])  # terms: oauth2 token expiri api
-    assert signal.score(cand("The API issues OAuth2 tokens.")) == 0.75
-    assert signal.score(cand("Nothing related here.")) == 0.0
-    assert signal.score(cand("api oauth2 TOKEN expiry")) == 1.0
-    signal.prepare("认证方案", [])  # 认证 证方 方案
-    assert signal.score(cand("我们的认证用 OAuth2")) == pytest.approx(1 / 3)
-    signal.prepare("the of and", [])  # no terms at all
-    assert signal.score(cand("the of and")) == 0.0
+    # Every query term held by exactly one piece of four: all weigh the same.
+    pool = [
+        cand("The API issues OAuth2 tokens.", n=0),  # api oauth2 token
+        cand("Nothing related here.", n=1),
+        cand("expiry", n=2),
+        cand("words", n=3),
+    ]
+    query = "OAuth2 token expiry for the API"  # terms: oauth2 token expiri api
+    assert scores(signal, query, pool) == pytest.approx([0.75, 0.0, 0.25, 0.0])
+    assert scores(signal, query, [cand("api oauth2 TOKEN expiry")]) == [1.0]
+    bilingual = [cand("我们的认证用 OAuth2", n=0), cand("方案", n=1), cand("x", n=2)]
+    # 认证 证方 方案: 认证 and 方案 held once each, 证方 by none (it weighs more).
+    rare, unseen = math.log(1 + 4 / 1.5), math.log(1 + 4 / 0.5)
+    assert scores(signal, "认证方案", bilingual) == pytest.approx(
+        [rare / (2 * rare + unseen), rare / (2 * rare + unseen), 0.0]
+    )
+    assert scores(signal, "the of and", [cand("the of and")]) == [0.0]  # no terms at all
 
 
-def test_query_overlap_weighs_a_term_by_how_rare_it_is_among_the_candidates() -> None:
-    """A word every candidate has ("get") says less than one only a few have ("fryer")."""
+def test_query_overlap_weighs_a_term_by_how_rare_it_is_in_the_pool() -> None:
+    """A word every piece has ("get") says less than one only a few have ("fryer")."""
     signal = QueryOverlapSignal()
     found = [
         cand("getting the air fryer", n=0),
@@ -77,14 +102,13 @@ def test_query_overlap_weighs_a_term_by_how_rare_it_is_among_the_candidates() ->
         cand("getting a cake", n=2),
         cand("getting some sleep", n=3),
     ]
-    signal.prepare("getting an air fryer", found)  # terms: get air fryer
+    got = scores(signal, "getting an air fryer", found)  # terms: get air fryer
     common = math.log(1 + 5 / 4.5)  # get: in all four
     rare = math.log(1 + 5 / 1.5)  # air, fryer: in one
     total = common + 2 * rare
-    assert signal.score(found[0]) == pytest.approx(1.0)
-    assert signal.score(found[1]) == pytest.approx(common / total)
-    assert signal.score(found[1]) < 0.21  # unweighted: 1/3
-    assert signal.score(cand("an air fryer")) == pytest.approx(2 * rare / total)
+    assert got[0] == pytest.approx(1.0)
+    assert got[1:] == pytest.approx([common / total] * 3)
+    assert got[1] < 0.21  # unweighted: 1/3
 
 
 @pytest.mark.parametrize(
@@ -103,13 +127,10 @@ def test_origin_diversity_penalises_an_origin_holding_most_candidates(
 ) -> None:
     candidates = [cand(origin="memory", n=i) for i in range(memory)]
     candidates += [cand(origin="knowledge:kb", n=100 + i) for i in range(knowledge)]
-    signal = OriginDiversitySignal()
-    signal.prepare("q", candidates)
-    scores = {c.origin: signal.score(c) for c in candidates}
-    assert scores["memory"] == memory_score
-    assert scores.get("knowledge:kb") == knowledge_score
-    # An origin it has not seen holds no share.
-    assert signal.score(cand(origin="knowledge:other")) == 1.0
+    scored = scores(OriginDiversitySignal(), "q", candidates)
+    got = {c.origin: score for c, score in zip(candidates, scored, strict=True)}
+    assert got["memory"] == memory_score
+    assert got.get("knowledge:kb") == knowledge_score
 
 
 @pytest.mark.parametrize(
@@ -127,16 +148,16 @@ def test_origin_diversity_penalises_an_origin_holding_most_candidates(
     ],
 )
 def test_content_length_prefers_200_to_800_characters(length: int, score: float) -> None:
-    signal = ContentLengthSignal()
-    assert signal.score(cand("x" * length)) == pytest.approx(score)
+    pool = [cand("x" * length), cand("\n  " + "x" * length + "  \n")]
     # Surrounding whitespace is not content.
-    assert signal.score(cand("\n  " + "x" * length + "  \n")) == pytest.approx(score)
+    assert scores(ContentLengthSignal(), "q", pool) == pytest.approx([score, score])
 
 
 def test_content_length_bounds_are_configurable() -> None:
     signal = ContentLengthSignal(0.2, low=10, high=20)
     assert signal.weight == 0.2
-    assert [signal.score(cand("y" * n)) for n in (5, 10, 20, 40)] == [0.5, 1.0, 1.0, 0.5]
+    pool = [cand("y" * n, n=n) for n in (5, 10, 20, 40)]
+    assert scores(signal, "q", pool) == [0.5, 1.0, 1.0, 0.5]
 
 
 @pytest.mark.parametrize(("low", "high"), [(0, 800), (-5, 10), (900, 800)])
@@ -146,7 +167,7 @@ def test_content_length_bounds_must_be_ordered(low: int, high: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "make", [VectorScoreSignal, QueryOverlapSignal, OriginDiversitySignal, ContentLengthSignal]
+    "make", [RelevanceSignal, QueryOverlapSignal, OriginDiversitySignal, ContentLengthSignal]
 )
 @pytest.mark.parametrize("weight", [-0.1, True, "0.4", None])
 def test_weights_must_be_numbers_of_at_least_zero(make: type, weight: object) -> None:
@@ -155,7 +176,7 @@ def test_weights_must_be_numbers_of_at_least_zero(make: type, weight: object) ->
 
 
 def test_a_weight_of_zero_is_allowed() -> None:
-    assert VectorScoreSignal(0).weight == 0.0
+    assert RelevanceSignal(0).weight == 0.0
 
 
 @pytest.mark.parametrize("weight", [math.nan, math.inf])
@@ -164,26 +185,26 @@ def test_weights_must_be_finite(weight: float) -> None:
         QueryOverlapSignal(weight)
 
 
-def said(speaker: str | None, n: int) -> Candidate:
+def said(speaker: str | None, n: int) -> Evidence:
     parameters = {"content": "text"} if speaker is None else {"content": "text", "speaker": speaker}
     task = Task(task_id=f"t{n}", action=USER_MESSAGE, parameters=parameters)
-    return Candidate(id=f"t{n}", text="text", origin="memory", item=task)
+    return Evidence(id=f"t{n}", text="text", origin="memory", item=task)
 
 
 def test_speaker_prefers_what_the_named_speaker_said() -> None:
     signal = SpeakerSignal()
     assert (signal.name, signal.weight) == ("speaker", 0.10)
     found = [said("Caroline", 0), said("Melanie", 1), said(None, 2), cand(n=3)]
-    signal.prepare("What did caroline research after the parade?", found)
-    assert [signal.score(c) for c in found] == [1.0, 0.0, 1.0, 1.0]
+    assert scores(signal, "What did caroline research after the parade?", found) == [
+        1.0, 0.0, 1.0, 1.0,
+    ]  # fmt: skip
     # Both named, or neither: no speaker is preferred.
-    signal.prepare("What did Caroline and Melanie paint together?", found)
-    assert [signal.score(c) for c in found] == [1.0] * 4
-    signal.prepare("Where was the parade?", found)
-    assert [signal.score(c) for c in found] == [1.0] * 4
+    assert scores(signal, "What did Caroline and Melanie paint together?", found) == [1.0] * 4
+    assert scores(signal, "Where was the parade?", found) == [1.0] * 4
     # A whole word only: "Carolines" and "Mel" name nobody here.
-    signal.prepare("Did Mel meet the Carolines?", found)
-    assert [signal.score(c) for c in found] == [1.0] * 4
+    assert scores(signal, "Did Mel meet the Carolines?", found) == [1.0] * 4
+    # A speaker the pool does not hold is not named: Melanie is not in this pool.
+    assert scores(signal, "What did Melanie say?", [found[0], found[2]]) == [1.0, 1.0]
 
 
 def test_speaker_weight_is_the_settings_reranker_weight() -> None:

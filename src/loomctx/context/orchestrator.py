@@ -44,7 +44,7 @@ from loomctx.context.compactor import (
 )
 from loomctx.context.layout_state import LayoutState, cache_marks, repeated_prefix_tokens
 from loomctx.context.render import Layout, block_cost, render, section_overhead
-from loomctx.context.report import BlockReport, ContextReport, SourceReport
+from loomctx.context.report import Blocks, ContextReport, SourceReport
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.messages import (
     Message,
@@ -67,7 +67,6 @@ __all__ = [
 _MAX_ROUNDS = 4
 _MESSAGE_COST_CACHE = 65_536
 _TEXT_COST_CACHE = 4096
-_BLOCK_REPORTS = 8192  # block reports kept for the next builds (see `_block_report`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +160,6 @@ class ContextOrchestrator:
         self.sources: list[ContextSource] = []
         self._message_costs: OrderedDict[int, tuple[tuple[Message, ...], int]] = OrderedDict()
         self._text_costs: OrderedDict[tuple[str, ...], int] = OrderedDict()
-        self._block_reports: dict[tuple[Any, ...], BlockReport] = {}
         for source in sources:
             self.add_source(source)
 
@@ -388,27 +386,6 @@ class ContextOrchestrator:
         self._message_costs[key] = (block.messages, cost)
         return cost
 
-    def _block_report(self, values: tuple[Any, ...]) -> BlockReport:
-        """The `BlockReport` of `values` (its fields in their order), shared with earlier builds
-        that made the same one: a report is a value, and most of a window's blocks (its
-        history) are decided the same way build after build, so reusing them saves making
-        a frozen dataclass per block per build."""
-        known = self._block_reports.get(values)
-        if known is None:
-            if len(self._block_reports) >= _BLOCK_REPORTS:
-                self._block_reports.clear()
-            block_id, source, section, offered, used, status, reason = values
-            known = self._block_reports[values] = BlockReport(
-                id=block_id,
-                source=source,
-                section=section,
-                offered_tokens=offered,
-                used_tokens=used,
-                status=status,
-                reason=reason,
-            )
-        return known
-
     def _report(
         self,
         collected: Sequence[Collected],
@@ -462,18 +439,15 @@ class ContextOrchestrator:
             )
             for item in collected
         )
-        block_report = self._block_report
-        blocks = tuple(
-            block_report(
-                (
-                    d.block.id,
-                    d.block.source,
-                    d.block.section,
-                    d.candidate.block.token_count,
-                    d.cost,
-                    d.status,
-                    d.reason,
-                )
+        blocks = Blocks(
+            (
+                d.block.id,
+                d.block.source,
+                d.block.section,
+                d.candidate.block.token_count,
+                d.cost,
+                d.status,
+                d.reason,
             )
             for d in decisions
         )

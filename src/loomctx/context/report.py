@@ -29,12 +29,15 @@ both.)
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 __all__ = [
     "BlockReport",
+    "BlockRow",
     "BlockStatus",
+    "Blocks",
     "CompactionNote",
     "ContextReport",
     "SourceReport",
@@ -57,6 +60,81 @@ class BlockReport:
     used_tokens: int
     status: BlockStatus
     reason: str = ""
+
+
+BlockRow = tuple[str, str, str, int, int, BlockStatus, str]
+"""A `BlockReport`'s fields in their order: id, source, section, offered and used tokens,
+status, reason."""
+
+
+class Blocks(Sequence[BlockReport]):
+    """A report's blocks, as a tuple of `BlockReport`s made when they are first read.
+
+    A build offers hundreds of blocks and most builds' reports are never read block by block
+    (a `ContextOrchestrator.build` whose caller takes the messages), so the orchestrator hands
+    the report each block's fields as a plain row, which costs a fraction of a frozen value,
+    and the values are made from the rows on first use. `to_dict` reads the rows directly.
+    It equals (and hashes as) the tuple of its blocks, so a report compares as it did."""
+
+    __slots__ = ("_made", "_rows")
+
+    def __init__(self, rows: Iterable[BlockRow]) -> None:
+        self._rows: tuple[BlockRow, ...] = tuple(rows)
+        self._made: tuple[BlockReport, ...] | None = None
+
+    def _blocks(self) -> tuple[BlockReport, ...]:
+        made = self._made
+        if made is None:  # two threads may both make them: the same values, either kept
+            made = self._made = tuple(
+                BlockReport(
+                    id=i,
+                    source=src,
+                    section=sec,
+                    offered_tokens=o,
+                    used_tokens=u,
+                    status=st,
+                    reason=r,
+                )
+                for i, src, sec, o, u, st, r in self._rows
+            )
+        return made
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """Each block's fields by name (what `ContextReport.to_dict` writes), from the rows."""
+        return [dict(zip(_BLOCK_FIELDS, row, strict=True)) for row in self._rows]
+
+    def statuses(self) -> list[BlockStatus]:
+        """Each block's status, in order, from the rows."""
+        return [row[5] for row in self._rows]
+
+    @overload
+    def __getitem__(self, index: int) -> BlockReport: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[BlockReport, ...]: ...
+    def __getitem__(self, index: int | slice) -> BlockReport | tuple[BlockReport, ...]:
+        return self._blocks()[index]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[BlockReport]:
+        return iter(self._blocks())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Blocks):
+            return self._rows == other._rows
+        if isinstance(other, tuple):
+            return self._blocks() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._blocks())
+
+    def __repr__(self) -> str:
+        return repr(self._blocks())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles are plain tuples
+        return (tuple, (self._blocks(),))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +204,7 @@ class ContextReport:
     overhead_tokens: int
     token_counter: str
     sources: tuple[SourceReport, ...]
-    blocks: tuple[BlockReport, ...]
+    blocks: Sequence[BlockReport]
     reused_prefix_tokens: int = 0
     compactions: tuple[CompactionNote, ...] = ()
     pricing: str = ""
@@ -160,12 +238,14 @@ class ContextReport:
     def summary(self) -> dict[str, Any]:
         """The short form carried by events: totals, counts and overflow."""
         offered = sum(s.offered for s in self.sources)
+        blocks = self.blocks
+        statuses = blocks.statuses() if isinstance(blocks, Blocks) else [b.status for b in blocks]
         return {
             "total_tokens": self.token_count,
             "available": self.available,
             "utilization": round(self.utilization, 4),
-            "components": sum(1 for b in self.blocks if b.status in ("kept", "truncated")),
-            "dropped": len(self.dropped),
+            "components": sum(1 for s in statuses if s in ("kept", "truncated")),
+            "dropped": sum(1 for s in statuses if s in ("dropped", "summarized")),
             "overflow": max(0, offered - self.available),
             "failed_sources": [s.name for s in self.sources if s.status != "ok"],
             "reused_prefix_tokens": self.reused_prefix_tokens,
@@ -180,7 +260,12 @@ class ContextReport:
         event carries one per model call, and `dataclasses.asdict` deep-copies (10x slower)."""
         out: dict[str, Any] = {name: getattr(self, name) for name in _REPORT_FIELDS}
         out["sources"] = [{n: getattr(s, n) for n in _SOURCE_FIELDS} for s in self.sources]
-        out["blocks"] = [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in self.blocks]
+        blocks = self.blocks
+        out["blocks"] = (
+            blocks.dicts()
+            if isinstance(blocks, Blocks)
+            else [{n: getattr(b, n) for n in _BLOCK_FIELDS} for b in blocks]
+        )
         out["compactions"] = [{n: getattr(c, n) for n in _NOTE_FIELDS} for c in self.compactions]
         out["cache_marks"] = list(self.cache_marks)
         out["utilization"] = round(self.utilization, 4)

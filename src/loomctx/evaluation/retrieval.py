@@ -363,11 +363,11 @@ class _Rankers:
         by recall relevance alone)."""
         from loomctx.context.sources.retrieval import UnifiedRetrievalSource
         from loomctx.retrieval.reranker import Reranker
-        from loomctx.retrieval.signals import VectorScoreSignal
+        from loomctx.retrieval.signals import RelevanceSignal
 
         return UnifiedRetrievalSource(
             self.fused,
-            reranker=None if reranker else Reranker([VectorScoreSignal()]),
+            reranker=None if reranker else Reranker([RelevanceSignal()]),
             settings=self.settings,
         )
 

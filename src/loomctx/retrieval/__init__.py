@@ -1,12 +1,14 @@
-"""Unified retrieval (seed 002): query rewriting, recall, reranking.
+"""Unified retrieval (seed 002): query rewriting, recall, hop, reranking, over `Evidence`.
 
-    query -> QueryRewriter -> recall (memory L4, knowledge bases; concurrently) -> Reranker
+    query -> recall (memory L4, knowledge bases; concurrently) -> rewrite -> hop -> Reranker
 
-`UnifiedRetrievalSource` and `RetrievalInjector` (in `loomctx.context.sources`) put the result in
-the window. Candidates carry their recall scores and every signal's score, for the report.
+`loomctx.retrieval.pipeline.retrieve` runs it in that order; `UnifiedRetrievalSource` and
+`RetrievalInjector` (in `loomctx.context.sources`) put the result in the window. Each piece of
+`Evidence` carries its recall scores and every signal's score, for the report.
 """
 
-from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate, fingerprint
+from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, fingerprint
+from loomctx.retrieval.pipeline import retrieve
 from loomctx.retrieval.recall import recall, recall_knowledge, recall_memory
 from loomctx.retrieval.reranker import Reranker, dedupe
 from loomctx.retrieval.rewriter import QueryRewriter
@@ -15,27 +17,28 @@ from loomctx.retrieval.signals import (
     ContentLengthSignal,
     OriginDiversitySignal,
     QueryOverlapSignal,
+    RelevanceSignal,
     Signal,
     SpeakerSignal,
-    VectorScoreSignal,
     default_signals,
 )
 
 __all__ = [
     "MEMORY_ORIGIN",
-    "Candidate",
     "ContentLengthSignal",
+    "Evidence",
     "OriginDiversitySignal",
     "QueryOverlapSignal",
     "QueryRewriter",
+    "RelevanceSignal",
     "Reranker",
     "Signal",
     "SpeakerSignal",
-    "VectorScoreSignal",
     "dedupe",
     "default_signals",
     "fingerprint",
     "recall",
     "recall_knowledge",
     "recall_memory",
+    "retrieve",
 ]

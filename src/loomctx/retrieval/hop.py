@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from loomctx.retrieval.candidates import Candidate
+from loomctx.retrieval.evidence import Evidence
 from loomctx.text import terms
 
 __all__ = ["hop_terms"]
@@ -27,7 +27,7 @@ _SKIP: Final = frozenset({"The", "This", "That", "What", "When", "Yes", "Yeah", 
                           "You", "Your", "We", "They", "He", "She", "I'm", "Me"})  # fmt: skip
 
 
-def hop_terms(query: str, top: Sequence[Candidate], count: int) -> list[str]:
+def hop_terms(query: str, top: Sequence[Evidence], count: int) -> list[str]:
     """Up to `count` names and years that `top` mentions and `query` does not, most
     frequent first (ties: first seen)."""
     if count <= 0:

@@ -1,12 +1,12 @@
-"""Recall: candidates for a query from memory (L4) and knowledge bases, concurrently.
+"""Recall: `Evidence` for a query from memory (L4) and knowledge bases, concurrently.
 
 Memory recall is `LoomMemory.search` (lexical and dense ranks fused) run in a worker thread, as
 it reads the store and may embed the query; each knowledge base searches itself, except that a
 plain `KnowledgeBase` beside a memory is searched in the memory's thread, after it: both
 searches are Python work under the interpreter lock, and in two threads each waited for the
-other's switch interval rather than running. A candidate's
-`relevance` is its recall score on 0..1: the fused score of `LoomMemory.search` or of the
-knowledge base's own search.
+other's switch interval rather than running. Each piece's ``relevance`` score is its recall
+score on 0..1: the fused score of `LoomMemory.search` or of the knowledge base's own search;
+``vector_score`` and ``lexical_score`` are added when those searches found it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, task_line
-from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, new_evidence
 
 if TYPE_CHECKING:
     from loomctx.knowledge import KnowledgeBaseProvider, KnowledgeHit
@@ -62,7 +62,7 @@ def recall_memory(
     min_score: float = 0.0,
     exclude: Iterable[str] = (),
     depth: int = 3,
-) -> list[Candidate]:
+) -> list[Evidence]:
     """Up to `limit` tasks of `memory` for `query`, best first, `relevance >= min_score`;
     the lexical and the dense search each bring `depth` times `limit` hits to be fused
     (`LoomMemory.search`'s `pool`), at most `POOL_CAP` unless three per result are more."""
@@ -75,15 +75,13 @@ def recall_memory(
         if hit.time_match is not None:  # the query named a time: how close this task is
             metadata["time_match"] = round(hit.time_match, 4)
         out.append(
-            Candidate(
-                id=hit.task.task_id,
-                text=_line(hit.task),
-                origin=MEMORY_ORIGIN,
-                relevance=hit.score,
-                vector_score=hit.vector_score,
-                lexical_score=hit.lexical_score,
-                metadata=metadata,
-                item=hit.task,
+            new_evidence(
+                hit.task.task_id,
+                MEMORY_ORIGIN,
+                _line(hit.task),
+                hit.task,
+                metadata,
+                _scores(hit.score, hit.vector_score, hit.lexical_score),
             )
         )
     return out
@@ -91,7 +89,7 @@ def recall_memory(
 
 async def recall_knowledge(
     kb: KnowledgeBaseProvider, query: str, *, limit: int = 20, min_score: float = 0.0
-) -> list[Candidate]:
+) -> list[Evidence]:
     """Up to `limit` chunks of `kb` for `query`, best first, `score >= min_score`."""
     return _chunks(kb, await kb.search(query, limit=limit, min_relevance=min_score))
 
@@ -103,20 +101,28 @@ def _local(kb: KnowledgeBaseProvider) -> KnowledgeBase | None:
     return None
 
 
-def _chunks(kb: KnowledgeBaseProvider, hits: Sequence[KnowledgeHit]) -> list[Candidate]:
+def _chunks(kb: KnowledgeBaseProvider, hits: Sequence[KnowledgeHit]) -> list[Evidence]:
     return [
-        Candidate(
-            id=h.chunk_id,
-            text=h.text,
-            origin=f"knowledge:{kb.name}",
-            relevance=h.score,
-            vector_score=h.vector_score,
-            lexical_score=h.lexical_score,
-            metadata={"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},
-            item=h,
+        new_evidence(
+            h.chunk_id,
+            f"knowledge:{kb.name}",
+            h.text,
+            h,
+            {"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},
+            _scores(h.score, h.vector_score, h.lexical_score),
         )
         for h in hits
     ]
+
+
+def _scores(relevance: float, vector: float | None, lexical: float | None) -> dict[str, float]:
+    """Recall's named scores (`Evidence.scores`): a search that did not find it adds none."""
+    scores = {"relevance": relevance}
+    if vector is not None:
+        scores["vector_score"] = vector
+    if lexical is not None:
+        scores["lexical_score"] = lexical
+    return scores
 
 
 async def recall(
@@ -128,7 +134,7 @@ async def recall(
     min_score: float = 0.0,
     exclude: Iterable[str] = (),
     depth: int = 3,
-) -> list[Candidate]:
+) -> list[Evidence]:
     """Every source's candidates (`limit` per source), memory first, in recall order;
     `depth`: see `recall_memory`."""
     skip = tuple(exclude)
@@ -138,7 +144,7 @@ async def recall(
         for i, kb in enumerate(knowledge_bases):
             if (plain := _local(kb)) is not None:
                 local[i] = plain
-    parts: dict[int, list[Candidate]] = {}
+    parts: dict[int, list[Evidence]] = {}
 
     async def remote(i: int, kb: KnowledgeBaseProvider) -> None:
         parts[i] = await recall_knowledge(kb, query, limit=limit, min_score=min_score)

@@ -32,8 +32,8 @@ from loomctx.retrieval.signals import (
     ContentLengthSignal,
     OriginDiversitySignal,
     QueryOverlapSignal,
+    RelevanceSignal,
     SpeakerSignal,
-    VectorScoreSignal,
 )
 
 __all__ = ["RetrievalSettings"]
@@ -190,7 +190,7 @@ class RetrievalSettings:
         """A `Reranker` with the default five signals at these weights."""
         return Reranker(
             [
-                VectorScoreSignal(self.vector_weight),
+                RelevanceSignal(self.vector_weight),
                 QueryOverlapSignal(self.overlap_weight),
                 OriginDiversitySignal(self.diversity_weight),
                 ContentLengthSignal(self.length_weight, low=self.length_low, high=self.length_high),

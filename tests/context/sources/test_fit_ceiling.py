@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from loomctx.context.block import ContextBlock
 from loomctx.context.sources import RetrievalInjector
 from loomctx.context.sources._common import MIN_CUT_TOKENS, fit_ceiling
-from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
+from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
 from loomctx.tokens import CallableCounter
 
 COUNTED: list[str] = []
@@ -71,13 +71,12 @@ def test_a_generator_is_read_no_further_than_min_room() -> None:
     assert pulled == []
 
 
-def candidate(name: str, tokens: int, score: float) -> Candidate:
-    return Candidate(
+def candidate(name: str, tokens: int, score: float) -> Evidence:
+    return Evidence(
         id=name,
         text=" ".join(f"{name}{i}" for i in range(tokens)),
         origin=MEMORY_ORIGIN,
-        relevance=score,
-        score=score,
+        scores={"relevance": score, "score": score},
         signals={"vector_score": score},
     )
 

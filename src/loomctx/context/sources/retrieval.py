@@ -1,14 +1,14 @@
 """Unified retrieval as a context source (seed 002's passive channel).
 
 Before every model call, `UnifiedRetrievalSource` searches memory (L4) and every knowledge base
-together, reranks the candidates with one `Reranker`, and `RetrievalInjector` turns the best into
-context blocks within the source's budget:
+together with the retrieval pipeline (`loomctx.retrieval.pipeline.retrieve`: recall, rewrite,
+hop, rerank), and `RetrievalInjector` turns the best evidence into context blocks within the
+source's budget:
 
-    query -> QueryRewriter -> recall (memory, knowledge bases; concurrently) -> Reranker
-          -> RetrievalInjector -> ContextBlocks
+    query -> retrieve (recall -> rewrite -> hop -> rerank) -> RetrievalInjector -> ContextBlocks
 
-These two live in `context` rather than `retrieval` because they make `ContextBlock`s (imports
-point downward: retrieval knows nothing of the window).
+The injector lives in `context` rather than `retrieval` because it makes `ContextBlock`s
+(imports point downward: retrieval knows nothing of the window).
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_unit
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, task_label, task_text
-from loomctx.retrieval.candidates import MEMORY_ORIGIN, Candidate
-from loomctx.retrieval.hop import hop_terms
+from loomctx.memory.task import Task, task_label
+from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
+from loomctx.retrieval.pipeline import retrieve
 from loomctx.retrieval.recall import recall
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
 from loomctx.retrieval.settings import RetrievalSettings
-from loomctx.text import terms
 from loomctx.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 
 
 class RetrievalInjector:
-    """Reranked candidates to context blocks, best first, within a token budget.
+    """Reranked evidence to context blocks, best first, within a token budget.
 
     Each block says where it came from and why it ranked: `origin`, the final `score`, the
     recall scores and every signal's score, in its metadata (and so in the `ContextReport`).
@@ -63,7 +62,7 @@ class RetrievalInjector:
 
     def blocks(
         self,
-        candidates: Sequence[Candidate],
+        candidates: Sequence[Evidence],
         ceiling: int,
         counter: TokenCounter,
         *,
@@ -86,7 +85,7 @@ class RetrievalInjector:
         )
 
     def _offered(
-        self, candidates: Sequence[Candidate], counter: TokenCounter, source: str
+        self, candidates: Sequence[Evidence], counter: TokenCounter, source: str
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
         for c in candidates:
@@ -140,7 +139,7 @@ class UnifiedRetrievalSource:
       metric) and would pay a second recall, half of the source's time. The rewritten query
       asks each source for `recall_limit` candidates (no more than the original's limit),
       not for the `fill` limit: its candidates rank after the original query's on recall
-      relevance (`_after`), which with `fill` already offer about twice what the grant
+      relevance (`pipeline.after`), which with `fill` already offer about twice what the grant
       holds. Asking for the `fill` limit made the second recall cost as much as the first
       (100k stored turns, collect of a rewritten query, p50: 60 -> 42 ms at 2,000 tokens,
       62 per source; 239 -> 130 ms at 8,000, 250). On LoCoMo the ranking metrics did not
@@ -230,8 +229,9 @@ class UnifiedRetrievalSource:
 
     async def candidates(
         self, query: str, *, limit: int | None = None, run_id: str | None = None
-    ) -> list[Candidate]:
-        """Recalled and reranked candidates for `query`, best first (what `collect` injects);
+    ) -> list[Evidence]:
+        """Recalled and reranked evidence for `query`, best first (what `collect` injects):
+        `loomctx.retrieval.pipeline.retrieve` over this source's memory and knowledge bases;
         `limit` per source (default `recall_limit`). Tasks of the agent run `run_id` are left
         out: the run's own user turn and exchange are in the window already."""
         limit = limit or self.recall_limit
@@ -247,65 +247,28 @@ class UnifiedRetrievalSource:
             for t in recent
             if self.exclude_recent or (run_id is not None and t.metadata.get("run_id") == run_id)
         }
-        found = await self._recall(query, exclude, limit)
-        if (
-            self.rewriter is not None
-            and recent
-            and len(set(terms(query))) <= self.rewrite_max_terms
-        ):
-            rewritten = self.rewriter.rewrite(query, [task_text(t) for t in recent])
-            if rewritten != query:
-                extra = await self._recall(rewritten, exclude, min(limit, self.recall_limit))
-                found += self._after(found, extra)
-        if self.settings.hop_weight > 0 and found:
-            found = await self._hop(query, found, exclude, limit)
-        return self.reranker.rerank(query, found)
 
-    async def _hop(
-        self, query: str, found: list[Candidate], exclude: set[str], limit: int
-    ) -> list[Candidate]:
-        """The second hop (`loomctx.retrieval.hop`): the query with what its best candidates
-        name, recalled again; each candidate's relevance gains `hop_weight` times its
-        relevance there (new candidates: that alone)."""
-        s = self.settings
-        first = self.reranker.rerank(query, list(found))[: s.hop_from]
-        named = hop_terms(query, first, s.hop_terms)
-        if not named:
-            return found
-        extra = await self._recall(
-            f"{query} {' '.join(named)}", exclude, min(limit, self.recall_limit)
-        )
-        by_key = {c.key: c for c in found}
-        out = list(found)
-        for c in extra:
-            seen = by_key.get(c.key)
-            if seen is not None:
-                seen.relevance += s.hop_weight * c.relevance
-            else:
-                c.relevance *= s.hop_weight
-                out.append(c)
-        return out
+        async def recalled(text: str, limit: int) -> list[Evidence]:
+            return await recall(
+                text,
+                memory=self.memory,
+                knowledge_bases=self.knowledge_bases,
+                limit=limit,
+                min_score=self.min_score,
+                exclude=exclude,
+                depth=self.settings.pool_depth,
+            )
 
-    @staticmethod
-    def _after(found: list[Candidate], extra: list[Candidate]) -> list[Candidate]:
-        """The rewritten query's new candidates, their relevance scaled below the weakest of
-        the original query's: they fill in after, and rank higher only on other signals."""
-        seen = {c.key for c in found}
-        floor = min((c.relevance for c in found), default=1.0)
-        new = [c for c in extra if c.key not in seen]
-        for c in new:
-            c.relevance *= floor
-        return new
-
-    async def _recall(self, query: str, exclude: set[str], limit: int) -> list[Candidate]:
-        return await recall(
+        return await retrieve(
             query,
-            memory=self.memory,
-            knowledge_bases=self.knowledge_bases,
+            recalled,
             limit=limit,
-            min_score=self.min_score,
-            exclude=exclude,
-            depth=self.settings.pool_depth,
+            reranker=self.reranker,
+            settings=self.settings,
+            rewriter=self.rewriter,
+            recent=recent,
+            rewrite_max_terms=self.rewrite_max_terms,
+            recall_limit=self.recall_limit,
         )
 
     async def collect(
