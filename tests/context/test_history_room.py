@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from loomctx.context.billing import ANTHROPIC
-from loomctx.context.block import BuildContext
-from loomctx.context.compactor import CachePolicy
+from loomctx.context.block import BuildContext, ContextBlock
+from loomctx.context.compactor import CachePolicy, Candidate
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
 from loomctx.context.recipe import (
     WindowSettings,
@@ -22,6 +22,7 @@ from loomctx.context.recipe import (
     window_orchestrator,
     window_sources,
 )
+from loomctx.context.selection import unlifted
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.tokens import TiktokenCounter
@@ -211,8 +212,52 @@ async def test_a_skipped_tail_costs_nothing_and_says_why(
     assert "`CachePolicy.min_tail_score`" in skipped[0].reason
 
 
+@pytest.mark.parametrize("tail_lift", [None, 1.0])
+async def test_a_tail_below_the_lift_costs_nothing_and_says_why(
+    memory: LoomMemory, tail_lift: float | None
+) -> None:
+    talk = Conversation(memory, CachePolicy(max_dynamic=0.3, defer_ratio=1.0, tail_lift=tail_lift))
+    await talk.say(60)
+    window = await talk.say(2)
+    below = [b for b in window.report.blocks if "`CachePolicy.tail_lift`" in b.reason]
+    if tail_lift is None:
+        assert tokens_of(window, "unified_retrieval") > 0
+        assert not below
+        return
+    assert tokens_of(window, "unified_retrieval") == 0
+    assert below
+    assert all(b.status == "dropped" and b.section == "context" for b in below)
+
+
+def _offered(source: str, key: str, score: float | None, order: int) -> Candidate:
+    meta: dict[str, object] = {"task_id": key}
+    if score is not None:
+        meta["score"] = score
+    block = ContextBlock(
+        source=source, section="context", id=key, content=key, token_count=5, metadata=meta
+    )
+    return Candidate(block=block, cost=5, source_priority=0.9, order=order)
+
+
+def test_the_lift_is_measured_from_the_median_of_what_was_retrieved() -> None:
+    scores = [0.9, 0.75, 0.5, 0.5, 0.45, 0.4]
+    offered = [_offered("retrieval", f"t{k}", s, k) for k, s in enumerate(scores)]
+    offered.append(_offered("L2_important", "t9", None, 9))  # chosen by importance alone
+    out = unlifted(offered, CachePolicy(tail_lift=0.2))  # the bar: the median 0.5, + 0.2
+    assert sorted(out) == [2, 3, 4, 5, 9]
+    assert "scores 0.50, less than 0.2 above the median 0.50" in out[2]
+    assert "no relevance score" in out[9]
+    assert unlifted(offered, CachePolicy()) == {}
+    assert sorted(unlifted(offered, CachePolicy(tail_lift=0.0))) == [4, 5, 9]
+
+
 def test_policy_and_context_validation() -> None:
-    for bad in ({"min_tail_score": 1.5}, {"expected_calls": -1}, {"expected_calls": 2.0}):
+    for bad in (
+        {"min_tail_score": 1.5},
+        {"tail_lift": -0.1},
+        {"expected_calls": -1},
+        {"expected_calls": 2.0},
+    ):
         with pytest.raises(ConfigError):
             CachePolicy(**bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="timezone-aware"):

@@ -23,6 +23,7 @@ __all__ = [
     "held_tasks",
     "skipped_tail",
     "task_of",
+    "unlifted",
 ]
 
 
@@ -91,6 +92,13 @@ class CachePolicy:
     - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
       scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
       skipped tail costs nothing, and what it would have brought is missing from that call.
+    - `tail_lift`: send a block in the dynamic tail only when its relevance score
+      (``metadata["score"]``) stands at least this far above the level of what its build
+      retrieved (the median score of the dynamic blocks offered, those the window holds
+      included); None: no such rule (default). A query that matches nothing in particular
+      (small talk) gets a small tail or none, a question that singles out a few old turns
+      gets them; blocks without a score (important memory, chosen by importance, not by the
+      query) are not sent under this rule.
     - `fill_first`: a session's first window (no history mark yet), when its history
       outgrows the room, fills the room with whole units (True, the default), or keeps the
       newest within the low-water mark like any compaction (False), so that history grows
@@ -110,13 +118,14 @@ class CachePolicy:
     min_dynamic: int = 2000
     core_units: int = 4
     min_tail_score: float | None = None
+    tail_lift: float | None = None
     fill_first: bool = True
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        for name in ("max_dynamic", "min_tail_score"):
+        for name in ("max_dynamic", "min_tail_score", "tail_lift"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
         if not isinstance(self.fill_first, bool):
@@ -217,3 +226,42 @@ def skipped_tail(candidates: Sequence[Candidate], held: set[str], policy: CacheP
         f"the tail is skipped: no block the window lacks scores {policy.min_tail_score:g} "
         f"(`CachePolicy.min_tail_score`); the best scores {best:.2f}"
     )
+
+
+def _score(block: ContextBlock) -> float | None:
+    value = block.metadata.get("score")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def unlifted(candidates: Sequence[Candidate], policy: CachePolicy) -> dict[int, str]:
+    """The dynamic blocks that `CachePolicy.tail_lift` leaves out of the tail (by candidate
+    order), each with the reason: its score is not that far above the median score of the
+    dynamic blocks offered, or it has no score. (A block whose task history holds goes in
+    as history, whatever this says.)"""
+    if policy.tail_lift is None:
+        return {}
+    dynamic = [c for c in candidates if c.block.section == "context"]
+    scores = sorted(s for c in dynamic if (s := _score(c.block)) is not None)
+    level = _median(scores)
+    bar = level + policy.tail_lift
+    out: dict[int, str] = {}
+    for c in dynamic:
+        score = _score(c.block)
+        if score is None:
+            out[c.order] = (
+                "it has no relevance score to stand above the retrieved level "
+                "(`CachePolicy.tail_lift`: the tail holds what this query singles out)"
+            )
+        elif score < bar:
+            out[c.order] = (
+                f"it scores {score:.2f}, less than {policy.tail_lift:g} above the median "
+                f"{level:.2f} of what was retrieved (`CachePolicy.tail_lift`)"
+            )
+    return out
+
+
+def _median(ordered: Sequence[float]) -> float:
+    if not ordered:
+        return 0.0
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
