@@ -132,6 +132,16 @@ def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
     )
 
 
+def test_a_lifted_tail_is_measured_as_asked(locomo: Path) -> None:
+    default = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
+    lifted = evaluate_cost(locomo, window=600, reserve=100, tail_lift=1.0, pricings=SMALL)
+    assert lifted["config"]["tail_lift"] == 1.0
+    # No block stands that far above the rest: no tail, so the cache reads more of each call.
+    assert (
+        lifted["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
+    )
+
+
 def test_a_cold_cache_at_each_session_s_start_reads_less(locomo: Path) -> None:
     result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
     for s in result["strategies"].values():

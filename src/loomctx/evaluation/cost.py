@@ -436,6 +436,7 @@ def evaluate_cost(
     l1_size: int = 50,
     only: Sequence[str] = (),
     max_dynamic: float | None = None,
+    tail_lift: float | None = None,
     progress: Callable[[str], None] | None = None,
     pricings: Sequence[CachePricing] = tuple(PROVIDERS.values()),
 ) -> dict[str, Any]:
@@ -444,18 +445,20 @@ def evaluate_cost(
     LongMemEval: the first `limit` questions, one by default) at a `window`-token context
     window with `reserve` kept for the reply. `l1_size` is the agent memory's L1 (the tier
     held in memory; the window's history reads the conversation beyond it); `max_dynamic`, if
-    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`).
+    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`), and
+    `tail_lift`, if given, sets its `CachePolicy.tail_lift`.
     `pricings` are the caches every call is billed under (default: every one of
     `PROVIDERS`; ``billed_anthropic`` and ``billed_openai`` are those named so). Returns
     ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
-    policy = (
-        None
-        if max_dynamic is None
-        else replace(WindowSettings().cache_policy, max_dynamic=max_dynamic)
-    )
+    changes = {
+        name: value
+        for name, value in (("max_dynamic", max_dynamic), ("tail_lift", tail_lift))
+        if value is not None
+    }
+    policy = replace(WindowSettings().cache_policy, **changes) if changes else None
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
@@ -528,6 +531,7 @@ def evaluate_cost(
             "reserve": reserve,
             "l1_size": l1_size,
             "max_dynamic": max_dynamic,
+            "tail_lift": tail_lift,
             "conversations": len(conversations),
             "counter": counter.name,
             "pricings": {
