@@ -22,7 +22,7 @@ from loomctx.context.recipe import (
     window_orchestrator,
     window_sources,
 )
-from loomctx.context.selection import unlifted
+from loomctx.context.selection import tail_scale, unlifted
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.tokens import TiktokenCounter
@@ -249,6 +249,32 @@ def test_the_lift_is_measured_from_the_median_of_what_was_retrieved() -> None:
     assert "no relevance score" in out[9]
     assert unlifted(offered, CachePolicy()) == {}
     assert sorted(unlifted(offered, CachePolicy(tail_lift=0.0))) == [4, 5, 9]
+
+
+def test_the_tail_s_cap_scales_with_how_far_its_best_new_block_stands_out() -> None:
+    scores = [0.9, 0.6, 0.5, 0.5, 0.45, 0.4]
+    offered = [_offered("retrieval", f"t{k}", s, k) for k, s in enumerate(scores)]
+    policy = CachePolicy(full_tail_lift=0.2)
+    assert tail_scale(offered, set(), policy) == (1.0, "")  # 0.9 is 0.4 above the median
+    # The window holds t0: the best block it lacks, 0.6, is 0.1 above the median 0.5.
+    share, note = tail_scale(offered, {"t0"}, policy)
+    assert share == pytest.approx(0.5)
+    assert "stands 0.10 above the median 0.50" in note
+    assert tail_scale(offered, {"t0", "t1"}, policy)[0] == 0.0
+    assert tail_scale(offered, {"t0"}, CachePolicy()) == (1.0, "")
+
+
+async def test_a_scaled_tail_says_so_in_the_report(memory: LoomMemory) -> None:
+    policy = CachePolicy(max_dynamic=0.3, defer_ratio=1.0, full_tail_lift=1.0)
+    talk = Conversation(memory, policy)
+    await talk.say(60)
+    window = await talk.say(2)
+    out = [b for b in window.report.blocks if "`CachePolicy.full_tail_lift`" in b.reason]
+    assert out
+    assert all(b.status == "dropped" for b in out)
+    # The cap it names, scaled down from 30% of the input, holds what the tail sent.
+    cap = int(out[0].reason.split("capped at ")[1].split(" tokens")[0])
+    assert 0 <= tokens_of(window, "unified_retrieval") <= cap < 0.3 * window.report.available
 
 
 def test_policy_and_context_validation() -> None:

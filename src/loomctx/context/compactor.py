@@ -48,6 +48,7 @@ from loomctx.context.selection import (
     TailLimits,
     held_tasks,
     skipped_tail,
+    tail_scale,
     task_of,
     unlifted,
 )
@@ -212,8 +213,13 @@ class ContextCompactor:
         cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
         if dynamic_cap is not None:
             cap = min(cap, dynamic_cap)
+        scale, scaled = tail_scale(candidates, held, policy)
+        cap = int(cap * scale)
         tail = TailLimits(
-            cap=cap, share=policy.max_dynamic, skipped=skipped_tail(candidates, held, policy)
+            cap=cap,
+            share=policy.max_dynamic,
+            skipped=skipped_tail(candidates, held, policy),
+            scaled=scaled,
         )
         if tail.skipped:
             cap = 0

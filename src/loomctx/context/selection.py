@@ -22,6 +22,7 @@ __all__ = [
     "TailLimits",
     "held_tasks",
     "skipped_tail",
+    "tail_scale",
     "task_of",
     "unlifted",
 ]
@@ -99,6 +100,12 @@ class CachePolicy:
       (small talk) gets a small tail or none, a question that singles out a few old turns
       gets them; blocks without a score (important memory, chosen by importance, not by the
       query) are not sent under this rule.
+    - `full_tail_lift`: the dynamic tail's cap scales with how far the best block the window
+      lacks stands above the level of what its build retrieved (the median score of the
+      dynamic blocks offered): all of the cap at this lift or more, a proportional share
+      below it, none when nothing stands out; None: the whole cap on every call (default).
+      Unlike `tail_lift`, a question that singles something out keeps its lower-ranked hits
+      too (the second and third turn a question needs may score near the rest).
     - `fill_first`: a session's first window (no history mark yet), when its history
       outgrows the room, fills the room with whole units (True, the default), or keeps the
       newest within the low-water mark like any compaction (False), so that history grows
@@ -119,13 +126,14 @@ class CachePolicy:
     core_units: int = 4
     min_tail_score: float | None = None
     tail_lift: float | None = None
+    full_tail_lift: float | None = None
     fill_first: bool = True
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        for name in ("max_dynamic", "min_tail_score", "tail_lift"):
+        for name in ("max_dynamic", "min_tail_score", "tail_lift", "full_tail_lift"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
         if not isinstance(self.fill_first, bool):
@@ -187,6 +195,7 @@ class TailLimits:
     cap: int
     share: float | None
     skipped: str = ""
+    scaled: str = ""  # how `CachePolicy.full_tail_lift` scaled the cap, if it did
 
     def reason(self, cost: int, cap_left: int, after_history: int) -> str:
         """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
@@ -194,11 +203,16 @@ class TailLimits:
         rule decided."""
         if self.skipped:
             return self.skipped
-        if cost > cap_left and self.share is not None:
+        if cost > cap_left and (self.share is not None or self.scaled):
+            rule = (
+                f"`CachePolicy.max_dynamic`: {self.share:.0%} of the input"
+                if self.share is not None
+                else "the budget"
+            )
+            scaled = f"; {self.scaled}" if self.scaled else ""
             return (
-                f"the dynamic tail is capped at {self.cap} tokens (`CachePolicy.max_dynamic`: "
-                f"{self.share:.0%} of the input) and {self.cap - cap_left} are used; this "
-                f"block needs {cost}"
+                f"the dynamic tail is capped at {self.cap} tokens ({rule}{scaled}) and "
+                f"{self.cap - cap_left} are used; this block needs {cost}"
             )
         if cost > after_history and after_history < self.cap:
             return (
@@ -265,3 +279,26 @@ def _median(ordered: Sequence[float]) -> float:
         return 0.0
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def tail_scale(
+    candidates: Sequence[Candidate], held: set[str], policy: CachePolicy
+) -> tuple[float, str]:
+    """The share of the tail's cap this build gives it under `CachePolicy.full_tail_lift`
+    (1.0 without it), and how it was found ("" when not scaled)."""
+    if policy.full_tail_lift is None:
+        return 1.0, ""
+    dynamic = [c for c in candidates if c.block.section == "context"]
+    scored = [(c, s) for c in dynamic if (s := _score(c.block)) is not None]
+    level = _median(sorted(s for _, s in scored))
+    lacked = [s for c, s in scored if task_of(c.block) not in held]
+    lift = max(lacked, default=level) - level
+    full = policy.full_tail_lift
+    share = 1.0 if full <= 0 else max(0.0, min(1.0, lift / full))
+    if share >= 1.0:
+        return 1.0, ""
+    return share, (
+        f"{share:.0%} of it, as the best block the window lacks stands {lift:.2f} above the "
+        f"median {level:.2f} of what was retrieved (`CachePolicy.full_tail_lift`: all of it "
+        f"at {full:g})"
+    )

@@ -453,12 +453,14 @@ def evaluate_cost(
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
-    changes = {
-        name: value
-        for name, value in (("max_dynamic", max_dynamic), ("tail_lift", tail_lift))
-        if value is not None
-    }
-    policy = replace(WindowSettings().cache_policy, **changes) if changes else None
+    policy = None
+    if max_dynamic is not None or tail_lift is not None:
+        default = WindowSettings().cache_policy
+        policy = replace(
+            default,
+            max_dynamic=default.max_dynamic if max_dynamic is None else max_dynamic,
+            tail_lift=default.tail_lift if tail_lift is None else tail_lift,
+        )
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
