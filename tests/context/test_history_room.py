@@ -248,6 +248,8 @@ def test_the_lift_is_measured_from_the_median_of_what_was_retrieved() -> None:
     assert "scores 0.50, less than 0.2 above the median 0.50" in out[2]
     assert "no relevance score" in out[9]
     assert unlifted(offered, CachePolicy()) == {}
+    # Two hits are all that matched: there is no level for either to stand above.
+    assert unlifted(offered[4:6], CachePolicy(tail_lift=0.2)) == {}
     assert sorted(unlifted(offered, CachePolicy(tail_lift=0.0))) == [4, 5, 9]
 
 
@@ -262,6 +264,7 @@ def test_the_tail_s_cap_scales_with_how_far_its_best_new_block_stands_out() -> N
     assert "stands 0.10 above the median 0.50" in note
     assert tail_scale(offered, {"t0", "t1"}, policy)[0] == 0.0
     assert tail_scale(offered, {"t0"}, CachePolicy()) == (1.0, "")
+    assert tail_scale(offered[4:6], set(), policy) == (1.0, "")
 
 
 async def test_a_scaled_tail_says_so_in_the_report(memory: LoomMemory) -> None:

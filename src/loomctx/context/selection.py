@@ -96,7 +96,8 @@ class CachePolicy:
     - `tail_lift`: send a block in the dynamic tail only when its relevance score
       (``metadata["score"]``) stands at least this far above the level of what its build
       retrieved (the median score of the dynamic blocks offered, those the window holds
-      included); None: no such rule (default). A query that matches nothing in particular
+      included; with fewer than `MIN_POOL` of them, every one is sent); None: no such rule
+      (default; the window recipe's is 0.03). A query that matches nothing in particular
       (small talk) gets a small tail or none, a question that singles out a few old turns
       gets them; blocks without a score (important memory, chosen by importance, not by the
       query) are not sent under this rule.
@@ -242,6 +243,12 @@ def skipped_tail(candidates: Sequence[Candidate], held: set[str], policy: CacheP
     )
 
 
+MIN_POOL = 3
+"""`CachePolicy.tail_lift` and `full_tail_lift` measure a block against the median of what
+was retrieved when at least this many scored blocks were: with fewer (a small knowledge
+base, a pointed search) what was retrieved is all that matched, and nothing is held back."""
+
+
 def _score(block: ContextBlock) -> float | None:
     value = block.metadata.get("score")
     return float(value) if isinstance(value, int | float) else None
@@ -256,6 +263,8 @@ def unlifted(candidates: Sequence[Candidate], policy: CachePolicy) -> dict[int, 
         return {}
     dynamic = [c for c in candidates if c.block.section == "context"]
     scores = sorted(s for c in dynamic if (s := _score(c.block)) is not None)
+    if len(scores) < MIN_POOL:
+        return {}  # nothing to stand above: what was retrieved is all that matched
     level = _median(scores)
     bar = level + policy.tail_lift
     out: dict[int, str] = {}
@@ -290,6 +299,8 @@ def tail_scale(
         return 1.0, ""
     dynamic = [c for c in candidates if c.block.section == "context"]
     scored = [(c, s) for c in dynamic if (s := _score(c.block)) is not None]
+    if len(scored) < MIN_POOL:
+        return 1.0, ""
     level = _median(sorted(s for _, s in scored))
     lacked = [s for c, s in scored if task_of(c.block) not in held]
     lift = max(lacked, default=level) - level
