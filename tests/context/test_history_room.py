@@ -250,6 +250,10 @@ def test_the_lift_is_measured_from_the_median_of_what_was_retrieved() -> None:
     assert unlifted(offered, CachePolicy()) == {}
     # Two hits are all that matched: there is no level for either to stand above.
     assert unlifted(offered[4:6], CachePolicy(tail_lift=0.2)) == {}
+    # A knowledge chunk (no task) is never held back, nor does it move the level.
+    chunk = _offered("retrieval", "k", 0.1, 10)
+    chunk = replace(chunk, block=replace(chunk.block, metadata={"score": 0.1}))
+    assert unlifted([*offered, chunk], CachePolicy(tail_lift=0.2)) == out
     assert sorted(unlifted(offered, CachePolicy(tail_lift=0.0))) == [4, 5, 9]
 
 

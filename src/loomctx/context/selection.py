@@ -93,10 +93,11 @@ class CachePolicy:
     - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
       scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
       skipped tail costs nothing, and what it would have brought is missing from that call.
-    - `tail_lift`: send a block in the dynamic tail only when its relevance score
-      (``metadata["score"]``) stands at least this far above the level of what its build
-      retrieved (the median score of the dynamic blocks offered, those the window holds
-      included; with fewer than `MIN_POOL` of them, every one is sent); None: no such rule
+    - `tail_lift`: send a memory block (one that stands for a task of the conversation) in
+      the dynamic tail only when its relevance score (``metadata["score"]``) stands at least
+      this far above the level of what its build retrieved (the median score of the memory
+      blocks offered, those the window holds included; with fewer than `MIN_POOL` of them,
+      every one is sent; knowledge chunks are not held back); None: no such rule
       (default; the window recipe's is 0.03). A query that matches nothing in particular
       (small talk) gets a small tail or none, a question that singles out a few old turns
       gets them; blocks without a score (important memory, chosen by importance, not by the
@@ -257,11 +258,15 @@ def _score(block: ContextBlock) -> float | None:
 def unlifted(candidates: Sequence[Candidate], policy: CachePolicy) -> dict[int, str]:
     """The dynamic blocks that `CachePolicy.tail_lift` leaves out of the tail (by candidate
     order), each with the reason: its score is not that far above the median score of the
-    dynamic blocks offered, or it has no score. (A block whose task history holds goes in
-    as history, whatever this says.)"""
+    memory blocks offered, or it has no score. Only the conversation's own memory (blocks
+    that stand for a task) is weighed so: a knowledge chunk or another source's block is
+    never in the history, and goes in within the cap as before. (A block whose task
+    history holds goes in as history, whatever this says.)"""
     if policy.tail_lift is None:
         return {}
-    dynamic = [c for c in candidates if c.block.section == "context"]
+    dynamic = [
+        c for c in candidates if c.block.section == "context" and task_of(c.block) is not None
+    ]
     scores = sorted(s for c in dynamic if (s := _score(c.block)) is not None)
     if len(scores) < MIN_POOL:
         return {}  # nothing to stand above: what was retrieved is all that matched
