@@ -30,7 +30,9 @@ folder; the upstream and the clients run in this process.
    (Anthropic: 0.1 x read, 1.25 x what is new, written); Loom's windows as Loom marks them,
    read from the windows the proxy saved (their breakpoints, and the dynamic tail after the
    last one at the plain price); a call's cached tokens are the leading messages it repeats
-   of the previous call's prompt.
+   of the previous call's prompt. Each side's bill is split, per call, into cached reads,
+   writes and plain tokens, over the calls whose whole history fits the window and those past
+   it (where Loom's dynamic tail, after its last breakpoint, is billed at the plain price).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 
 from _common import LOCOMO, locomo_turns, p95_ms
 
+from loomctx.context.billing import CachePricing
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.evaluation.cost import HEADLINE, CallCost, bill_calls
 from loomctx.memory.task import tasks_from_messages
@@ -420,6 +423,7 @@ def billed() -> None:
         )
         for r in saved
     ]
+    available = int(8000 * 0.8)  # the model's window less its output reserve (`loom_config`)
     for provider, pricing in HEADLINE.items():
         d = sum(pricing.bill(p) for p in bill_calls(direct, pricing))
         lo = sum(pricing.bill(p) for p in bill_calls(loom, pricing))
@@ -428,6 +432,29 @@ def billed() -> None:
             f"written, {pricing.plain} x plain): direct {d:,.0f}, loom {lo:,.0f} = "
             f"{lo / d:.1%} of direct"
         )
+        where(direct, loom, pricing, available)
+
+
+def where(
+    direct: list[CallCost], loom: list[CallCost], pricing: CachePricing, available: int
+) -> None:
+    """Where each side's bill goes: the calls whose whole history fits the window and those
+    past it, each side's cached reads, writes and plain tokens billed, per call."""
+    d_split, l_split = bill_calls(direct, pricing), bill_calls(loom, pricing)
+    for label, fits in (("whole history fits", True), ("past the window", False)):
+        ks = [k for k, c in enumerate(direct) if (c.prompt_tokens <= available) == fits]
+        if not ks:
+            continue
+        parts = []
+        for side, split in (("direct", d_split), ("loom", l_split)):
+            read = sum(split[k].cached for k in ks) * pricing.read / len(ks)
+            written = sum(split[k].written for k in ks) * pricing.write / len(ks)
+            plain = sum(split[k].plain for k in ks) * pricing.plain / len(ks)
+            parts.append(
+                f"{side} {read + written + plain:,.0f} (read {read:,.0f}, written "
+                f"{written:,.0f}, plain {plain:,.0f})"
+            )
+        print(f"     {label}, {len(ks)} calls, billed per call: " + "; ".join(parts))
 
 
 def cached_tokens(prompts: list[list[Message]]) -> list[int]:

@@ -928,3 +928,34 @@ def test_a_clients_cache_marks_go_first_and_loom_fills_the_rest() -> None:
         messages, [8], tools=[{"name": "t"}, {"name": "u"}], marks=full
     )
     assert [i for i, m in enumerate(converted) if "cache_control" in m["content"][-1]] == [0]
+
+
+def test_loom_s_own_marks_ask_for_the_hour_when_told_but_never_after_a_short_one() -> None:
+    from loomctx.messages import CACHE_CONTROL, CacheMarks, mark_anthropic_cache
+
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    messages = [Message.system("Rules.")] + [
+        Message.user(f"q{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(8)
+    ]
+
+    def marked(converted: list[dict[str, Any]]) -> dict[int, Any]:
+        return {
+            i: m["content"][-1]["cache_control"]
+            for i, m in enumerate(converted)
+            if "cache_control" in m["content"][-1]
+        }
+
+    system, converted, _ = mark_anthropic_cache(messages, [4, 8], ttl="1h")
+    assert system == [{"type": "text", "text": "Rules.", "cache_control": hour}]
+    assert marked(converted) == {2: hour, 6: hour}
+    system, converted, _ = mark_anthropic_cache(messages, [4, 8], ttl="5m")
+    assert system[0]["cache_control"] == CACHE_CONTROL
+    assert marked(converted) == {2: CACHE_CONTROL, 6: CACHE_CONTROL}
+    # A client's five-minute mark: Loom's own before it keep the hour, those after it the
+    # default (Anthropic wants every one-hour breakpoint before any five-minute one).
+    client = CacheMarks(ends={3: CACHE_CONTROL})
+    system, converted, _ = mark_anthropic_cache(messages, [5, 8], ttl="1h", marks=client)
+    assert system[0]["cache_control"] == hour
+    assert marked(converted) == {1: CACHE_CONTROL, 3: CACHE_CONTROL, 6: CACHE_CONTROL}
+    with pytest.raises(ConfigError, match='`ttl` must be "5m", "1h" or None'):
+        mark_anthropic_cache(messages, [8], ttl="1d")

@@ -590,3 +590,28 @@ async def test_cache_breakpoints_mark_the_system_prompt_and_the_places_given(
         {"type": "text", "text": "reference data"},
         {"type": "text", "text": "second"},
     ]
+
+
+async def test_the_one_hour_cache_is_asked_for_on_loom_s_own_breakpoints(
+    wire: WireServer, make: Make
+) -> None:
+    for _ in range(2):
+        wire.script(
+            anthropic_sse(
+                anthropic_message_start(input_tokens=10),
+                anthropic_text_block(0, "ok"),
+                anthropic_end("end_turn", output_tokens=1),
+            )
+        )
+    messages = [Message.system("Be brief."), Message.user("first"), Message.assistant("one")]
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    # Set for every call (the provider's default options), or for one call.
+    await collect(make(cache_ttl="1h").stream(messages, options=LLMOptions(cache_breakpoints=(3,))))
+    await collect(
+        make().stream(messages, options=LLMOptions(cache_breakpoints=(3,), cache_ttl="1h"))
+    )
+    for request in wire.requests:
+        assert request.body["system"][0]["cache_control"] == hour
+        assert request.body["messages"][-1]["content"][-1]["cache_control"] == hour
+    with pytest.raises(ConfigError, match="`cache_ttl`"):
+        LLMOptions(cache_ttl="1d")  # type: ignore[arg-type]

@@ -75,6 +75,14 @@ def test_pricing_by_provider_and_model_family() -> None:
         CachePricing(name="x", read=0.1, write=1.0, lifetime=0)
 
 
+def test_a_pricing_names_the_ttl_its_breakpoints_ask_for() -> None:
+    assert (ANTHROPIC.ttl, ANTHROPIC_1H.ttl, OPENAI.ttl) == (None, "1h", None)
+    with pytest.raises(ConfigError, match='"5m" or "1h"'):
+        CachePricing(name="x", read=0.1, write=1.25, ttl="2h")
+    with pytest.raises(ConfigError, match="automatic prefix cache"):
+        CachePricing(name="x", read=0.5, write=1.0, breakpoints=False, ttl="1h")
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

@@ -14,8 +14,8 @@ import pytest
 
 from loomctx import MemoryTiers
 from loomctx.context.billing import ANTHROPIC
-from loomctx.context.block import BuildContext
-from loomctx.context.compactor import CachePolicy
+from loomctx.context.block import BuildContext, ContextBlock
+from loomctx.context.compactor import CachePolicy, Candidate
 from loomctx.context.orchestrator import ContextOrchestrator, ContextWindow, LayoutState
 from loomctx.context.recipe import (
     WindowSettings,
@@ -23,6 +23,7 @@ from loomctx.context.recipe import (
     window_orchestrator,
     window_sources,
 )
+from loomctx.context.selection import tail_scale, unlifted
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.tokens import TiktokenCounter
@@ -212,8 +213,85 @@ async def test_a_skipped_tail_costs_nothing_and_says_why(
     assert "`CachePolicy.min_tail_score`" in skipped[0].reason
 
 
+@pytest.mark.parametrize("tail_lift", [None, 1.0])
+async def test_a_tail_below_the_lift_costs_nothing_and_says_why(
+    memory: LoomMemory, tail_lift: float | None
+) -> None:
+    talk = Conversation(memory, CachePolicy(max_dynamic=0.3, defer_ratio=1.0, tail_lift=tail_lift))
+    await talk.say(60)
+    window = await talk.say(2)
+    below = [b for b in window.report.blocks if "`CachePolicy.tail_lift`" in b.reason]
+    if tail_lift is None:
+        assert tokens_of(window, "unified_retrieval") > 0
+        assert not below
+        return
+    assert tokens_of(window, "unified_retrieval") == 0
+    assert below
+    assert all(b.status == "dropped" and b.section == "context" for b in below)
+
+
+def _offered(source: str, key: str, score: float | None, order: int) -> Candidate:
+    meta: dict[str, object] = {"task_id": key}
+    if score is not None:
+        meta["score"] = score
+    block = ContextBlock(
+        source=source, section="context", id=key, content=key, token_count=5, metadata=meta
+    )
+    return Candidate(block=block, cost=5, source_priority=0.9, order=order)
+
+
+def test_the_lift_is_measured_from_the_median_of_what_was_retrieved() -> None:
+    scores = [0.9, 0.75, 0.5, 0.5, 0.45, 0.4]
+    offered = [_offered("retrieval", f"t{k}", s, k) for k, s in enumerate(scores)]
+    offered.append(_offered("L2_important", "t9", None, 9))  # chosen by importance alone
+    out = unlifted(offered, CachePolicy(tail_lift=0.2))  # the bar: the median 0.5, + 0.2
+    assert sorted(out) == [2, 3, 4, 5, 9]
+    assert "scores 0.50, less than 0.2 above the median 0.50" in out[2]
+    assert "no relevance score" in out[9]
+    assert unlifted(offered, CachePolicy()) == {}
+    # Two hits are all that matched: there is no level for either to stand above.
+    assert unlifted(offered[4:6], CachePolicy(tail_lift=0.2)) == {}
+    # A knowledge chunk (no task) is never held back, nor does it move the level.
+    chunk = _offered("retrieval", "k", 0.1, 10)
+    chunk = replace(chunk, block=replace(chunk.block, metadata={"score": 0.1}))
+    assert unlifted([*offered, chunk], CachePolicy(tail_lift=0.2)) == out
+    assert sorted(unlifted(offered, CachePolicy(tail_lift=0.0))) == [4, 5, 9]
+
+
+def test_the_tail_s_cap_scales_with_how_far_its_best_new_block_stands_out() -> None:
+    scores = [0.9, 0.6, 0.5, 0.5, 0.45, 0.4]
+    offered = [_offered("retrieval", f"t{k}", s, k) for k, s in enumerate(scores)]
+    policy = CachePolicy(full_tail_lift=0.2)
+    assert tail_scale(offered, set(), policy) == (1.0, "")  # 0.9 is 0.4 above the median
+    # The window holds t0: the best block it lacks, 0.6, is 0.1 above the median 0.5.
+    share, note = tail_scale(offered, {"t0"}, policy)
+    assert share == pytest.approx(0.5)
+    assert "stands 0.10 above the median 0.50" in note
+    assert tail_scale(offered, {"t0", "t1"}, policy)[0] == 0.0
+    assert tail_scale(offered, {"t0"}, CachePolicy()) == (1.0, "")
+    assert tail_scale(offered[4:6], set(), policy) == (1.0, "")
+
+
+async def test_a_scaled_tail_says_so_in_the_report(memory: LoomMemory) -> None:
+    policy = CachePolicy(max_dynamic=0.3, defer_ratio=1.0, full_tail_lift=1.0)
+    talk = Conversation(memory, policy)
+    await talk.say(60)
+    window = await talk.say(2)
+    out = [b for b in window.report.blocks if "`CachePolicy.full_tail_lift`" in b.reason]
+    assert out
+    assert all(b.status == "dropped" for b in out)
+    # The cap it names, scaled down from 30% of the input, holds what the tail sent.
+    cap = int(out[0].reason.split("capped at ")[1].split(" tokens")[0])
+    assert 0 <= tokens_of(window, "unified_retrieval") <= cap < 0.3 * window.report.available
+
+
 def test_policy_and_context_validation() -> None:
-    for bad in ({"min_tail_score": 1.5}, {"expected_calls": -1}, {"expected_calls": 2.0}):
+    for bad in (
+        {"min_tail_score": 1.5},
+        {"tail_lift": -0.1},
+        {"expected_calls": -1},
+        {"expected_calls": 2.0},
+    ):
         with pytest.raises(ConfigError):
             CachePolicy(**bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="timezone-aware"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS
+from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import (
     DATED,
@@ -38,8 +39,14 @@ def test_exchanges_pair_each_user_stretch_with_the_replies_after_it(locomo: Path
     assert all(asked and said for asked, said in exchanges)
 
 
+# The fixture's turns are all alike: nothing stands out of what is retrieved, so a tail that
+# holds only what does (`CachePolicy.tail_lift`, the recipe's) is empty. The tests that
+# measure the tail itself use the cap alone.
+CAPPED = replace(WindowSettings().cache_policy, tail_lift=None)
+
+
 def test_every_strategy_is_measured_and_loom_stays_within_budget(locomo: Path) -> None:
-    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL)
+    result = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL, cache_policy=CAPPED)
     json.dumps(result)
     whole, sliding, loom = (result["strategies"][s] for s in STRATEGY_NAMES)
     calls = len(load_exchanges(locomo)[0])
@@ -123,12 +130,24 @@ def test_one_conversation_is_replayed_by_name_and_an_unknown_name_is_refused(
 
 
 def test_a_smaller_tail_cap_is_measured_as_asked(locomo: Path) -> None:
-    default = evaluate_cost(locomo, window=600, reserve=100)
-    small = evaluate_cost(locomo, window=600, reserve=100, max_dynamic=0.05)
+    default = evaluate_cost(locomo, window=600, reserve=100, cache_policy=CAPPED)
+    small = evaluate_cost(locomo, window=600, reserve=100, max_dynamic=0.05, cache_policy=CAPPED)
     assert small["config"]["max_dynamic"] == 0.05
     # Less of each prompt is retrieved anew: more of it is what the cache read.
     assert (
         small["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
+    )
+
+
+def test_a_lifted_tail_is_measured_as_asked(locomo: Path) -> None:
+    default = evaluate_cost(locomo, window=600, reserve=100, pricings=SMALL, cache_policy=CAPPED)
+    lifted = evaluate_cost(
+        locomo, window=600, reserve=100, tail_lift=1.0, pricings=SMALL, cache_policy=CAPPED
+    )
+    assert lifted["config"]["tail_lift"] == 1.0
+    # No block stands that far above the rest: no tail, so the cache reads more of each call.
+    assert (
+        lifted["strategies"]["loom"]["cached_share"] > default["strategies"]["loom"]["cached_share"]
     )
 
 

@@ -75,9 +75,10 @@ def serve_table(
     window: int = 2000,
     passthrough: bool = True,
     tenants: dict[str, dict] | None = None,
+    claude: dict | None = None,
 ) -> dict:
     """The `[serve]` table of the tests: two models, tenants `acme` and `globex`, and
-    `tenants` added (or replacing one of those)."""
+    `tenants` added (or replacing one of those); `claude` adds settings to `claude-test`."""
     table = {
         "passthrough": passthrough,
         "max_body_bytes": 2_000_000,
@@ -96,6 +97,7 @@ def serve_table(
                 "api_key_env": "LOOM_TEST_UPSTREAM_KEY",
                 "upstream": "claude-upstream",
                 "window": window,
+                **(claude or {}),
             },
         },
         "tenants": {

@@ -215,3 +215,35 @@ def test_an_openai_upstream_writes_no_cache(client) -> None:
         model="gpt-test", max_tokens=50, messages=[{"role": "user", "content": "Hi"}]
     )
     assert message.usage.cache_creation_input_tokens == 0
+
+
+def test_a_model_set_to_the_one_hour_cache_asks_for_it_and_is_billed_so(loom_factory) -> None:
+    loom = loom_factory(window=12000, claude={"cache_ttl": "1h"})
+    anth = anthropic.Anthropic(base_url=loom.url, api_key=ACME_KEY, max_retries=0)
+    loom.clients.append(anth)
+    loom.wire.script(anthropic_text("Yes."))
+    raw = anth.messages.with_raw_response.create(
+        model="claude-test",
+        max_tokens=100,
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Hi"}],
+    )
+    marks = marked_blocks(loom.wire.requests[0].body)
+    assert [control for _, control in marks] == [HOUR] * len(marks) != []
+    _, stored, _ = call("GET", f"{loom.v1}/reports/{raw.headers['X-Loom-Report']}", key=ACME_KEY)
+    assert stored["report"]["pricing"] == "anthropic-1h"  # its bill predicted at 2x writes
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"provider": "anthropic", "cache_ttl": "2h"}, '`cache_ttl` in .* must be "5m" or "1h"'),
+        ({"provider": "openai", "cache_ttl": "1h"}, "is for Anthropic's prompt cache"),
+    ],
+)
+def test_a_bad_cache_ttl_is_refused_naming_the_model(model: dict[str, Any], message: str) -> None:
+    from loomctx.errors import ConfigError
+    from loomctx.server._config import serve_config_from
+
+    with pytest.raises(ConfigError, match=message):
+        serve_config_from({"models": {"m": model}}, store="x.db", embedder="none")

@@ -16,7 +16,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from tests.agent._servers import openai_error, openai_text
+from tests.agent._servers import (
+    anthropic_end,
+    anthropic_message_start,
+    anthropic_sse,
+    anthropic_text_block,
+    openai_error,
+    openai_text,
+)
 from tests.server.conftest import ACME_KEY
 
 EXPORTER = InMemorySpanExporter()
@@ -60,8 +67,42 @@ def test_a_span_per_call(loom, monkeypatch: pytest.MonkeyPatch) -> None:
     assert attrs["loom.source.user_input.tokens"] > 0
     assert attrs["loom.dropped_blocks"] == 0
     assert "loom.cached_prefix_tokens" in attrs
+    assert attrs["loom.cache.pricing"] == "openai"
+    assert attrs["gen_ai.usage.cache_creation.input_tokens"] == 0  # as the upstream said
     assert "gen_ai.input.messages" not in attrs  # content is off by default
     assert "How are you?" not in json.dumps(attrs)
+
+
+def test_a_span_sets_the_predicted_bill_beside_the_reported_reads_and_writes(
+    loom_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    EXPORTER.clear()
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    loom = loom_factory(window=8000)
+    policy = "\n".join(f"Policy {i}: cite order number {i}." for i in range(200))
+    loom.wire.script(
+        anthropic_sse(
+            anthropic_message_start(input_tokens=40, cache_read=0, cache_creation=1500),
+            anthropic_text_block(0, "Hello."),
+            anthropic_end("end_turn"),
+        )
+    )
+    raw = loom.openai(ACME_KEY).chat.completions.with_raw_response.create(
+        model="claude-test",
+        messages=[{"role": "system", "content": policy}, {"role": "user", "content": "Hi"}],
+        user="otel-bill",
+    )
+    (span,) = _spans(loom)
+    attrs = dict(span.attributes)
+    assert attrs["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert attrs["gen_ai.usage.cache_creation.input_tokens"] == 1500
+    assert attrs["loom.cache.pricing"] == "anthropic"
+    assert attrs["loom.cache.cold"] is False
+    predicted = [attrs[f"loom.cache.predicted.{part}"] for part in ("cached", "written", "plain")]
+    headers = [int(raw.headers[f"x-loom-predicted-{p}"]) for p in ("cached", "written", "plain")]
+    assert predicted == headers
+    assert predicted[1] > 1024  # the first call writes its prefix
+    assert sum(predicted) == attrs["loom.window.tokens"]
 
 
 def test_content_on_request_and_errors(loom, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,7 +87,16 @@ def check_model_requests_allowed(llm_name: str) -> None:
         )
 
 
-_OPTION_NAMES = ("model", "temperature", "max_tokens", "stop", "tool_choice", "timeout", "extra")
+_OPTION_NAMES = (
+    "model",
+    "temperature",
+    "max_tokens",
+    "stop",
+    "tool_choice",
+    "timeout",
+    "extra",
+    "cache_ttl",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +117,11 @@ class LLMOptions:
       system prompt, with ``cache_control`` (at most four in all). `Agent` sets both.
     - `cache_marks`: breakpoints a client placed itself (`loomctx.messages.CacheMarks`,
       the proxy's Messages API passes them on), marked before those above.
+    - `cache_ttl`: how long the provider keeps what Loom's own breakpoints write: ``"1h"``
+      asks Anthropic for its one-hour cache (writes at 2x instead of 1.25x, for a
+      conversation whose calls are more than five minutes and less than an hour apart; its
+      pricing is `loomctx.context.billing.ANTHROPIC_1H`), ``"5m"`` or None the default.
+      ``AnthropicLLM(model, cache_ttl="1h")`` sets it for every call.
     """
 
     model: str | None = None
@@ -120,8 +134,11 @@ class LLMOptions:
     cache_key: str | None = None
     cache_breakpoints: tuple[int, ...] = ()
     cache_marks: CacheMarks | None = None
+    cache_ttl: Literal["5m", "1h"] | None = None
 
     def __post_init__(self) -> None:
+        if self.cache_ttl not in (None, "5m", "1h"):
+            raise ConfigError(f'`cache_ttl` must be "5m", "1h" or None, got {self.cache_ttl!r}')
         if self.cache_marks is not None and not isinstance(self.cache_marks, CacheMarks):
             raise ConfigError(
                 f"`cache_marks` must be a CacheMarks, got {type(self.cache_marks).__name__}"

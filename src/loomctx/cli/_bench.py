@@ -274,6 +274,16 @@ def cost(
             help="Cap Loom's dynamic tail at this share of the input (default: the agent's).",
         ),
     ] = None,
+    tail_lift: Annotated[
+        float | None,
+        typer.Option(
+            "--tail-lift",
+            min=0.0,
+            max=1.0,
+            help="Send a tail block only when its score is this far above the median of what "
+            "was retrieved (`CachePolicy.tail_lift`; default: the agent's).",
+        ),
+    ] = None,
 ) -> None:
     """Billed tokens per call under prompt caching (`loomctx.context.billing`: Anthropic,
     OpenAI gpt-4o, gpt-5): whole history, sliding window, Loom; on
@@ -287,6 +297,7 @@ def cost(
         l1_size=l1_size,
         only=only or (),
         max_dynamic=max_dynamic,
+        tail_lift=tail_lift,
         progress=_progress,
     )
     columns = ["calls", "prompt", "over", "cached", "anthropic", "openai", "gpt-5"]

@@ -42,6 +42,7 @@ from loomctx.errors import ConfigError
 __all__ = [
     "ANTHROPIC",
     "ANTHROPIC_1H",
+    "CACHE_TTLS",
     "MISS_FLOOR",
     "OPENAI",
     "OPENAI_GPT5",
@@ -52,6 +53,9 @@ __all__ = [
     "pricing_for",
     "unexpected_miss",
 ]
+
+CACHE_TTLS: Final = (None, "5m", "1h")
+"""The ``ttl`` values a breakpoint may ask for (None: the provider's default)."""
 
 _OPENAI_STEP: Final = 128  # OpenAI's cache hits grow in steps of this many tokens
 
@@ -65,7 +69,9 @@ class CachePricing:
     seconds an unused entry lives; `min_tokens` the shortest prefix the provider caches;
     `breakpoints` True when only prefixes the request marks are cached (Anthropic), False
     for an automatic prefix cache (OpenAI: every prompt is cached, nothing is written at a
-    premium)."""
+    premium). `ttl` is the ``cache_control`` ``ttl`` Loom's own breakpoints ask for under
+    this pricing (``"1h"`` for `ANTHROPIC_1H`; None: the provider's default, five minutes on
+    Anthropic), so that the cache a window is billed for is the cache it asks for."""
 
     name: str
     read: float
@@ -74,6 +80,7 @@ class CachePricing:
     lifetime: float = 300.0
     min_tokens: int = 1024
     breakpoints: bool = True
+    ttl: str | None = None
 
     def __post_init__(self) -> None:
         for field_name in ("read", "write", "plain"):
@@ -89,6 +96,16 @@ class CachePricing:
             raise ConfigError(f"`min_tokens` must be an int, got {self.min_tokens!r}")
         if self.min_tokens < 0:
             raise ConfigError(f"`min_tokens` cannot be negative, got {self.min_tokens!r}")
+        if self.ttl not in CACHE_TTLS:
+            raise ConfigError(
+                f'`ttl` is a cache lifetime Anthropic accepts, "5m" or "1h" (or None for its '
+                f"default); got {self.ttl!r}"
+            )
+        if self.ttl is not None and not self.breakpoints:
+            raise ConfigError(
+                f"`ttl` is asked for on cache breakpoints; pricing {self.name!r} has none "
+                "(`breakpoints=False`, an automatic prefix cache): leave `ttl` None"
+            )
 
     def with_lifetime(self, seconds: float) -> CachePricing:
         """This pricing with a cache that lives `seconds` (an Anthropic cache configured for
@@ -204,8 +221,10 @@ def unexpected_miss(predicted_cached: int, reported: ReportedUsage | None) -> bo
 ANTHROPIC: Final = CachePricing(name="anthropic", read=0.1, write=1.25)
 """Anthropic's 5-minute prompt cache (the default)."""
 
-ANTHROPIC_1H: Final = CachePricing(name="anthropic-1h", read=0.1, write=2.0, lifetime=3600.0)
-"""Anthropic's 1-hour prompt cache (``"ttl": "1h"``)."""
+ANTHROPIC_1H: Final = CachePricing(
+    name="anthropic-1h", read=0.1, write=2.0, lifetime=3600.0, ttl="1h"
+)
+"""Anthropic's 1-hour prompt cache (Loom's breakpoints ask for ``"ttl": "1h"``)."""
 
 OPENAI: Final = CachePricing(name="openai", read=0.5, write=1.0, breakpoints=False)
 """OpenAI's automatic prefix cache on the gpt-4o and o1 families (reads at half price)."""

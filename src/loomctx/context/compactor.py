@@ -48,7 +48,9 @@ from loomctx.context.selection import (
     TailLimits,
     held_tasks,
     skipped_tail,
+    tail_scale,
     task_of,
+    unlifted,
 )
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.memory.summarizers import ExtractiveSummarizer, Summarizer
@@ -200,16 +202,24 @@ class ContextCompactor:
         # it claims no room: the tail wants only what the window lacks, and while the whole
         # conversation fits, history's room is the whole budget.
         held = held_tasks(candidates, marks or {})
+        below = unlifted(candidates, policy)
         demands: dict[str, int] = {}
         for c in candidates:
-            lacked = not (c.block.section == "context" and task_of(c.block) in held)
+            lacked = c.order not in below and not (
+                c.block.section == "context" and task_of(c.block) in held
+            )
             demands[c.block.source] = demands.get(c.block.source, 0) + c.cost * lacked
         dynamic = {c.block.source for c in candidates if c.block.section == "context"}
         cap = max(0, budget if policy.max_dynamic is None else int(policy.max_dynamic * budget))
         if dynamic_cap is not None:
             cap = min(cap, dynamic_cap)
+        scale, scaled = tail_scale(candidates, held, policy)
+        cap = int(cap * scale)
         tail = TailLimits(
-            cap=cap, share=policy.max_dynamic, skipped=skipped_tail(candidates, held, policy)
+            cap=cap,
+            share=policy.max_dynamic,
+            skipped=skipped_tail(candidates, held, policy),
+            scaled=scaled,
         )
         if tail.skipped:
             cap = 0
@@ -339,7 +349,11 @@ class ContextCompactor:
         # Steps 3 and 4: the other sources within their shares, then what is left flows to
         # waiting blocks by source priority, then block value.
         ranked = sorted(
-            (c for c in candidates if not c.block.pinned and c.block.source not in histories),
+            (
+                c
+                for c in candidates
+                if not c.block.pinned and c.block.source not in histories and c.order not in below
+            ),
             key=lambda c: (-c.source_priority, c.block.source, -c.block.priority, c.order),
         )
         for step in ("its source's budget", "the budget left by other sources"):
@@ -384,6 +398,7 @@ class ContextCompactor:
                 status, why = reasons.get(c.order, ("dropped", ""))
                 if not why and (key := task_of(c.block)) in holder:
                     why = f"its task is in the window already (from `{holder[key]}`)"
+                why = why or below.get(c.order, "")
                 if not why and c.block.section == "context":
                     why = tail.reason(c.cost, dynamic_left[0], after_history)
                 if not why:

@@ -11,8 +11,9 @@ order::
 
 The prompt, the tools and history are the window's cached prefix; important memory and
 retrieval are its dynamic tail, new on every call. `WindowSettings` is the one value that
-configures the recipe: the cache policy (when history is compacted, and the share of the
-input the dynamic tail may take at most).
+configures the recipe: the cache policy (when history is compacted, the share of the input
+the dynamic tail may take at most, and how far above what was retrieved a block of it must
+stand).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from loomctx.tokens import TokenCounter
 __all__ = [
     "DEFAULT_HISTORY_DEPTH",
     "DEFAULT_MAX_DYNAMIC",
+    "DEFAULT_TAIL_LIFT",
     "MemorySources",
     "WindowSettings",
     "memory_sources",
@@ -53,6 +55,14 @@ the evidence in the window (`loomctx bench cost`; docs/benchmarks.md): the lowes
 cap measured that keeps as much of the evidence as a quarter did with history bounded by L1.
 """
 
+DEFAULT_TAIL_LIFT = 0.03
+"""The recipe's default `CachePolicy.tail_lift`: a block is sent in the dynamic tail only when
+its relevance score stands this far above the median of what its build retrieved, so a turn
+that singles nothing out (small talk) gets a small tail and a question its hits. Chosen by
+billed cost against the evidence in the window (`loomctx bench cost --tail-lift`;
+docs/benchmarks.md): the largest lift measured that keeps as much of the evidence as the
+uniform tail did before it."""
+
 DEFAULT_HISTORY_DEPTH = 1000
 """The recipe's default `WindowSettings.history_depth`: history may reach back this many
 tasks of the conversation, far more than a window's room holds, so the room decides."""
@@ -62,7 +72,9 @@ MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetri
 
 
 def _default_policy() -> CachePolicy:
-    return CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC, fill_first=False)
+    return CachePolicy(
+        max_dynamic=DEFAULT_MAX_DYNAMIC, tail_lift=DEFAULT_TAIL_LIFT, fill_first=False
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,8 +82,9 @@ class WindowSettings:
     """How the one window recipe builds a window.
 
     - `cache_policy`: when history is compacted and how much of the input the dynamic tail
-      may take (default: `CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC)`, a tail capped for
-      the provider's prompt cache).
+      may take (default: `CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC,
+      tail_lift=DEFAULT_TAIL_LIFT)`, a tail capped for the provider's prompt cache, holding
+      what stands out of what was retrieved).
     - `history_depth`: how many of the conversation's newest tasks history may reach back
       (default `DEFAULT_HISTORY_DEPTH`): from the store, beyond the memory's L1, so that
       history fills the room the budget gives it and, while the whole conversation fits,

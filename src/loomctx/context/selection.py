@@ -22,7 +22,9 @@ __all__ = [
     "TailLimits",
     "held_tasks",
     "skipped_tail",
+    "tail_scale",
     "task_of",
+    "unlifted",
 ]
 
 
@@ -91,6 +93,21 @@ class CachePolicy:
     - `min_tail_score`: skip the dynamic tail on a call where no block the window lacks
       scores at least this (its priority, 0..1); None: never skip (default). Opt-in: a
       skipped tail costs nothing, and what it would have brought is missing from that call.
+    - `tail_lift`: send a memory block (one that stands for a task of the conversation) in
+      the dynamic tail only when its relevance score (``metadata["score"]``) stands at least
+      this far above the level of what its build retrieved (the median score of the memory
+      blocks offered, those the window holds included; with fewer than `MIN_POOL` of them,
+      every one is sent; knowledge chunks are not held back); None: no such rule
+      (default; the window recipe's is 0.03). A query that matches nothing in particular
+      (small talk) gets a small tail or none, a question that singles out a few old turns
+      gets them; blocks without a score (important memory, chosen by importance, not by the
+      query) are not sent under this rule.
+    - `full_tail_lift`: the dynamic tail's cap scales with how far the best block the window
+      lacks stands above the level of what its build retrieved (the median score of the
+      dynamic blocks offered): all of the cap at this lift or more, a proportional share
+      below it, none when nothing stands out; None: the whole cap on every call (default).
+      Unlike `tail_lift`, a question that singles something out keeps its lower-ranked hits
+      too (the second and third turn a question needs may score near the rest).
     - `fill_first`: a session's first window (no history mark yet), when its history
       outgrows the room, fills the room with whole units (True, the default), or keeps the
       newest within the low-water mark like any compaction (False), so that history grows
@@ -110,13 +127,15 @@ class CachePolicy:
     min_dynamic: int = 2000
     core_units: int = 4
     min_tail_score: float | None = None
+    tail_lift: float | None = None
+    full_tail_lift: float | None = None
     fill_first: bool = True
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
         for name in ("low_water", "defer_ratio"):
             check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        for name in ("max_dynamic", "min_tail_score"):
+        for name in ("max_dynamic", "min_tail_score", "tail_lift", "full_tail_lift"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
         if not isinstance(self.fill_first, bool):
@@ -178,6 +197,7 @@ class TailLimits:
     cap: int
     share: float | None
     skipped: str = ""
+    scaled: str = ""  # how `CachePolicy.full_tail_lift` scaled the cap, if it did
 
     def reason(self, cost: int, cap_left: int, after_history: int) -> str:
         """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
@@ -185,11 +205,16 @@ class TailLimits:
         rule decided."""
         if self.skipped:
             return self.skipped
-        if cost > cap_left and self.share is not None:
+        if cost > cap_left and (self.share is not None or self.scaled):
+            rule = (
+                f"`CachePolicy.max_dynamic`: {self.share:.0%} of the input"
+                if self.share is not None
+                else "the budget"
+            )
+            scaled = f"; {self.scaled}" if self.scaled else ""
             return (
-                f"the dynamic tail is capped at {self.cap} tokens (`CachePolicy.max_dynamic`: "
-                f"{self.share:.0%} of the input) and {self.cap - cap_left} are used; this "
-                f"block needs {cost}"
+                f"the dynamic tail is capped at {self.cap} tokens ({rule}{scaled}) and "
+                f"{self.cap - cap_left} are used; this block needs {cost}"
             )
         if cost > after_history and after_history < self.cap:
             return (
@@ -216,4 +241,80 @@ def skipped_tail(candidates: Sequence[Candidate], held: set[str], policy: CacheP
     return (
         f"the tail is skipped: no block the window lacks scores {policy.min_tail_score:g} "
         f"(`CachePolicy.min_tail_score`); the best scores {best:.2f}"
+    )
+
+
+MIN_POOL = 3
+"""`CachePolicy.tail_lift` and `full_tail_lift` measure a block against the median of what
+was retrieved when at least this many scored blocks were: with fewer (a small knowledge
+base, a pointed search) what was retrieved is all that matched, and nothing is held back."""
+
+
+def _score(block: ContextBlock) -> float | None:
+    value = block.metadata.get("score")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def unlifted(candidates: Sequence[Candidate], policy: CachePolicy) -> dict[int, str]:
+    """The dynamic blocks that `CachePolicy.tail_lift` leaves out of the tail (by candidate
+    order), each with the reason: its score is not that far above the median score of the
+    memory blocks offered, or it has no score. Only the conversation's own memory (blocks
+    that stand for a task) is weighed so: a knowledge chunk or another source's block is
+    never in the history, and goes in within the cap as before. (A block whose task
+    history holds goes in as history, whatever this says.)"""
+    if policy.tail_lift is None:
+        return {}
+    dynamic = [
+        c for c in candidates if c.block.section == "context" and task_of(c.block) is not None
+    ]
+    scores = sorted(s for c in dynamic if (s := _score(c.block)) is not None)
+    if len(scores) < MIN_POOL:
+        return {}  # nothing to stand above: what was retrieved is all that matched
+    level = _median(scores)
+    bar = level + policy.tail_lift
+    out: dict[int, str] = {}
+    for c in dynamic:
+        score = _score(c.block)
+        if score is None:
+            out[c.order] = (
+                "it has no relevance score to stand above the retrieved level "
+                "(`CachePolicy.tail_lift`: the tail holds what this query singles out)"
+            )
+        elif score < bar:
+            out[c.order] = (
+                f"it scores {score:.2f}, less than {policy.tail_lift:g} above the median "
+                f"{level:.2f} of what was retrieved (`CachePolicy.tail_lift`)"
+            )
+    return out
+
+
+def _median(ordered: Sequence[float]) -> float:
+    if not ordered:
+        return 0.0
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def tail_scale(
+    candidates: Sequence[Candidate], held: set[str], policy: CachePolicy
+) -> tuple[float, str]:
+    """The share of the tail's cap this build gives it under `CachePolicy.full_tail_lift`
+    (1.0 without it), and how it was found ("" when not scaled)."""
+    if policy.full_tail_lift is None:
+        return 1.0, ""
+    dynamic = [c for c in candidates if c.block.section == "context"]
+    scored = [(c, s) for c in dynamic if (s := _score(c.block)) is not None]
+    if len(scored) < MIN_POOL:
+        return 1.0, ""
+    level = _median(sorted(s for _, s in scored))
+    lacked = [s for c, s in scored if task_of(c.block) not in held]
+    lift = max(lacked, default=level) - level
+    full = policy.full_tail_lift
+    share = 1.0 if full <= 0 else max(0.0, min(1.0, lift / full))
+    if share >= 1.0:
+        return 1.0, ""
+    return share, (
+        f"{share:.0%} of it, as the best block the window lacks stands {lift:.2f} above the "
+        f"median {level:.2f} of what was retrieved (`CachePolicy.full_tail_lift`: all of it "
+        f"at {full:g})"
     )

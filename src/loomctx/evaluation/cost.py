@@ -445,6 +445,8 @@ def evaluate_cost(
     l1_size: int = 50,
     only: Sequence[str] = (),
     max_dynamic: float | None = None,
+    tail_lift: float | None = None,
+    cache_policy: CachePolicy | None = None,
     progress: Callable[[str], None] | None = None,
     pricings: Sequence[CachePricing] = tuple(PROVIDERS.values()),
 ) -> dict[str, Any]:
@@ -453,18 +455,23 @@ def evaluate_cost(
     LongMemEval: the first `limit` questions, one by default) at a `window`-token context
     window with `reserve` kept for the reply. `l1_size` is the agent memory's L1 (the tier
     held in memory; the window's history reads the conversation beyond it); `max_dynamic`, if
-    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`).
+    given, caps Loom's dynamic tail instead of the agent's default (`CachePolicy`), and
+    `tail_lift`, if given, sets its `CachePolicy.tail_lift`; both change `cache_policy`
+    (default: the window recipe's, `WindowSettings().cache_policy`).
     `pricings` are the caches every call is billed under (default: every one of
     `PROVIDERS`; ``billed_anthropic`` and ``billed_openai`` are those named so). Returns
     ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
         raise ConfigError(f"`reserve` must be within 1..{window - 1}, got {reserve!r}")
-    policy = (
-        None
-        if max_dynamic is None
-        else replace(WindowSettings().cache_policy, max_dynamic=max_dynamic)
-    )
+    policy = cache_policy
+    if max_dynamic is not None or tail_lift is not None:
+        default = cache_policy or WindowSettings().cache_policy
+        policy = replace(
+            default,
+            max_dynamic=default.max_dynamic if max_dynamic is None else max_dynamic,
+            tail_lift=default.tail_lift if tail_lift is None else tail_lift,
+        )
     counter = TiktokenCounter()
     conversations = _replays(path, limit)
     if only:
@@ -537,6 +544,7 @@ def evaluate_cost(
             "reserve": reserve,
             "l1_size": l1_size,
             "max_dynamic": max_dynamic,
+            "tail_lift": tail_lift,
             "conversations": len(conversations),
             "counter": counter.name,
             "pricings": {

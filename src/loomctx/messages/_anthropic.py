@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from loomctx.errors import MessageFormatError
+from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.messages._model import Message, ToolCall
 from loomctx.messages._wire import joined_text, located, mapping, not_text, text_part
 from loomctx.parts import Part, TextPart, part_from_anthropic, part_to_anthropic
@@ -99,6 +99,7 @@ def mark_anthropic_cache(
     *,
     tools: Sequence[Any] = (),
     marks: CacheMarks | None = None,
+    ttl: str | None = None,
 ) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     """`to_anthropic(messages)` with prompt-cache breakpoints: `(system, messages, tools)`.
 
@@ -108,9 +109,16 @@ def mark_anthropic_cache(
     the last block of each prefix ``messages[:end]`` for `end` in `ends`, the longest prefixes
     kept. Anthropic wants a breakpoint with a one-hour ``ttl`` before any with the default
     five minutes: Loom's own breakpoints placed before a client's one-hour mark take its
-    ``ttl``. `tools` are Anthropic tools. A system prompt with a breakpoint becomes a list of
-    one text block.
+    ``ttl``. `ttl` is the ``ttl`` Loom's own breakpoints ask for (``"1h"``: the one-hour
+    cache, ``"5m"`` or None: the default), except after a client's mark with the default
+    ``ttl``, where they keep the default too (the order Anthropic wants). `tools` are
+    Anthropic tools. A system prompt with a breakpoint becomes a list of one text block.
     """
+    if ttl not in (None, "5m", _LONG_TTL):
+        raise ConfigError(f'`ttl` must be "5m", "1h" or None, got {ttl!r}')
+    own_control: Mapping[str, Any] = (
+        {**CACHE_CONTROL, "ttl": _LONG_TTL} if ttl == _LONG_TTL else CACHE_CONTROL
+    )
     text, converted = to_anthropic(messages)
     marked_tools = list(tools)
     placed = _client_breakpoints(
@@ -121,10 +129,16 @@ def mark_anthropic_cache(
     else:
         own_head = (0, len(marked_tools) - 1) if marked_tools else None
     if own_head is not None and own_head not in placed and len(placed) < 4:
-        placed[own_head] = (CACHE_CONTROL, True)
+        placed[own_head] = (own_control, True)
     wanted = sorted({e for e in ends if 0 < e <= len(messages) and (2, e) not in placed})
     for end in wanted[max(0, len(wanted) - (4 - len(placed))) :]:
-        placed[(2, end)] = (CACHE_CONTROL, True)
+        placed[(2, end)] = (own_control, True)
+    short_before = False
+    for key in sorted(placed):
+        control, own = placed[key]
+        if own and short_before and control.get("ttl") == _LONG_TTL:
+            placed[key] = (CACHE_CONTROL, True)
+        short_before = short_before or (not own and control.get("ttl") != _LONG_TTL)
     long_after = False
     for key in sorted(placed, reverse=True):
         control, own = placed[key]

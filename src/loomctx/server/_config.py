@@ -17,6 +17,7 @@ settings, whose top-level `store`, `embedder` and `bus` it shares)::
     connect_timeout = 10                # seconds to connect to the upstream
     first_byte_timeout = 120            # seconds from sending to the reply's first chunk
     timeout = 600                       # seconds for the whole reply
+    cache_ttl = "5m"                    # Anthropic: "1h" asks for the one-hour prompt cache
 
     [serve.tenants.acme]
     keys = ["sha256:9f86d0..."]         # `loomctx serve --hash-key` prints a key's hash
@@ -43,9 +44,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from loomctx.context.billing import CachePricing, pricing_for
+from loomctx.context.billing import ANTHROPIC_1H, CachePricing, pricing_for
 from loomctx.errors import ConfigError
 
 __all__ = ["ModelConfig", "ServeConfig", "TenantConfig", "hash_key", "load_serve_config"]
@@ -65,7 +66,11 @@ class ModelConfig:
 
     The timeouts bound what one request may wait for the upstream (and so how long it holds
     its session): `connect_timeout` to connect, `first_byte_timeout` from sending the request
-    to the reply's first chunk, `timeout` for the whole reply; each in seconds."""
+    to the reply's first chunk, `timeout` for the whole reply; each in seconds.
+    `cache_ttl` (Anthropic only) is how long the provider keeps what Loom's breakpoints
+    write: ``"1h"`` sends ``"ttl": "1h"`` on them and bills the model as `ANTHROPIC_1H`
+    (writes at 2x, kept an hour), for conversations whose turns come more than five
+    minutes apart; ``"5m"`` (default) is Anthropic's default cache."""
 
     name: str
     provider: str = "openai"
@@ -77,6 +82,7 @@ class ModelConfig:
     connect_timeout: float = 10.0
     first_byte_timeout: float = 120.0
     timeout: float = 600.0
+    cache_ttl: Literal["5m", "1h"] = "5m"
 
     @property
     def upstream_model(self) -> str:
@@ -88,6 +94,8 @@ class ModelConfig:
         """How its provider's prompt cache bills the model (`loomctx.context.billing`; an
         OpenAI-compatible upstream is billed as OpenAI's model of its family)."""
         provider = self.provider if self.provider in ("anthropic", "openai") else "openai"
+        if provider == "anthropic" and self.cache_ttl == "1h":
+            return ANTHROPIC_1H
         return pricing_for(provider, self.upstream_model)
 
 
@@ -163,6 +171,7 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
             "upstream",
             "window",
             "output_reserve",
+            "cache_ttl",
             *_TIMEOUTS,
         ),
         where,
@@ -181,6 +190,14 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
             f"`output_reserve` in {where} must be a number between 0 and 1, got {reserve!r}"
         )
     timeouts = _timeouts(table, where)
+    ttl = table.get("cache_ttl", "5m")
+    if ttl not in ("5m", "1h"):
+        raise ConfigError(f'`cache_ttl` in {where} must be "5m" or "1h", got {ttl!r}')
+    if ttl == "1h" and provider != "anthropic":
+        raise ConfigError(
+            f'`cache_ttl = "1h"` in {where} is for Anthropic\'s prompt cache; an OpenAI '
+            "upstream caches prefixes by itself: remove it"
+        )
     return ModelConfig(
         name=name,
         provider=provider,
@@ -189,6 +206,7 @@ def _model(name: str, table: Any, where: str) -> ModelConfig:
         upstream=_str(table, "upstream", where, name) or name,
         window=window,
         output_reserve=float(reserve),
+        cache_ttl=ttl,
         **timeouts,
     )
 

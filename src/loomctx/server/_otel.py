@@ -6,11 +6,17 @@ streamed back (or the request failed):
 
 - GenAI: ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model``,
   ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens``,
-  ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``, ``error.type``;
+  ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``,
+  ``gen_ai.usage.cache_creation.input_tokens`` (what the provider reported writing to its
+  cache, where it reports writes), ``error.type``;
 - Loom: ``loom.tenant``, ``loom.session``, ``loom.report_id``, ``loom.passthrough``,
   ``loom.window.size`` / ``.available`` / ``.tokens``, ``loom.cached_prefix_tokens`` (what
-  repeats the previous call's prompt), ``loom.dropped_blocks``, ``loom.compactions`` and
-  ``loom.source.<name>.tokens`` for each source.
+  repeats the previous call's prompt), ``loom.dropped_blocks``, ``loom.compactions``,
+  ``loom.source.<name>.tokens`` for each source, and the bill the window predicts beside the
+  usage reported (`loomctx.context.billing`): ``loom.cache.pricing`` (the cache it is
+  predicted under), ``loom.cache.predicted.cached`` / ``.written`` / ``.plain`` and
+  ``loom.cache.cold`` (the session idle past the cache's lifetime), so that a trace shows a
+  cache that missed against the prediction.
 
 One span per MCP `build_context` call, ``build_context <model>`` (kind INTERNAL: no model is
 called), with ``gen_ai.request.model`` when a model is named and the same Loom attributes.
@@ -57,6 +63,14 @@ def report_attributes(report: ContextReport) -> dict[str, Any]:
     }
     for source in report.sources:
         out[f"loom.source.{source.name}.tokens"] = source.used
+    if report.pricing:  # reports saved before predictions were made have none
+        out |= {
+            "loom.cache.pricing": report.pricing,
+            "loom.cache.predicted.cached": report.predicted_cached,
+            "loom.cache.predicted.written": report.predicted_written,
+            "loom.cache.predicted.plain": report.predicted_plain,
+            "loom.cache.cold": report.cache_cold,
+        }
     return out
 
 
@@ -123,9 +137,15 @@ class ChatSpan(_Span):
         if "prompt_tokens" in usage:
             self._span.set_attribute("gen_ai.usage.input_tokens", usage["prompt_tokens"])
             self._span.set_attribute("gen_ai.usage.output_tokens", usage["completion_tokens"])
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if cached is not None:
-            self._span.set_attribute("gen_ai.usage.cache_read.input_tokens", cached)
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            self._span.set_attribute(
+                "gen_ai.usage.cache_read.input_tokens", details["cached_tokens"]
+            )
+        if details.get("cache_write_tokens") is not None:
+            self._span.set_attribute(
+                "gen_ai.usage.cache_creation.input_tokens", details["cache_write_tokens"]
+            )
         if _capture():
             self._span.set_attribute("gen_ai.output.messages", json.dumps([choice["message"]]))
 

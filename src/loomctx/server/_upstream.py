@@ -405,7 +405,11 @@ class AnthropicUpstream:
         breakpoints: Sequence[int],
         marks: CacheMarks | None,
     ) -> AsyncGenerator[dict[str, Any]]:
-        options = replace(_anthropic_options(fields, breakpoints), cache_marks=marks)
+        options = replace(
+            _anthropic_options(fields, breakpoints),
+            cache_marks=marks,
+            cache_ttl="1h" if self.config.cache_ttl == "1h" else None,
+        )
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         model = self.config.name

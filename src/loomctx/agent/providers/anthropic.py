@@ -69,7 +69,8 @@ class AnthropicLLM(SDKProvider):
     `Usage.input_tokens` adds up Anthropic's uncached, cache-write and cache-read input
     tokens; `cached_input_tokens` is the cache reads, `cache_write_tokens` the writes. With
     `LLMOptions.cache_breakpoints` (the agent sets them from its window's layout), the system
-    prompt and those places are marked with ``cache_control``. Stop reasons are mapped to Loom's
+    prompt and those places are marked with ``cache_control`` (with ``"ttl": "1h"`` when
+    `LLMOptions.cache_ttl` asks for the one-hour cache). Stop reasons are mapped to Loom's
     finish reasons by `STOP_REASONS`. Close the provider with ``await llm.aclose()`` (or
     ``async with``) when done.
 
@@ -186,6 +187,7 @@ class AnthropicLLM(SDKProvider):
                 options.cache_breakpoints,
                 tools=anthropic_tools,
                 marks=options.cache_marks,
+                ttl=options.cache_ttl,
             )
         else:
             system, wire = to_anthropic(messages)
