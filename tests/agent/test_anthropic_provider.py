@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loomctx import Agent, AgentLoop
 from loomctx.agent.llm import (
     LLM,
     Completed,
@@ -22,6 +23,7 @@ from loomctx.agent.llm import (
 )
 from loomctx.agent.providers import AnthropicLLM
 from loomctx.agent.providers.anthropic import _input_json
+from loomctx.context.billing import ANTHROPIC, ANTHROPIC_1H
 from loomctx.errors import ConfigError, MessageFormatError, MissingExtraError, ProviderError
 from loomctx.messages import Message, ToolCall, parse_arguments
 from tests.agent._servers import (
@@ -615,3 +617,15 @@ async def test_the_one_hour_cache_is_asked_for_on_loom_s_own_breakpoints(
         assert request.body["messages"][-1]["content"][-1]["cache_control"] == hour
     with pytest.raises(ConfigError, match="`cache_ttl`"):
         LLMOptions(cache_ttl="1d")  # type: ignore[arg-type]
+
+
+def test_the_bill_is_predicted_at_the_cache_asked_for(make: Make) -> None:
+    """An agent predicts its calls' bill at the prices of the cache its calls ask for: the
+    LLM's own default `cache_ttl`, or the run's `AgentLoop.llm_options`."""
+    assert make().pricing == ANTHROPIC
+    assert make(cache_ttl="1h").pricing == ANTHROPIC_1H
+    hour = AgentLoop(llm_options=LLMOptions(cache_ttl="1h"))
+    five = AgentLoop(llm_options=LLMOptions(cache_ttl="5m"))
+    assert Agent(make(), "Be brief.", loop=hour).pricing == ANTHROPIC_1H
+    assert Agent(make(cache_ttl="1h"), "Be brief.", loop=five).pricing == ANTHROPIC
+    assert Agent(make(cache_ttl="1h"), "Be brief.").pricing == ANTHROPIC_1H

@@ -246,13 +246,14 @@ _OPENAI_FAMILIES: Final = (
 )
 
 
-def pricing_for(provider: str, model: str = "") -> CachePricing:
+def pricing_for(provider: str, model: str = "", *, ttl: str | None = None) -> CachePricing:
     """The pricing of `provider` (``anthropic``, ``openai``, or a name in `PROVIDERS`) for
-    `model` (an OpenAI model's name picks its family; unknown ones get `OPENAI`)."""
+    `model` (an OpenAI model's name picks its family; unknown ones get `OPENAI`); `ttl`
+    ``"1h"``: Anthropic's one-hour cache (`ANTHROPIC_1H`), which its breakpoints then ask for."""
     if provider in PROVIDERS and provider not in ("openai", "anthropic"):
         return PROVIDERS[provider]
     if provider == "anthropic":
-        return ANTHROPIC
+        return ANTHROPIC_1H if ttl == "1h" else ANTHROPIC
     if provider == "openai":
         name = model.strip().lower().rsplit("/", 1)[-1]
         return next((p for prefix, p in _OPENAI_FAMILIES if name.startswith(prefix)), OPENAI)

@@ -131,7 +131,7 @@ class SDKProvider(ABC):
         """Which provider and model, e.g. ``"openai:gpt-4o"``."""
         self.default_options = default_options
         """Options applied to every call; a call's own options override them field by field."""
-        self.pricing = pricing_for(self.provider, model)
+        self.pricing = pricing_for(self.provider, model, ttl=default_options.cache_ttl)
         """How the provider's prompt cache bills this model (`loomctx.context.billing`)."""
         self.max_retries = max_retries
         self.timeout = timeout
