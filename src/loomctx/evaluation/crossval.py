@@ -69,7 +69,11 @@ signal (`speaker_weight`) off, as before, or doubled, memory's search pool befor
 (`CachePolicy.min_dynamic`) off, as before issue 21, or at half its default: a held-out
 conversation is reported with one only if the other four chose it. (A floor above the
 default is left out: it would only take history's room in larger windows, and what history
-is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)"""
+is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)
+The policies are the window recipe's (an `Agent`'s) with that one field changed. With window
+figures, `evaluate_locomo` measures only the entries an agent's window runs with: the
+policies and the memory's search fields; the retrieval source's (overlap, speaker, cutting,
+hop, pool) are then left out, as an `Agent` builds its source with their defaults."""
 
 LME_GRID: Final = (
     _BASE,
