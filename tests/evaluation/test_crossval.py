@@ -130,6 +130,7 @@ def test_evaluate_locomo_cross_validated(tmp_path: Path) -> None:
     assert held["target"] == "r@10"
     assert held["grid"] == ["defaults", "neighbour_weight=0.0"]
     assert held["per_setting"]["defaults"] == r["r@10"]
+    assert held["conversations"].keys() == {"conv-x", "conv-y"}  # each held out, apart
     assert held["by_category"].keys() == r["by_category"].keys()
     json.dumps(r)
 

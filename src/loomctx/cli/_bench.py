@@ -183,6 +183,7 @@ def locomo(
         rows += [("cross-validated: all", held), ("cv: all but category 5",
                                                     held["excluding_category_5"])]  # fmt: skip
         rows += [(f"cv: category {c}", v) for c, v in held["by_category"].items()]
+        rows += [(f"cv: conversation {c}", v) for c, v in held.get("conversations", {}).items()]
     if len(result["conversations"]) > 1:
         rows += [(f"conversation {c}", v) for c, v in result["conversations"].items()]
     print_table(out_console(), _title("LoCoMo", result), rows, columns)

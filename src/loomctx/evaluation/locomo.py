@@ -199,12 +199,19 @@ def _locomo_summary(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> d
 
 
 def _locomo_report(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+    """The summary of `rows`, per category, without category 5, and per conversation (for
+    rows that say which they are of)."""
     out = _locomo_summary(rows, keys)
     cats = sorted({r["category"] for r in rows})
     out["by_category"] = {
         str(c): _locomo_summary([r for r in rows if r["category"] == c], keys) for c in cats
     }
     out["excluding_category_5"] = _locomo_summary([r for r in rows if r["category"] != 5], keys)
+    named = list(dict.fromkeys(r["conversation"] for r in rows if "conversation" in r))
+    if named:
+        out["conversations"] = {
+            c: _locomo_summary([r for r in rows if r.get("conversation") == c], keys) for c in named
+        }
     return out
 
 
@@ -341,7 +348,6 @@ def evaluate_locomo(
     emb = bench_embedder(dense, embedder, cache_dir)
     run_stages = stages_of(dense, stages)
     rows: list[dict[str, Any]] = []
-    per_conversation: dict[str, list[dict[str, Any]]] = {}
     stage_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in run_stages}
     table: dict[str, dict[str, list[dict[str, Any]]]] = {}
     skipped = 0
@@ -374,12 +380,14 @@ def evaluate_locomo(
             for stage in run_stages:
                 stage_rows[stage].extend(_locomo_rows(rankers, usable, budgets, texts, stage))
             own = stage_rows[MAIN_STAGE][-len(usable) :]
+            for row in own:
+                row["conversation"] = conv.sample_id
             rows.extend(own)
-            per_conversation[conv.sample_id] = own
             for setting in chosen_grid:
-                table.setdefault(label_of(setting), {})[conv.sample_id] = _grid_rows(
-                    rankers, setting, plain, policy, own, (usable, budgets, texts)
-                )
+                got = _grid_rows(rankers, setting, plain, policy, own, (usable, budgets, texts))
+                for row in got:
+                    row["conversation"] = conv.sample_id
+                table.setdefault(label_of(setting), {})[conv.sample_id] = got
         finally:
             close_rankers(rankers, emb)
     keys = rank_keys + window_keys
@@ -387,7 +395,6 @@ def evaluate_locomo(
         "dataset": "locomo",
         "path": str(path),
         **_locomo_report(rows, keys),
-        "conversations": {c: _locomo_summary(r, keys) for c, r in per_conversation.items()},
         "skipped": skipped,
         "config": _locomo_config(path, emb, plain, policy, budgets, limit, date_in_text, dense),
     }
