@@ -28,15 +28,10 @@ from typing import Any
 
 from loomctx import MemoryEmbedding, MemoryRanking
 from loomctx.embeddings import StaticEmbedder, default_embedder
+from loomctx.evaluation._ranking import Rankers
 from loomctx.evaluation._vector_cache import CachedEmbedder, default_cache_dir
-from loomctx.evaluation.retrieval import (
-    LOCOMO_KS,
-    _locomo_report,
-    _locomo_rows,
-    _locomo_tasks,
-    _Rankers,
-    load_locomo,
-)
+from loomctx.evaluation.datasets import load_locomo
+from loomctx.evaluation.locomo import LOCOMO_KS, _locomo_report, _locomo_rows, _locomo_tasks
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.retrieval.settings import RetrievalSettings
@@ -108,7 +103,7 @@ def main() -> None:
                 ),
                 ranking=MemoryRanking(fast_weight=w or 0.3, time_decay=0.0),
             )
-            rankers = _Rankers(memory, None)
+            rankers = Rankers(memory, None)
             rankers.configure(RetrievalSettings())
             for stage in ("fused", "+reranker"):
                 got = _locomo_rows(rankers, usable, [BUDGET], texts, stage)

@@ -44,13 +44,9 @@ from loomctx.context.sources import (
     UnifiedRetrievalSource,
     UserInputSource,
 )
-from loomctx.evaluation.retrieval import (
-    _lme_tasks,
-    _locomo_tasks,
-    _window_found,
-    load_locomo,
-    load_longmemeval,
-)
+from loomctx.evaluation.datasets import load_locomo, load_longmemeval
+from loomctx.evaluation.locomo import _locomo_tasks, _window_found
+from loomctx.evaluation.longmemeval import _lme_tasks
 from loomctx.memory.task import _seed_importance, importance_of
 
 LONGMEMEVAL = DATA / "longmemeval" / "longmemeval_s_dev.json.gz"

@@ -200,10 +200,18 @@ def test_bench_errors(runner: CliRunner, tmp_path: Path, locomo: Path) -> None:
 
 
 def test_bench_set_changes_the_plain_settings(runner: CliRunner, locomo: Path) -> None:
-    args = ["bench", "locomo", str(locomo), "--lexical", "--set", "hop_weight=0.3"]
+    args = ["bench", "locomo", str(locomo), "--lexical", "--set", "neighbour_weight=0.2"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "lexical only; hop_weight=0.3" in result.stdout
+    assert "lexical only; neighbour_weight=0.2" in result.stdout
+    # the retrieval source's settings: an agent's window does not run with them
+    args = ["bench", "locomo", str(locomo), "--lexical", "--set", "hop_weight=0.3"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1
+    assert "--budgets ''" in refused.output
+    ranked = runner.invoke(app, [*args, "--budgets", ""])
+    assert ranked.exit_code == 0, ranked.output
+    assert "lexical only; hop_weight=0.3" in ranked.stdout
 
 
 def test_bench_cost_prints_each_strategy_and_writes_json(

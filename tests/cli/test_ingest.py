@@ -120,6 +120,7 @@ def test_ingest_a_conversation_into_a_session(
         "session": "support",
         "messages": 5,
         "tasks": 3,
+        "vectors_pending": 0,
     }
     store = open_store(tmp_path / "x.db")
     memory = open_memory(store, "support", None)
@@ -134,19 +135,45 @@ def test_ingest_a_conversation_into_a_session(
     store.close()
 
 
-def test_ingest_a_conversation_embeds_it(runner: CliRunner, tmp_path: Path) -> None:
-    _write(tmp_path / "chat.jsonl", OPENAI, lines=True)
-    result = runner.invoke(app, ["ingest", "chat.jsonl", "--session", "s9", "--store", "x.db"])
-    assert result.exit_code == 0, result.output
-    assert "session           s9" in result.stdout
-    assert "embedding" in result.stderr
-    store = open_store(tmp_path / "x.db")
-    memory = open_memory(store, "s9", None)
+def test_an_ingested_conversation_is_searchable_before_the_models_vectors(
+    runner: CliRunner, tmp_path: Path
+) -> None:
     from loomctx.embeddings import default_embedder
     from loomctx.stores.base import Unembedded
 
-    left = store.batch([Unembedded(model=default_embedder().name, prefix=memory.namespace)])[0]
-    assert left == []
+    _write(tmp_path / "chat.jsonl", OPENAI, lines=True)
+    result = runner.invoke(
+        app, ["ingest", "chat.jsonl", "--session", "s9", "--store", "x.db", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vectors_pending"] == 3
+    assert "searched by their fast vectors" in result.stderr
+    assert "loomctx chat --session s9" in result.stderr
+    store = open_store(tmp_path / "x.db")
+    memory = open_memory(store, "s9", default_embedder())
+    assert memory.fast_embedder is not None
+    model, fast = default_embedder().name, memory.fast_embedder.name
+    left = {
+        m: len(store.batch([Unembedded(model=m, prefix=memory.namespace)])[0])
+        for m in (fast, model)
+    }
+    assert left == {fast: 0, model: 3}
+    hits = memory.search("staging proxy port", limit=3)
+    assert hits
+    assert all(h.vector_score is not None for h in hits)  # by the fast vectors
+    memory.close()
+    store.close()
+
+    waited = runner.invoke(
+        app, ["ingest", "chat.jsonl", "--session", "s10", "--store", "x.db", "--wait"]
+    )
+    assert waited.exit_code == 0, waited.output
+    assert "session           s10" in waited.stdout
+    assert "vectors" in waited.stderr
+    assert "searched by their fast vectors" not in waited.stderr
+    store = open_store(tmp_path / "x.db")
+    memory = open_memory(store, "s10", None)
+    assert store.batch([Unembedded(model=model, prefix=memory.namespace)])[0] == []
     memory.close()
     store.close()
 

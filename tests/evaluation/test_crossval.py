@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loomctx.context.compactor import CachePolicy
+from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
 from loomctx.evaluation.crossval import (
     LME_GRID,
@@ -103,8 +105,11 @@ def test_grids_start_with_the_defaults_and_hold_no_duplicates() -> None:
     for grid in (LOCOMO_GRID, LME_GRID):
         assert grid[0] == RetrievalSettings()
         assert len({label_of(g) for g in grid}) == len(grid)
-    assert label_of(CachePolicy(min_dynamic=0)) == "policy: min_dynamic=0"
-    assert label_of(CachePolicy()) == "policy: defaults"
+    # a policy is named by what differs from the window recipe's (an `Agent`'s default)
+    agents = WindowSettings().cache_policy
+    assert label_of(replace(agents, min_dynamic=0)) == "policy: min_dynamic=0"
+    assert label_of(agents) == "policy: defaults"
+    assert label_of(CachePolicy()) != "policy: defaults"
 
 
 def two_conversations() -> list[dict[str, Any]]:
@@ -125,13 +130,15 @@ def test_evaluate_locomo_cross_validated(tmp_path: Path) -> None:
     assert held["target"] == "r@10"
     assert held["grid"] == ["defaults", "neighbour_weight=0.0"]
     assert held["per_setting"]["defaults"] == r["r@10"]
+    assert held["conversations"].keys() == {"conv-x", "conv-y"}  # each held out, apart
     assert held["by_category"].keys() == r["by_category"].keys()
     json.dumps(r)
 
 
 def test_evaluate_locomo_cross_validates_a_cache_policy(tmp_path: Path) -> None:
     path = write(tmp_path / "l.json", two_conversations())
-    grid = [RetrievalSettings(), CachePolicy(min_dynamic=0)]
+    floorless = replace(WindowSettings().cache_policy, min_dynamic=0)
+    grid = [RetrievalSettings(), floorless]
     r = evaluate_locomo(
         path, dense=False, cv=True, grid=grid, budgets=(300,), cv_target="window@300"
     )
@@ -139,7 +146,7 @@ def test_evaluate_locomo_cross_validates_a_cache_policy(tmp_path: Path) -> None:
     assert held["grid"] == ["defaults", "policy: min_dynamic=0"]
     assert set(held["chosen"].values()) <= set(held["grid"])
     assert r["config"]["policy"] == "policy: defaults"
-    plain = evaluate_locomo(path, dense=False, budgets=(300,), policy=CachePolicy(min_dynamic=0))
+    plain = evaluate_locomo(path, dense=False, budgets=(300,), policy=floorless)
     assert held["per_setting"]["policy: min_dynamic=0"] == plain["window@300"]
     assert plain["config"]["policy"] == "policy: min_dynamic=0"
     with pytest.raises(ConfigError, match="RetrievalSettings or CachePolicy"):
@@ -149,6 +156,20 @@ def test_evaluate_locomo_cross_validates_a_cache_policy(tmp_path: Path) -> None:
             write(tmp_path / "m.json", lme_data()), dense=False, cv=True, folds=2,
             grid=[CachePolicy()],  # type: ignore[list-item]
         )  # fmt: skip
+
+
+def test_window_figures_cross_validate_only_what_an_agents_window_runs_with(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "l.json", two_conversations())
+    sourced = RetrievalSettings(overlap_weight=0.25)  # read by the retrieval source
+    with pytest.raises(ConfigError, match=r"overlap_weight=0\.25.*ranking figures alone"):
+        evaluate_locomo(path, dense=False, cv=True, grid=[RetrievalSettings(), sourced])
+    grid = [RetrievalSettings(), sourced, RetrievalSettings(neighbour_weight=0.0)]
+    r = evaluate_locomo(path, dense=False, cv=True, grid=grid, budgets=(), cv_target="r@10")
+    assert r["cross_validated"]["grid"] == [label_of(g) for g in grid]  # no windows: all
+    assert r["cross_validated"]["left_out"] == []
+    assert "overlap_weight=0.25" in [label_of(g) for g in LOCOMO_GRID]
 
 
 def test_evaluate_locomo_cv_needs_two_conversations_and_a_known_target(tmp_path: Path) -> None:

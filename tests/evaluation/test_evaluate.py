@@ -21,6 +21,7 @@ from loomctx.evaluation.retrieval import (
     ndcg_at,
     recall_at,
 )
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.testing.embedders import HashingEmbedder
 
 LOCOMO_KEYS = {"r@5", "r@10", "r@20", "ndcg@10", "window@2000", "window@4000"}
@@ -154,41 +155,46 @@ def test_evaluate_locomo_lexical(tmp_path: Path) -> None:
     # q0 finds both evidence turns at ranks 1-2, q1 none: macro mean 0.5
     assert r["r@5"] == r["r@10"] == r["r@20"] == 0.5
     assert r["ndcg@10"] == 0.5
-    # windows are micro over gold turns: q0's two (old, found by retrieval) in, q1's one
-    # (which search cannot rank, older than the recent history) out: 2/3, at 4,000 tokens
-    # too: the rewritten query (the recent turns' words) recalls only `recall_limit` turns,
-    # not the whole 60-turn conversation the larger grant could hold.
-    assert r["window@2000"] == pytest.approx(2 / 3)
-    assert r["window@4000"] == pytest.approx(2 / 3)
+    # windows are micro over gold turns, in the window an agent sends: the whole 60-turn
+    # conversation fits 2,000 tokens, so the window is the conversation and holds all three
+    assert r["window@2000"] == r["window@4000"] == 1.0
     assert r["by_category"]["1"]["r@10"] == 1.0
-    assert r["by_category"]["1"]["window@2000"] == 1.0
     assert r["by_category"]["5"]["r@10"] == 0.0
-    assert r["by_category"]["5"]["window@2000"] == 0.0
+    assert r["by_category"]["5"]["window@2000"] == 1.0
     assert set(r["by_category"]) == {"1", "5"}
     ex = r["excluding_category_5"]
     assert ex["questions"] == 1
     assert ex["r@5"] == 1.0
     assert ex["window@4000"] == 1.0
-    assert r["by_category"]["5"]["window@4000"] == 0.0
+    assert r["conversations"]["conv-x"]["questions"] == 2
+    assert r["conversations"]["conv-x"]["window@2000"] == 1.0
+    assert r["config"]["window_recipe"]["builder"] == "Agent.preview"
+    assert set(r["config"]["figures"]) == {"r@k, ndcg@10", "window@B"}
     assert "stages" not in r
     json.dumps(r)  # JSON-ready
 
 
-def test_window_counts_recent_history_and_respects_budget(tmp_path: Path) -> None:
+def test_a_window_too_small_for_the_conversation_holds_what_retrieval_finds(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "l.json", locomo_data())
+    r = evaluate_locomo(path, dense=False, budgets=(600, 150))
+    # 600 tokens: history holds the newest turns only; retrieval brings q0's two old turns
+    # into the tail, and q1's (which search cannot rank) stays out
+    assert r["window@600"] == pytest.approx(2 / 3)
+    assert r["by_category"]["1"]["window@600"] == 1.0
+    assert r["by_category"]["5"]["window@600"] == 0.0
+    assert r["window@150"] < r["window@600"]  # too small for both
+    assert "window@2000" not in r
+
+
+def test_window_counts_recent_history(tmp_path: Path) -> None:
     data = locomo_data()
-    # q1's evidence becomes the most recent turn: in the window through L1 history
+    # q1's evidence becomes the most recent turn: in the window through history
     data[0]["qa"][1]["evidence"] = ["D2:30"]
-    path = write(tmp_path / "l.json", data)
-    r = evaluate_locomo(path, dense=False, budgets=(2000, 150))
-    assert r["window@2000"] == 1.0
+    r = evaluate_locomo(write(tmp_path / "l.json", data), dense=False, budgets=(300,))
     assert r["r@10"] == 1.0  # the newest turn: the rewritten query (recent words) finds it
-    # 150 tokens: q0's old evidence comes through retrieval (its priority is above recency's
-    # beyond each source's share), q1's with the newest history
-    assert r["window@150"] == 1.0
-    assert r["by_category"]["5"]["window@150"] == 1.0
-    tight = evaluate_locomo(path, dense=False, budgets=(80,))
-    assert tight["window@80"] < 1.0  # too small for both
-    assert "window@4000" not in r
+    assert r["by_category"]["5"]["window@300"] == 1.0
 
 
 def test_evaluate_locomo_limit_and_key_options(tmp_path: Path) -> None:
@@ -202,6 +208,39 @@ def test_evaluate_locomo_limit_and_key_options(tmp_path: Path) -> None:
     assert r["config"]["date_in_text"] is True
     with pytest.raises(ConfigError, match="limit"):
         evaluate_locomo(path, dense=False, limit=0)
+
+
+def test_evaluate_locomo_one_conversation_apart(tmp_path: Path) -> None:
+    data = locomo_data()
+    other = json.loads(json.dumps(data[0]))
+    other["sample_id"] = "conv-y"
+    other["qa"] = other["qa"][:1]
+    path = write(tmp_path / "l.json", [*data, other])
+    both = evaluate_locomo(path, dense=False, budgets=(600,))
+    assert set(both["conversations"]) == {"conv-x", "conv-y"}
+    apart = evaluate_locomo(path, dense=False, budgets=(600,), only=["conv-y"])
+    assert set(apart["conversations"]) == {"conv-y"}
+    assert apart["questions"] == 1
+    assert apart["window@600"] == both["conversations"]["conv-y"]["window@600"]
+    with pytest.raises(ConfigError, match=r"no conversation 'conv-z'.*'conv-x', 'conv-y'"):
+        evaluate_locomo(path, dense=False, only=["conv-z"])
+
+
+def test_settings_an_agents_window_does_not_run_with_are_ranking_figures_only(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "l.json", locomo_data())
+    sourced = RetrievalSettings(overlap_weight=0.25)  # read by the retrieval source
+    with pytest.raises(ConfigError, match=r"an `Agent`'s windows.*--budgets ''"):
+        evaluate_locomo(path, dense=False, settings=sourced)
+    ranked = evaluate_locomo(path, dense=False, settings=sourced, budgets=())
+    assert ranked["config"]["settings"] == "overlap_weight=0.25"
+    assert not [k for k in ranked if k.startswith("window@")]
+    # a memory search setting reaches the agent's window: windows are measured with it
+    memory_side = evaluate_locomo(
+        path, dense=False, settings=RetrievalSettings(neighbour_weight=0.0), budgets=(600,)
+    )
+    assert "window@600" in memory_side
 
 
 def test_evaluate_locomo_stages_with_embedder(tmp_path: Path) -> None:

@@ -145,9 +145,18 @@ def locomo(
         ),
     ] = "window@2000",
     set_: SetOption = None,
+    conversation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conversation",
+            help="Only this conversation (its sample_id; repeatable), e.g. to report a "
+            "held-out one apart.",
+        ),
+    ] = None,
 ) -> None:
-    """Recall@k, nDCG@10 and evidence-in-window on a LoCoMo file (locomo10.json format);
-    with --cv, leave-one-conversation-out figures beside the plain ones."""
+    """Recall@k, nDCG@10 and evidence in the window an Agent sends, on a LoCoMo file
+    (locomo10.json format); with --cv, leave-one-conversation-out figures beside the plain
+    ones."""
     sizes = _budgets(budgets)
     result = evaluate_locomo(
         path,
@@ -159,6 +168,7 @@ def locomo(
         settings=RetrievalSettings.parse(set_ or []),
         cv=cv,
         cv_target=cv_target,
+        only=conversation or (),
         progress=_progress,
     )
     columns = ["questions", "r@5", "r@10", "r@20", "ndcg@10", *(f"window@{b}" for b in sizes)]
@@ -173,7 +183,12 @@ def locomo(
         rows += [("cross-validated: all", held), ("cv: all but category 5",
                                                     held["excluding_category_5"])]  # fmt: skip
         rows += [(f"cv: category {c}", v) for c, v in held["by_category"].items()]
+        rows += [(f"cv: conversation {c}", v) for c, v in held.get("conversations", {}).items()]
+    if len(result["conversations"]) > 1:
+        rows += [(f"conversation {c}", v) for c, v in result["conversations"].items()]
     print_table(out_console(), _title("LoCoMo", result), rows, columns)
+    for figure, how in result["config"]["figures"].items():
+        out_console().print(f"{figure}: {how}", markup=False, style="dim")
     if cv:
         _print_choices(result["cross_validated"])
     _write(json_out, result)
@@ -188,6 +203,12 @@ def _print_choices(held: dict[str, Any]) -> None:
     console.print(f"{held['target']} of each setting on all folds:", markup=False)
     for label, value in held["per_setting"].items():
         console.print(f"  {value:.3f}  {label}", markup=False)
+    if held.get("left_out"):
+        console.print(
+            "left out (an Agent's window does not run with them): " + ", ".join(held["left_out"]),
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @bench_app.command("longmemeval")

@@ -9,11 +9,12 @@ summary to stdout (``--json``: as one JSON object). Documents show one bar in ch
 and embedded with an embedder), with the rate, an estimate of the time left and the files
 done; files left out are listed as a short table, those without a loader one row per suffix.
 
-Documents are searchable when the command returns: with the default embedder each chunk is
-written with its fast (static) vector, thousands a second, and the transformer's vectors,
-a few chunks a second, follow in the background of whatever opens the knowledge base next
-(``loomctx chat``, ``loomctx serve``); the summary says how many wait (``vectors_pending``).
-``--wait`` computes them before returning, with a bar of their own.
+Documents and conversations are searchable when the command returns, and neither waits for
+the transformer: with the default embedder each chunk or message gets its fast (static)
+vector, thousands a second, and the transformer's vectors, a few chunks or some tens of
+messages a second, follow in the background of whatever opens the knowledge base or the
+session next (``loomctx chat``, ``loomctx serve``); the summary says how many wait
+(``vectors_pending``). ``--wait`` computes them before returning, with a bar of their own.
 
 A folder may be a repository nobody has checked: symbolic links out of it are not followed
 (each is listed under ``skipped`` with its target), files over ``--max-file-size`` are skipped,
@@ -209,7 +210,9 @@ def _skipped_table(skipped: list[dict[str, str]]) -> Table:
     return table
 
 
-def _conversation(db: BaseStore, path: Path, session: str, embedder: Any) -> dict[str, Any]:
+def _conversation(
+    db: BaseStore, path: Path, session: str, embedder: Any, *, wait: bool
+) -> dict[str, Any]:
     messages = read_conversation(path)
     memory = open_memory(db, session, embedder)
     try:
@@ -217,13 +220,19 @@ def _conversation(db: BaseStore, path: Path, session: str, embedder: Any) -> dic
             task = progress.add_task("messages", total=len(messages))
             tasks = ingest_messages(memory, messages, lambda n: progress.advance(task, n))
             progress.update(task, completed=len(messages))
-            todo = pending_embeddings(memory)
+            todo = pending_embeddings(memory, fast_only=not wait)
             if todo:
-                vectors = progress.add_task("embedding", total=todo)
-                embed_pending(memory, lambda n: progress.advance(vectors, n))
+                vectors = progress.add_task("vectors" if wait else "fast vectors", total=todo)
+                embed_pending(memory, lambda n: progress.advance(vectors, n), fast_only=not wait)
+        pending = pending_embeddings(memory)
     finally:
         memory.close()
-    return {"session": session, "messages": len(messages), "tasks": tasks}
+    return {
+        "session": session,
+        "messages": len(messages),
+        "tasks": tasks,
+        "vectors_pending": pending,
+    }
 
 
 def ingest(
@@ -263,8 +272,8 @@ def ingest(
         bool,
         typer.Option(
             "--wait",
-            help="Documents: compute the embedding model's vectors before returning (they "
-            "follow in the background of `chat` and `serve` otherwise).",
+            help="Compute the embedding model's vectors before returning (they follow in the "
+            "background of `chat` and `serve` otherwise).",
         ),
     ] = False,
     store: StoreOption = None,
@@ -289,15 +298,20 @@ def ingest(
         stack.callback(db.close)
         embedder = embedder_for(settings.embedder)
         if kind is Kind.conversation:
-            result = _conversation(db, path, settings.session or path.stem, embedder)
+            name = settings.session or path.stem
+            result = _conversation(db, path, name, embedder, wait=wait)
         else:
             result = _documents(db, path, settings.kb, embedder, limits, wait=wait)
     result = {"store": settings.store, "kind": kind.value, **result}
     if result.get("vectors_pending"):
+        pending = result["vectors_pending"]
+        if kind is Kind.conversation:
+            what, where = f"{pending} messages", f"`loomctx chat --session {result['session']}`"
+        else:
+            what, where = f"{pending} chunks", "`loomctx chat` or `loomctx serve`"
         err_console().print(
-            f"{result['vectors_pending']} chunks are searched by their fast vectors until the "
-            f"embedding model's follow: in the background of `loomctx chat` or `loomctx serve`, "
-            f"or now with `loomctx ingest --wait`",
+            f"{what} are searched by their fast vectors until the embedding model's follow: "
+            f"in the background of {where}, or now with `loomctx ingest --wait`",
             style="dim",
             markup=False,
         )

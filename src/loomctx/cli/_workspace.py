@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
+from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.settings import MemoryEmbedding, MemoryTiers
 from loomctx.memory.task import tasks_from_messages
 from loomctx.messages import Message
@@ -88,20 +89,33 @@ def ingest_messages(memory: LoomMemory, messages: Sequence[Message], advance: Ad
     return len(tasks)
 
 
-def pending_embeddings(memory: LoomMemory) -> int:
-    """How many records of `memory` still lack a vector (0 without an embedder)."""
-    if memory.embedder is None:
+def _embedding(memory: LoomMemory, *, fast_only: bool) -> BackgroundEmbedder | None:
+    """What embeds `memory`'s records: its background embedder, or with `fast_only` the
+    fast embedder that goes first in it (where there is none, the embedder itself: no
+    cheaper vector exists to write first)."""
+    background = memory.background
+    if background is not None and fast_only and background.first is not None:
+        return background.first
+    return background
+
+
+def pending_embeddings(memory: LoomMemory, *, fast_only: bool = False) -> int:
+    """How many records of `memory` still lack the embedding model's vector (`fast_only`:
+    the fast embedder's; 0 without an embedder)."""
+    embedding = _embedding(memory, fast_only=fast_only)
+    if embedding is None:
         return 0
-    op = Unembedded(model=memory.embedder.name, prefix=memory.namespace, limit=1_000_000)
+    op = Unembedded(model=embedding.embedder.name, prefix=memory.namespace, limit=1_000_000)
     return len(memory.store.batch([op])[0])
 
 
-def embed_pending(memory: LoomMemory, advance: Advance) -> int:
-    """Embed every record of `memory` that lacks a vector, batch by batch (the memory must
-    have an embedder)."""
-    assert memory.background is not None, "a memory with an embedder has a background embedder"
+def embed_pending(memory: LoomMemory, advance: Advance, *, fast_only: bool = False) -> int:
+    """Embed every record of `memory` that lacks a vector, batch by batch (`fast_only`: the
+    fast embedder's vectors only, thousands a second, leaving the embedding model's to the
+    background of whatever opens the memory next); 0 without an embedder."""
+    embedding = _embedding(memory, fast_only=fast_only)
     total = 0
-    while n := memory.background.run_once():
+    while embedding is not None and (n := embedding.run_once()):
         total += n
         advance(n)
     return total

@@ -1,5 +1,6 @@
 """Evaluation of the whole engine: retrieval quality on real long-conversation data (LoCoMo,
-LongMemEval; `retrieval`, `crossval`), cost per call under prompt caching (`cost`), what Loom
+LongMemEval; `retrieval` gathers `datasets`, `metrics`, `locomo`, `longmemeval`, with
+`crossval`), cost per call under prompt caching (`cost`), what Loom
 would save on a log of recorded chat requests (`replay`), and speed beside other libraries
 (`perf`).
 

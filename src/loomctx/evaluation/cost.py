@@ -55,7 +55,7 @@ from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
-from loomctx.evaluation.retrieval import (
+from loomctx.evaluation.datasets import (
     LocomoConversation,
     load_locomo,
     load_longmemeval,

@@ -15,10 +15,11 @@ selection is tested on hand-made tables (`tests/evaluation/test_crossval.py`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from loomctx.context.compactor import CachePolicy
+from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
 from loomctx.retrieval.settings import RetrievalSettings
 
@@ -26,15 +27,19 @@ __all__ = [
     "LME_GRID",
     "LOCOMO_GRID",
     "CrossValidation",
+    "check_grid",
     "cross_validate",
+    "cv_report",
     "folds_of",
     "label_of",
+    "target_score",
 ]
 
 Row = Mapping[str, Any]
 Score = Callable[[Sequence[Row]], float]
 
 _BASE: Final = RetrievalSettings()
+_POLICY: Final = WindowSettings().cache_policy  # the window recipe's, an `Agent`'s
 
 LOCOMO_GRID: Final = (
     _BASE,
@@ -52,8 +57,8 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(speaker_weight=0.2),
     RetrievalSettings(pool_depth=5),
     RetrievalSettings(pool_depth=12),
-    CachePolicy(min_dynamic=0),
-    CachePolicy(min_dynamic=1000),
+    replace(_POLICY, min_dynamic=0),
+    replace(_POLICY, min_dynamic=1000),
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
@@ -64,7 +69,11 @@ signal (`speaker_weight`) off, as before, or doubled, memory's search pool befor
 (`CachePolicy.min_dynamic`) off, as before issue 21, or at half its default: a held-out
 conversation is reported with one only if the other four chose it. (A floor above the
 default is left out: it would only take history's room in larger windows, and what history
-is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)"""
+is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)
+The policies are the window recipe's (an `Agent`'s) with that one field changed. With window
+figures, `evaluate_locomo` measures only the entries an agent's window runs with: the
+policies and the memory's search fields; the retrieval source's (overlap, speaker, cutting,
+hop, pool) are then left out, as an `Agent` builds its source with their defaults."""
 
 LME_GRID: Final = (
     _BASE,
@@ -86,14 +95,14 @@ measured on the ranking, not in a window)."""
 def label_of(setting: RetrievalSettings | CachePolicy) -> str:
     """A grid entry's name in a table: ``"defaults"`` or ``"neighbour_weight=0.2"`` for
     `RetrievalSettings` (`RetrievalSettings.label`), ``"policy: min_dynamic=0"`` for a
-    `CachePolicy` (its fields that differ from the defaults; ``"policy: defaults"``)."""
+    `CachePolicy` (its fields that differ from the window recipe's policy, an `Agent`'s
+    default; ``"policy: defaults"``)."""
     if isinstance(setting, RetrievalSettings):
         return setting.label()
-    base = CachePolicy()
     changed = [
         f"{f.name}={getattr(setting, f.name)}"
         for f in fields(setting)
-        if getattr(setting, f.name) != getattr(base, f.name)
+        if getattr(setting, f.name) != getattr(_POLICY, f.name)
     ]
     return "policy: " + (", ".join(changed) or "defaults")
 
@@ -155,3 +164,58 @@ def folds_of(count: int, k: int) -> list[str]:
     if count < k:
         raise ConfigError(f"cross-validation: {count} questions cannot fill {k} folds")
     return [f"fold-{i % k + 1}" for i in range(count)]
+
+
+def target_score(target: str) -> Score:
+    """The `target` metric over a set of rows, as the reports compute it: micro over the gold
+    turns for ``window@B`` (each row has ``gold`` and how many of them the window held),
+    the mean over the rows for the others."""
+
+    def score(rows: Sequence[Row]) -> float:
+        if target.startswith("window@"):
+            gold = sum(r["gold"] for r in rows)
+            return sum(r[target] for r in rows) / gold if gold else 0.0
+        return sum(r[target] for r in rows) / len(rows) if rows else 0.0
+
+    return score
+
+
+def check_grid(
+    grid: Sequence[Any], target: str, keys: Sequence[str], *, policies: bool = False
+) -> None:
+    """Refuse a `grid` that is empty or holds anything but `RetrievalSettings` (and, with
+    `policies`, `CachePolicy`s), and a `target` that is not one of the metric `keys`."""
+    kinds = (RetrievalSettings, CachePolicy) if policies else (RetrievalSettings,)
+    if not grid or not all(isinstance(g, kinds) for g in grid):
+        what = "RetrievalSettings or CachePolicy" if policies else "RetrievalSettings"
+        raise ConfigError(f"`grid` must be a non-empty sequence of {what}")
+    if target not in keys:
+        raise ConfigError(f"`cv_target` must be one of {list(keys)}, got {target!r}")
+
+
+def cv_report(
+    table: Mapping[str, Mapping[str, Sequence[Row]]],
+    target: str,
+    grid_size: int,
+    report: Callable[[Sequence[Row]], dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``cross_validated`` part of a bench's result: the held-out rows (`cross_validate`
+    by `target`) summed up by `report`, with what each fold chose and each setting's
+    `target` over all folds (``per_setting``)."""
+    folds = list(next(iter(table.values())))
+    if len(folds) < 2:
+        raise ConfigError(
+            f"cross-validation needs at least 2 folds; this run has {len(folds)} (raise "
+            "`--limit`, or leave it out)"
+        )
+    score = target_score(target)
+    result = cross_validate(table, score)
+    out = report(result.rows)
+    out["target"] = target
+    out["chosen"] = result.chosen
+    out["grid"] = list(table)
+    out["grid_size"] = grid_size
+    out["per_setting"] = {
+        label: score([r for f in folds for r in by_fold[f]]) for label, by_fold in table.items()
+    }
+    return out

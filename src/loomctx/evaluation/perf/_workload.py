@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from loomctx.errors import ConfigError
-from loomctx.evaluation.retrieval import _read_json, load_locomo
+from loomctx.evaluation.datasets import load_locomo, read_json
 from loomctx.messages import Message, ToolCall, to_openai
 
 __all__ = ["SYSTEM", "TOOLS", "Source", "Workload", "build_workload", "load_source"]
@@ -124,7 +124,7 @@ def load_source(path: str | Path, *, documents: int = 200, questions: int = 8) -
 def _documents(path: str | Path) -> list[str]:
     """One document per session summary and one per session's observations, interleaved."""
     out: list[str] = []
-    for item in _read_json(path):
+    for item in read_json(path):
         sample = str(item.get("sample_id", "conversation"))
         summaries: Mapping[str, Any] = item.get("session_summary") or {}
         observations: Mapping[str, Any] = item.get("observation") or {}
