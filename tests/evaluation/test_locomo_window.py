@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loomctx import AgentWindow
 from loomctx.agent.executor import Agent
 from loomctx.agent.llm import LLMOptions
 from loomctx.evaluation.cost import SYSTEM
@@ -51,8 +52,7 @@ def test_the_bench_window_is_the_one_an_agent_sends_on_the_same_memory(
         SYSTEM,
         memory=used,
         name="assistant",
-        model_context_window=budget + 1000,
-        output_reserve_ratio=reserve_ratio,
+        window=AgentWindow(model_context_window=budget + 1000, output_reserve_ratio=reserve_ratio),
     )
     assert asyncio.run(agent.run(question)) == "Denver."
     assert list(llm.calls[0].messages) == list(window.messages)

@@ -574,7 +574,7 @@ def _setting(value: object, kind: type[_Setting], argument: str) -> _Setting:
         )
         raise ConfigError(
             f"`Agent({argument}=...)` must be an `{kind.__name__}`, got "
-            f"{type(value).__name__}; {hint} (`from loomctx.agent import {kind.__name__}`)"
+            f"{type(value).__name__}; {hint} (`from loomctx import {kind.__name__}`)"
         )
     return value
 

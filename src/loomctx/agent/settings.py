@@ -232,5 +232,5 @@ def moved_argument(name: str) -> Exception:
     argument, cls, field = MOVED[name]
     return ConfigError(
         f"`Agent({name}=...)` is now a field of `{cls}`: pass `{argument}={cls}({field}=...)`"
-        " (`from loomctx.agent import " + cls + "`)"
+        " (`from loomctx import " + cls + "`)"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.memory.core import TASK, LoomMemory
-from loomctx.memory.settings import MemoryEmbedding
+from loomctx.memory.settings import MemoryEmbedding, MemoryRanking
 from loomctx.memory.task import Task
 from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.stores.base import Hit, VectorSearch
@@ -122,7 +122,9 @@ def open_rankers(
     """Rankers over a fresh memory of `tasks`. `now`: when the questions are asked (the
     memory's clock, for "5 days ago"); None where the dataset does not say (LoCoMo): time
     references are then not resolved, rather than against the day the benchmark runs."""
-    options: dict[str, Any] = {"time_decay": 0.0} if now is None else {"clock": lambda: now}
+    options: dict[str, Any] = (
+        {"ranking": MemoryRanking(time_decay=0.0)} if now is None else {"clock": lambda: now}
+    )
     memory = LoomMemory(
         node_id, embedder=embedder, embedding=MemoryEmbedding(in_background=False), **options
     )
