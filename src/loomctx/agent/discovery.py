@@ -1,7 +1,7 @@
 """`Discoveries`: what an agent run has tried and learned, for the retrieval query of each turn.
 
 Seed 001's loop re-retrieves before every model call, for the user's request plus what the
-last tool results revealed. That leaves two gaps (issue 16, item 2):
+last tool results revealed. That leaves two gaps:
 
 - **What the model tried.** Its own calls carry the most precise words of what it is working
   on: the SQL that names table ``returns``, the path of the file it reads. When a tool answers

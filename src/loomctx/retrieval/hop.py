@@ -1,4 +1,4 @@
-"""A second, cheap hop: what the first hits name, searched for again (issue 21).
+"""A second, cheap hop: what the first hits name, searched for again.
 
 A multi-hop question ("What did Caroline research after the parade?") names one end of the
 chain; the turns the first search finds name the other ("the Pride parade in June ... she

@@ -1,6 +1,6 @@
 """`RetrievalSettings`: every tuned constant of the retrieval path, in one place.
 
-Loom's retrieval was tuned by hand on the LoCoMo dev conversations (issue 21): the fusion of
+Loom's retrieval was tuned by hand on the LoCoMo dev conversations: the fusion of
 lexical and dense scores, the neighbours' weight, the time decay, when to rewrite a query and
 with how many words, how many candidates a grant asks for, and the reranker's signal weights.
 They are the fields below, with those values as defaults, so that one object says what a run

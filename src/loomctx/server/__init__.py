@@ -1,4 +1,4 @@
-"""`loomctx serve`: Loom for any agent, in any language (issue 15).
+"""`loomctx serve`: Loom for any agent, in any language.
 
 One ASGI application (`create_app`) with three faces over one `LoomService` (one store, the
 tenants' sessions, memories and knowledge bases, one configuration):

@@ -194,7 +194,7 @@ class OpenAIUpstream:
 
     The SDK itself is not in the way of the chunks: it validated each one into a pydantic
     model that the proxy then dumped back to a dict, which took as long as the rest of the
-    forwarding (`bench/proxy_bench.py`: 14.1 vs 8.4 ms per streamed call, in one run). The
+    forwarding (`bench/proxy_bench.py` measures it). The
     request is the SDK's: ``POST {base_url}/chat/completions`` with a bearer key, the
     client's fields as given; the default base URL is OpenAI's (or ``OPENAI_BASE_URL``)."""
 

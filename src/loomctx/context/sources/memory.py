@@ -83,8 +83,8 @@ class _Items:
 
     Kept by task id while the task (a frozen object) is the same one, for one counter (a
     source's builds all count with their orchestrator's): a tier's tasks come back build
-    after build (L2's 90 tasks at 10k stored turns took ~0.7 ms of every build to label and
-    look up again)."""
+    after build, and labelling them again was a measurable share of every build
+    (docs/benchmarks.md, "Design measurements")."""
 
     def __init__(self) -> None:
         self._counter: TokenCounter | None = None

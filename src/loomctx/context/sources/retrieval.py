@@ -72,9 +72,9 @@ class RetrievalInjector:
 
         Blocks are built, and their tokens counted, only as `fit_ceiling` reads them, and it
         stops once fewer than `MIN_CUT_TOKENS` tokens are left: only a whole candidate of a
-        few words could still go in then, below every better one (on LoCoMo, no gold turn
-        entered or left the window for it). At 100k stored turns, 11 of 124 candidates fill
-        2,000 tokens; building every block took 2.0 ms, this 0.3 ms."""
+        few words could still go in then, below every better one. A window is filled by a
+        small share of the candidates, so most are never built (docs/benchmarks.md,
+        "Design measurements")."""
         if not candidates:
             return []
         return fit_ceiling(
@@ -135,17 +135,13 @@ class UnifiedRetrievalSource:
       *besides* the original one and only adds candidates (see `loomctx.retrieval.rewriter`),
       for queries of at most `rewrite_max_terms` distinct content terms: a follow-up ("and
       its refresh interval?") names little of what it is about; a question that names four
-      or more things gains nothing from the conversation's words (LoCoMo: no change in any
-      metric) and would pay a second recall, half of the source's time. The rewritten query
+      or more things gains nothing from the conversation's words and would pay a second
+      recall, half of the source's time. The rewritten query
       asks each source for `recall_limit` candidates (no more than the original's limit),
       not for the `fill` limit: its candidates rank after the original query's on recall
       relevance (`pipeline.after`), which with `fill` already offer about twice what the grant
-      holds. Asking for the `fill` limit made the second recall cost as much as the first
-      (100k stored turns, collect of a rewritten query, p50: 60 -> 42 ms at 2,000 tokens,
-      62 per source; 239 -> 130 ms at 8,000, 250). On LoCoMo the ranking metrics did not
-      move, nor did the gold turns in the 2,000-token window (1,349 in all; 4,000 tokens: 1
-      more); with lexical search only, 1 fewer at 2,000 tokens and 4 at 4,000, turns the
-      rewritten query's recall held deep (ranks 19-76).
+      holds. Asking for the `fill` limit made the second recall cost as much as the first,
+      for no measurable gain in quality (docs/benchmarks.md, "Design measurements").
     - `reranker` (default `Reranker()`), `injector` (default `RetrievalInjector()`).
     - `settings` (`RetrievalSettings`, default its defaults) gives what is not passed:
       `recall_limit`, `rewrite_max_terms`, the rewriter, the reranker's signal weights and
