@@ -75,7 +75,13 @@ from loomctx.agent.settings import AgentLoop, AgentSources, AgentWindow, moved_a
 from loomctx.agent.subagent import Lineage, delegation_tool, finish, run_context
 from loomctx.agent.tools import Tool, ToolContext, tool
 from loomctx.agent.turns import TurnSource
-from loomctx.context.billing import ANTHROPIC, ANTHROPIC_1H, CachePrediction, CachePricing
+from loomctx.context.billing import (
+    ANTHROPIC,
+    ANTHROPIC_1H,
+    CachePrediction,
+    CachePricing,
+    pricing_for,
+)
 from loomctx.context.block import BuildContext
 from loomctx.context.budget import BudgetManager
 from loomctx.context.excerpt import handle_for
@@ -184,7 +190,7 @@ class Agent(AgentWindows):
         ttl = self.loop.llm_options.cache_ttl if self.loop.llm_options is not None else None
         if ttl is not None and self.pricing in (ANTHROPIC, ANTHROPIC_1H):
             # The run's own options say which of Anthropic's caches its calls ask for.
-            self.pricing = ANTHROPIC_1H if ttl == "1h" else ANTHROPIC
+            self.pricing = pricing_for("anthropic", ttl=ttl)
         self.name = name
         self.system_instructions = system_instructions
         self.tools = [t if isinstance(t, Tool) else tool(t) for t in tools]

@@ -288,19 +288,16 @@ class ContextCompactor:
             # (Their redistributed shares, not their first grants: step 3 gives each source its
             # share before a lower-priority one gets its allocation, so a summary using more
             # than the shares leave would cut a source that stayed within its allocation.)
-            spare = left - sum(
-                min(max(shares.get(name, 0), grants.get(name, 0)), want)
+            others = {
+                name: min(max(shares.get(name, 0), grants.get(name, 0)), want)
                 for name, want in wants.items()
                 if name != source
-            )
+            }
+            spare = left - sum(others.values())
             # A deferred compaction takes its overflow from the dynamic tail and unused room,
             # never from another source's share (a tool definition, say): that would break the
             # cached prefix the deferral is there to keep.
-            fixed = sum(
-                min(max(shares.get(name, 0), grants.get(name, 0)), want)
-                for name, want in wants.items()
-                if name != source and name not in dynamic
-            )
+            fixed = sum(held for name, held in others.items() if name not in dynamic)
             kept, summary, note = await self._history(
                 source,
                 units,
