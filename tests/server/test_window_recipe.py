@@ -1,6 +1,6 @@
-"""The one window recipe: an `Agent`, the proxy, a `Session` and the cost bench (which replays
-conversations through an `Agent`) build the same window from the same conversation, so every
-figure measured describes what users get."""
+"""The one window recipe: an `Agent`, the proxy, a `Session` (its `turn`) and the cost bench
+(which replays conversations through an `Agent`) build the same window from the same
+conversation, call after call, so every figure measured describes what users get."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.server.conftest import ACME_KEY
 
 SYSTEM = "Be brief."
 PROMPT = "Which city did I say my sister moved to, and when?"
+AGAIN = "And what should I pack for the evenings there?"
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
@@ -68,13 +69,14 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
 
     # The proxy: the session's memory holds the conversation; the client sends the new turn.
     service.memory("acme", "s1").add_tasks(conversation())
-    loom.wire.script(openai_text("Lisbon."))
-    loom.openai(ACME_KEY).chat.completions.create(
-        model="gpt-test",
-        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}],
-        extra_headers={"X-Loom-Session": "s1"},
-    )
-    proxy = loom.wire.requests[0].body["messages"]
+    said = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}]
+    again = [*said, {"role": "assistant", "content": "Lisbon."}, {"role": "user", "content": AGAIN}]
+    for messages in (said, again):
+        loom.wire.script(openai_text("Lisbon."))
+        loom.openai(ACME_KEY).chat.completions.create(
+            model="gpt-test", messages=messages, extra_headers={"X-Loom-Session": "s1"}
+        )
+    proxy, proxy_again = (r.body["messages"] for r in loom.wire.requests)
 
     # An Agent (and so `loomctx bench cost`) on a memory holding the same conversation.
     store = SQLiteStore(tmp_path / "agent.db")
@@ -91,11 +93,13 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
         ),
     )
     await agent.run(PROMPT)
+    await agent.run(AGAIN)
     memory.close()
     store.close()
-    sent = list(llm.calls[0].messages)
+    sent, sent_again = (list(call.messages) for call in llm.calls)
 
-    # A Session of a controller, with the same window.
+    # A Session of a controller, with the same window: its `turn` records the user's turn
+    # and builds, as an agent's run and the proxy do; `reply` records the answer.
     session_store = SQLiteStore(tmp_path / "sessions.db")
     bus = InProcessEventBus()
     controller = ContextController(session_store, bus)
@@ -108,7 +112,9 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
             output_reserve_ratio=model.output_reserve,
         )
         session.memory.add_tasks(conversation())
-        built = (await session.build_context(PROMPT)).messages
+        built = list((await session.turn(PROMPT)).messages)
+        await session.reply("Lisbon.")
+        built_again = list((await session.turn(AGAIN)).messages)
     finally:
         await controller.close()
         await bus.close()
@@ -118,17 +124,19 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
     # when it has a stage or a task context too); the rest is the recipe's, the same too.
     assert sent[0] == Message.system(system)
     assert proxy[0] == {"role": "system", "content": system}
-    assert built[0] == Message.system(system)
     # History fills the window (the first exchanges do not fit): the recipe did choose.
     assert sent[-1] == Message.user(PROMPT)
     assert 4 < len(sent) < 2 + 60
+    assert sent[1].content.startswith("Earlier conversation, summarized")
+    assert any(m.content.startswith("Reference context") for m in sent)
     assert to_openai(sent[1:]) == proxy[1:]
-    # A Session's `build_context` does not record its query as a turn (the agent and the
-    # proxy do, before they build), so its retrieval searches a memory one task short, and
-    # what stands out of it (`CachePolicy.tail_lift`) may differ: its tail, and the room that
-    # leaves history, are its own; the recipe's layout is the same.
-    history = [m for m in sent[1:-1] if not m.content.startswith("Reference context")]
-    assert built[-1] == sent[-1]
-    units = history[1:]  # the agent's whole units after its summary, the newest last
-    assert list(built[-1 - len(units) : -1]) == units
-    assert built[1].content.startswith("Earlier conversation, summarized")
+    # A Session's `turn` records the user's turn and builds, as the agent and the proxy do.
+    assert built == sent
+    # The next call too: the answer recorded, the window built on the same history marks.
+    assert sent_again[-3:] == [
+        Message.user(PROMPT),
+        Message.assistant("Lisbon."),
+        Message.user(AGAIN),
+    ]
+    assert to_openai(sent_again[1:]) == proxy_again[1:]
+    assert built_again == sent_again

@@ -2,9 +2,16 @@
 
 A session owns a `LoomMemory` (L1 recent, L2 important, L3 summaries, L4 archive, in its
 own store namespace) and a `ContextOrchestrator` that builds its windows by the one window
-recipe (`loomctx.context.recipe`), as an `Agent` and the proxy do: the system prompt, L1 as
-history, L2 and retrieval over the archive as the dynamic tail, the extra sources of its
-options (a knowledge base, tools), and the user's turn.
+recipe (`loomctx.context.recipe`), as an `Agent` and the proxy do: the system prompt, the
+conversation as history, L2 and retrieval over the archive as the dynamic tail, the extra
+sources of its options (a knowledge base, tools), and the user's turn.
+
+A conversation's call is `turn(prompt)`: it records the user's turn as a Task, then builds
+the window for it, as an `Agent`'s run and the proxy do, so that the three send the same
+window for the same conversation; `reply(text)` records the model's answer. `build_context`
+builds a window for a query without recording it (the query is the user's turn of that
+window only), and `view_context` a one-off view (what `ContextController.aggregate_context`
+merges).
 
 Lifecycle::
 
@@ -26,6 +33,7 @@ writes without awaiting in between, so concurrent calls cannot interleave inside
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
@@ -40,10 +48,19 @@ from loomctx.context.recipe import (
     window_orchestrator,
     window_sources,
 )
+from loomctx.context.sources import TurnSource
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
 from loomctx.memory.settings import MemoryTiers
-from loomctx.memory.task import MemoryTier, Task, importance_of
+from loomctx.memory.task import (
+    ASSISTANT_MESSAGE,
+    USER_MESSAGE,
+    MemoryTier,
+    Task,
+    TaskStatus,
+    importance_of,
+)
+from loomctx.messages import check_text
 from loomctx.session import topics
 from loomctx.session._layout import QUEUED_KIND, SESSION_KIND, SessionLayout
 from loomctx.session.bus import EventBus
@@ -79,12 +96,13 @@ class Session:
     Sessions are made and reopened by `ContextController` (`create_session`,
     `get_session`), which gives them their store namespace and bus; see the module
     docstring for the lifecycle. Coroutines (they write to the store and publish on the
-    bus): `add_task`, `build_context`, `promote_tasks`, `pause`, `resume`, `end`.
+    bus): `turn`, `reply`, `add_task`, `build_context`, `view_context`, `promote_tasks`,
+    `pause`, `resume`, `end`.
 
     `budget_manager` (default: the option `budget_manager`, else `BudgetManager()`) splits
     each window's budget; `budget_manager` is also an attribute, to set on a reopened
     session (`ContextController.get_session`), whose options do not keep it. With an
-    `AdaptiveBudgetManager`, pass the task's progress to `build_context` (``ctx=
+    `AdaptiveBudgetManager`, pass the task's progress to `turn` or `build_context` (``ctx=
     BuildContext(progress=0.4)``) or its phase; without either, the phase follows the
     ``turn_index`` of the context given.
     """
@@ -132,6 +150,9 @@ class Session:
                 options.system_prompt,
                 memory=memory_sources(self.memory),
                 extra=options.sources,
+                # A session's exchange is recorded as Tasks (history), so its run's exchange
+                # stays empty; it is there so that the budget splits as the recipe's does.
+                turn=TurnSource(),
             ),
             counter=counter,
             window=options.model_context_window,
@@ -230,6 +251,53 @@ class Session:
         await self._announce_promoted(promoted)
         return promoted
 
+    async def turn(self, prompt: str, *, ctx: BuildContext | None = None) -> ContextWindow:
+        """Record `prompt` as the user's turn, then build the window for it (coroutine): a
+        call of the conversation, as an `Agent`'s run and the proxy make theirs, so that the
+        three send the same window for the same conversation.
+
+        The turn is a Task (``user_message``, from ``"user"`` to the session's agent) added
+        as `add_task` adds one (queued while PAUSED); it carries a run id (``ctx.metadata
+        ["run_id"]`` if given, else a new one), and the build leaves that run's Tasks out of
+        history and retrieval: the prompt is the window's user turn, once. Record the
+        model's answer with `reply`. Publishes what `add_task` and `build_context` do."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(
+                f"`turn` takes the user's prompt, a non-blank string, got {prompt!r:.60}"
+            )
+        check_text(prompt, "`prompt`")
+        self._require_open("take a turn in")
+        ctx = ctx or BuildContext()
+        run_id = str(ctx.metadata.get("run_id") or uuid.uuid4().hex)
+        await self.add_task(self._message(USER_MESSAGE, prompt, run_id))
+        return await self.build_context(
+            prompt, ctx=replace(ctx, metadata={**ctx.metadata, "run_id": run_id})
+        )
+
+    async def reply(self, text: str) -> Task:
+        """Record `text`, the model's answer to the last `turn`, as the session agent's
+        message (coroutine; added as `add_task` adds a Task), and return its Task."""
+        if not isinstance(text, str):
+            raise ConfigError(f"`reply` takes the model's answer as a string, got {text!r:.60}")
+        check_text(text, "`text`")
+        task = self._message(ASSISTANT_MESSAGE, text, None)
+        await self.add_task(task)
+        return task
+
+    def _message(self, action: str, content: str, run_id: str | None) -> Task:
+        """A user's message to the session's agent, or the agent's reply to the user."""
+        agent = self._layout.agent_id
+        asked = action == USER_MESSAGE
+        metadata = {"agent": agent} if run_id is None else {"run_id": run_id, "agent": agent}
+        return Task(
+            source_agent="user" if asked else agent,
+            target_agent=agent if asked else "user",
+            action=action,
+            parameters={"content": content},
+            status=TaskStatus.COMPLETED,
+            metadata=metadata,
+        )
+
     async def view_context(self, query: str) -> ContextWindow:
         """The window for `query` as a one-off view (coroutine; what `aggregate_context`
         merges): built from the same sources, its history filling its room, and without
@@ -255,7 +323,9 @@ class Session:
 
     async def build_context(self, query: str, *, ctx: BuildContext | None = None) -> ContextWindow:
         """The window for `query` (coroutine): system prompt once, extra sources, memory,
-        the query last. Publishes ``context.assembled`` with the report's summary."""
+        the query last, as the user's turn. The query is not recorded (`turn` records it,
+        then builds): retrieval searches the memory as it is. Publishes
+        ``context.assembled`` with the report's summary."""
         self._require_open("build a window for")
         ctx = replace(
             ctx or BuildContext(),
