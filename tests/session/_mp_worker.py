@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from loomctx.errors import ConfigError
+from loomctx.memory.settings import MemoryTiers
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus
 from loomctx.session.bus import Event
 from loomctx.session.bus.redis import RedisStreamsBus
@@ -63,7 +64,7 @@ async def turn(controller: Worker, sid: str, t: int) -> dict[str, Any]:
     reply; answer with what the window and L1 held of other sessions, and of this one."""
     if t == 0:
         try:
-            session = await controller.create_session(sid, max_l1_size=20)
+            session = await controller.create_session(sid, tiers=MemoryTiers(max_l1_size=20))
         except ConfigError:
             # A retry of a turn whose first worker died after it stored the session.
             session = controller.get_session(sid)

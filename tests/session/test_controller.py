@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from loomctx.errors import ConfigError
+from loomctx.memory.settings import MemoryTiers
 from loomctx.session import topics
 from loomctx.session.bus import InProcessEventBus
 from loomctx.session.controller import ContextController
@@ -170,9 +171,7 @@ async def test_distribute_filtered_asks_the_predicate(
 async def test_sessions_survive_a_restart_with_the_same_state(store: SQLiteStore) -> None:
     options = {
         "system_prompt": "Be brief.",
-        "max_l1_size": 4,
-        "max_l2_size": 2,
-        "max_l3_size": 3,
+        "tiers": MemoryTiers(max_l1_size=4, max_l2_size=2, max_l3_size=3),
         "priority": 0.8,
         "metadata": {"customer": "c-17"},
         "model_context_window": 4096,

@@ -29,6 +29,7 @@ SESSIONS = [f"s{i}" for i in range(8)]
 CHILD = textwrap.dedent(
     """
     import asyncio, random, sys
+    from loomctx.memory.settings import MemoryTiers
     from loomctx.memory.task import Task, TaskStatus
     from loomctx.session.controller import ContextController
     from loomctx.stores.sqlite import SQLiteStore
@@ -41,7 +42,8 @@ CHILD = textwrap.dedent(
         known = set(controller.session_ids())
         for sid in ids:
             if sid not in known:
-                await controller.create_session(sid, max_l1_size=5, max_l2_size=3)
+                tiers = MemoryTiers(max_l1_size=5, max_l2_size=3)
+                await controller.create_session(sid, tiers=tiers)
         print("ready", flush=True)
         n = start
         while True:

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 
 from loomctx.context.orchestrator import ContextWindow
 from loomctx.errors import ConfigError
+from loomctx.memory.settings import MemoryTiers
 from loomctx.memory.task import Task, task_text
 from loomctx.session.controller import ContextController
 from loomctx.session.session import SessionState
@@ -77,7 +78,9 @@ class Isolation(RuleBasedStateMachine):
         sid = f"s{len(self.states)}"
         self.runner.run(
             self.controller.create_session(
-                sid, max_l1_size=3, max_l2_size=2, max_l3_size=2, metadata={"group": group}
+                sid,
+                tiers=MemoryTiers(max_l1_size=3, max_l2_size=2, max_l3_size=2),
+                metadata={"group": group},
             )
         )
         self.given[sid] = set()

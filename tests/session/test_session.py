@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from loomctx.context.sources import ToolSource
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
+from loomctx.memory.settings import MemoryTiers
 from loomctx.session import topics
 from loomctx.session.bus import InProcessEventBus
 from loomctx.session.controller import ContextController
@@ -246,7 +248,9 @@ async def test_unknown_options_name_the_option_and_the_accepted_ones(
         ({"sources": "kb"}, "`sources` must be a list"),
         ({"sources": [object()]}, "holds object, which is not a ContextSource"),
         ({"model_context_window": 0}, "`model_context_window` must be an int >= 1"),
-        ({"max_l1_size": True}, "`max_l1_size` must be an int >= 1"),
+        ({"tiers": {"max_l1_size": 3}}, "option `tiers` must be a `MemoryTiers`"),
+        ({"max_l1_size": 3}, r"pass `tiers=MemoryTiers\(max_l1_size=...\)`"),
+        ({"max_l3_size": 3}, r"pass `tiers=MemoryTiers\(max_l3_size=...\)`"),
         ({"output_reserve_ratio": 0.2, "max_output_tokens": 10}, "not both"),
         ({"priority": 1.5}, "`priority` must be a number from 0 to 1"),
         ({"priority": True}, "`priority` must be a number from 0 to 1"),
@@ -263,12 +267,41 @@ def test_bad_option_values_are_config_errors(options: dict[str, object], message
 
 def test_options_round_trip_through_their_stored_form() -> None:
     options = SessionOptions.from_options(
-        {"system_prompt": "p", "priority": 1, "metadata": {"plan": "gold", "seats": [1, 2]}}
+        {
+            "system_prompt": "p",
+            "priority": 1,
+            "metadata": {"plan": "gold", "seats": [1, 2]},
+            "tiers": MemoryTiers(max_l1_size=7, promote_threshold=0.5),
+        }
     )
     assert options.priority == 1.0
     data = options.to_dict()
     assert "sources" not in data
+    assert json.loads(json.dumps(data)) == data
     assert SessionOptions.from_dict(data) == options
+
+
+def test_options_stored_by_earlier_versions_keep_their_tier_sizes() -> None:
+    stored = {"system_prompt": "p", "max_l1_size": 4, "max_l2_size": 2, "max_l3_size": 3}
+    options = SessionOptions.from_dict(stored)
+    assert options.tiers == MemoryTiers(max_l1_size=4, max_l2_size=2, max_l3_size=3)
+    assert options.system_prompt == "p"
+    assert SessionOptions.from_dict({"system_prompt": "p"}).tiers == MemoryTiers()
+    with pytest.raises(ConfigError, match="stored option `tiers` is not a MemoryTiers"):
+        SessionOptions.from_dict({"tiers": {"max_l9_size": 1}})
+
+
+async def test_a_session_s_memory_takes_its_tiers(
+    env: tuple[ContextController, Recorder],
+) -> None:
+    controller, _ = env
+    tiers = MemoryTiers(max_l1_size=2, max_l2_size=3, promote_threshold=0.95)
+    session = await controller.create_session("s1", tiers=tiers)
+    assert session.memory.tiers == tiers
+    for i in range(3):
+        await session.add_task(said(f"u{i}", f"hello {i}"))  # importance 0.9 < 0.95
+    assert [t.task_id for t in session.memory.get_l1_tasks()] == ["u1", "u2"]
+    assert await session.promote_tasks() == []
 
 
 async def test_session_exposes_its_options(env: tuple[ContextController, Recorder]) -> None:
@@ -331,7 +364,7 @@ async def test_no_important_task_misses_l2_when_tasks_outrun_the_trigger(
     bus = InProcessEventBus()  # no controller here: only the inline guard promotes
     session = Session(
         "fast",
-        options=SessionOptions(max_l1_size=3),
+        options=SessionOptions(tiers=MemoryTiers(max_l1_size=3)),
         store=controller.store,
         bus=bus,
         layout=controller.layout,

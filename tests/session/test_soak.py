@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from loomctx.memory.settings import MemoryTiers
 from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus
 from loomctx.session import topics
 from loomctx.session.bus import InProcessEventBus
@@ -45,7 +46,7 @@ async def test_many_sessions_at_once_no_cross_talk_no_loss_no_leaks(tmp_path: Pa
     async def converse(controller: ContextController, n: int) -> None:
         sid = f"s{n}"
         session = await controller.create_session(
-            sid, model_context_window=2048, max_l1_size=10, max_l2_size=10
+            sid, model_context_window=2048, tiers=MemoryTiers(max_l1_size=10, max_l2_size=10)
         )
         for turn in range(TURNS):
             text = f"question {turn} from {sid}: where is my order {sid}t{turn}u"

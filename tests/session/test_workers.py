@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from loomctx.errors import ConfigError
+from loomctx.memory.settings import MemoryTiers
 from loomctx.session import topics
 from loomctx.session.bus import Event
 from loomctx.session.bus.redis import RedisStreamsBus
@@ -78,7 +79,7 @@ async def test_two_workers_promote_and_persist_once_per_event(
     async with watcher:
         await a.start()
         await b.start()
-        session = await a.create_session("conv", max_l1_size=20)
+        session = await a.create_session("conv", tiers=MemoryTiers(max_l1_size=20))
         # The session hops between workers turn by turn.
         for i in range(12):
             hop = (a if i % 2 == 0 else b).get_session("conv")
@@ -163,7 +164,7 @@ async def test_a_killed_workers_pending_events_are_claimed_by_another(
         line = (await asyncio.wait_for(child.stdout.readline(), SAFETY)).decode()
         assert line.strip() == "ready"
         await survivor.start()
-        session = await survivor.create_session("conv", max_l1_size=50)
+        session = await survivor.create_session("conv", tiers=MemoryTiers(max_l1_size=50))
         added: list[str] = []
         watcher = RedisStreamsBus(redis_url, prefix=redis_prefix, block=0.02)
         watcher.subscribe(topics.TASK_ADDED, lambda e: added.append(e.id))

@@ -4,23 +4,30 @@ Every option but `sources` and `budget_manager` is stored with the session and c
 when it is reopened; those two are objects (a knowledge base, a tool registry, a budget
 policy), not state, so a reopened session gets them again through `Session.add_source` and
 `Session.budget_manager`.
+
+The memory's tiers are one settings value, `tiers` (a `MemoryTiers`, as `LoomMemory` takes).
+Earlier versions took the tier sizes as options of their own (`max_l1_size`, `max_l2_size`,
+`max_l3_size`): given to `create_session` they are a `ConfigError` saying how to pass them;
+a session stored with them reopens with those sizes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from loomctx.context.block import ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.errors import ConfigError, check_int
+from loomctx.memory.settings import MemoryTiers
 
 __all__ = ["SessionOptions"]
 
 _OBJECTS = ("sources", "budget_manager")  # options that are objects, not stored state
+_TIER_SIZES: Final = ("max_l1_size", "max_l2_size", "max_l3_size")  # earlier versions' options
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +42,8 @@ class SessionOptions:
       and dynamic context (default `BudgetManager()`); an `AdaptiveBudgetManager` shifts the
       split with the phase of the task, from the `BuildContext` given to `build_context`
       (`phase`, `progress` or `turn_index`).
-    - `max_l1_size`, `max_l2_size`, `max_l3_size`: the memory tiers' sizes.
+    - `tiers`: the memory's tiers (`MemoryTiers`: their sizes, the promotion threshold, the
+      summaries' length; default `MemoryTiers()`).
     - `priority` (0..1): the session's weight when an aggregate window splits by priority.
     - `metadata`: JSON data of your own (a customer id, a plan), e.g. for
       `ContextController.distribute_filtered` predicates.
@@ -47,9 +55,7 @@ class SessionOptions:
     output_reserve_ratio: float | None = None
     max_output_tokens: int | None = None
     budget_manager: BudgetManager | None = None
-    max_l1_size: int = 50
-    max_l2_size: int = 100
-    max_l3_size: int = 500
+    tiers: MemoryTiers = field(default_factory=MemoryTiers)
     priority: float = 0.5
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
@@ -75,8 +81,10 @@ class SessionOptions:
                 f"got {type(self.budget_manager).__name__}"
             )
         check_int(self.model_context_window, "option `model_context_window`", minimum=1)
-        for name in ("max_l1_size", "max_l2_size", "max_l3_size"):
-            check_int(getattr(self, name), f"option `{name}`", minimum=1)
+        if not isinstance(self.tiers, MemoryTiers):
+            raise ConfigError(
+                f"option `tiers` must be a `MemoryTiers` (from loomctx), got {self.tiers!r}"
+            )
         BudgetManager.available(
             self.model_context_window,
             output_reserve_ratio=self.output_reserve_ratio,
@@ -110,6 +118,11 @@ class SessionOptions:
         """Options as given to `create_session`; an unknown name is a `ConfigError`."""
         accepted = cls.names()
         for name in options:
+            if name in _TIER_SIZES:
+                raise ConfigError(
+                    f"option `{name}` is a size of the memory's tiers, set in one value: pass "
+                    f"`tiers=MemoryTiers({name}=...)` (`from loomctx import MemoryTiers`)"
+                )
             if name not in accepted:
                 raise ConfigError(
                     f"unknown session option `{name}`; the options are "
@@ -122,9 +135,19 @@ class SessionOptions:
         keeps)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OBJECTS}
         out["metadata"] = dict(self.metadata)
+        out["tiers"] = asdict(self.tiers)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionOptions:
-        """The inverse of `to_dict` (without `sources` and `budget_manager`)."""
-        return cls.from_options(data)
+        """The inverse of `to_dict` (without `sources` and `budget_manager`); options stored
+        by earlier versions, with the tier sizes as options of their own, too."""
+        options = {k: v for k, v in data.items() if k not in _TIER_SIZES}
+        stored = data.get("tiers")
+        sizes = {k: data[k] for k in _TIER_SIZES if k in data}
+        if isinstance(stored, Mapping) or sizes:
+            try:
+                options["tiers"] = MemoryTiers(**{**sizes, **(stored or {})})
+            except TypeError as exc:
+                raise ConfigError(f"stored option `tiers` is not a MemoryTiers: {exc}") from None
+        return cls.from_options(options)

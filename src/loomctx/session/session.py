@@ -51,7 +51,6 @@ from loomctx.context.recipe import (
 from loomctx.context.sources import TurnSource
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory, same_view
-from loomctx.memory.settings import MemoryTiers
 from loomctx.memory.task import (
     ASSISTANT_MESSAGE,
     USER_MESSAGE,
@@ -138,11 +137,7 @@ class Session:
             # Lexical, as before the shipped embedder became LoomMemory's default: a
             # controller may hold thousands of sessions, each would run an embedding thread.
             embedder=None,
-            tiers=MemoryTiers(
-                max_l1_size=options.max_l1_size,
-                max_l2_size=options.max_l2_size,
-                max_l3_size=options.max_l3_size,
-            ),
+            tiers=options.tiers,
         )
         """Its tiered memory, in its own namespace of the store."""
         self.orchestrator: Final = window_orchestrator(
