@@ -119,7 +119,7 @@ def parse_chat_request(
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError("`messages` must be a non-empty list of chat messages", param="messages")
-    # One pass over what may be a long history re-sent on every call (10k messages: ~1 ms).
+    # One pass: a client may re-send a long history on every call.
     instructions: list[Mapping[str, Any]] = []
     talk: list[Mapping[str, Any]] = []
     for i, message in enumerate(raw):
