@@ -4,8 +4,9 @@ A backend (`InProcessEventBus`, `RedisStreamsBus`) is a `BusLifecycle` over its 
 `WorkerSubscription`s. The base keeps the live and retired subscriptions, the handler
 failures, the open / closing / closed state and the loop the bus runs on, and implements
 what is the same on both: `async with`, `close` (refuse new publishes, drain within the
-timeout, stop and join every worker, cancel those still busy), `stats`, unnamed
-subscriptions' names and failure reports. A backend says how it drains (`_drain`), stops a
+timeout, stop and join every worker, cancel those still busy), `stats`, taking a new
+subscription (`_admit`) and a new event (`_new_event`), unnamed subscriptions' names and
+failure reports. A backend says how it drains (`_drain`), stops a
 subscription (`_halt`), binds to a loop (`_bind`) and sends a failure event
 (`_send_failure`).
 
@@ -18,19 +19,21 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from types import TracebackType
-from typing import ClassVar, Generic, Literal, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
-from loomctx.errors import ConfigError, check_int
+from loomctx.errors import BusClosedError, ConfigError, check_int
 from loomctx.session.bus.base import (
     LOG,
     BusStats,
     CountedSubscription,
     Event,
     HandlerFailure,
+    check_subscription,
     failure_event,
+    new_id,
 )
 
 __all__ = ["ORIGIN", "BusLifecycle", "WorkerSubscription"]
@@ -66,6 +69,7 @@ class BusLifecycle(ABC, Generic[S]):
     _label: ClassVar[str]  # in log lines: "event bus", "redis bus"
     _workers: ClassVar[str]  # what a worker is called in log lines: "worker", "consumer"
     _on_drain_timeout: ClassVar[str]  # what close does when the drain times out
+    _max_pending: int  # a subscription's mailbox unless `subscribe` says (set by the backend)
 
     def __init__(self, *, failures_kept: int) -> None:
         self.failures: deque[HandlerFailure] = deque(
@@ -196,6 +200,56 @@ class BusLifecycle(ABC, Generic[S]):
         return ""
 
     # -- shared internals ------------------------------------------------------------------
+
+    def _admit(
+        self,
+        pattern: str,
+        handler: object,
+        *,
+        name: str | None,
+        max_pending: int | None,
+        make: Callable[[str, int], S],
+    ) -> S:
+        """A new live subscription: `subscribe`'s arguments checked (`check_subscription`),
+        made by ``make(name, capacity)``. `BusClosedError` once the bus is closing."""
+        if self._state != "open":
+            raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
+        name, capacity = check_subscription(
+            pattern,
+            handler,
+            name=name,
+            max_pending=max_pending,
+            default_pending=self._max_pending,
+            taken=self._subs,
+            unnamed=self._unnamed,
+        )
+        sub = make(name, capacity)
+        self._subs[name] = sub
+        self._retired.pop(name, None)
+        self._routes_changed()
+        return sub
+
+    def _new_event(
+        self,
+        topic: str,
+        payload: Mapping[str, Any] | None,
+        *,
+        source: str,
+        event_id: str | None,
+        from_handler: bool,
+    ) -> Event:
+        """The event to publish (checked: `ConfigError` for a bad topic or payload), once the
+        bus takes it: while open, or while closing from one of its own handlers (else
+        `BusClosedError`); the bus is bound to the running loop."""
+        if self._state == "closed" or (self._state == "closing" and not from_handler):
+            raise BusClosedError(f"the bus is closed; cannot publish on {topic!r}.")
+        self._bind()
+        return Event(
+            id=new_id() if event_id is None else event_id,
+            topic=topic,
+            payload={} if payload is None else payload,
+            source=source,
+        )
 
     def _origin(self) -> S | None:
         """The subscription of this bus whose handler is running here, if any."""

@@ -54,13 +54,11 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any
 
-from loomctx.errors import BusClosedError, BusLoopError, check_int
+from loomctx.errors import BusLoopError, check_int
 from loomctx.session.bus._lifecycle import ORIGIN, BusLifecycle, WorkerSubscription
 from loomctx.session.bus.base import (
     Event,
     Handler,
-    check_subscription,
-    new_id,
 )
 
 __all__ = ["InProcessEventBus", "InProcessSubscription"]
@@ -282,24 +280,15 @@ class InProcessEventBus(BusLifecycle[InProcessSubscription]):
         starts with the first event, so subscribing needs no running event loop. `handler` is
         an async callable; a plain function is called on the event loop and must not block.
         """
-        if self._state != "open":
-            raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
-        name, capacity = check_subscription(
+        return self._admit(
             pattern,
             handler,
             name=name,
             max_pending=max_pending,
-            default_pending=self._max_pending,
-            taken=self._subs,
-            unnamed=self._unnamed,
+            make=lambda name, capacity: InProcessSubscription(
+                bus=self, name=name, pattern=pattern, handler=handler, capacity=capacity
+            ),
         )
-        sub = InProcessSubscription(
-            bus=self, name=name, pattern=pattern, handler=handler, capacity=capacity
-        )
-        self._subs[name] = sub
-        self._retired.pop(name, None)
-        self._routes.clear()
-        return sub
 
     async def publish(
         self,
@@ -318,14 +307,8 @@ class InProcessEventBus(BusLifecycle[InProcessSubscription]):
         while the first is open (see the module docstring).
         """
         origin = self._origin()
-        if self._state == "closed" or (self._state == "closing" and origin is None):
-            raise BusClosedError(f"the bus is closed; cannot publish on {topic!r}.")
-        self._bind()
-        event = Event(
-            id=new_id() if event_id is None else event_id,
-            topic=topic,
-            payload={} if payload is None else payload,
-            source=source,
+        event = self._new_event(
+            topic, payload, source=source, event_id=event_id, from_handler=origin is not None
         )
         await self._dispatch(event, origin=origin, exclude=None)
         return event

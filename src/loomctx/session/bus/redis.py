@@ -106,7 +106,6 @@ from typing import Any, Final, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from loomctx.errors import (
-    BusClosedError,
     BusLoopError,
     ConfigError,
     MessageFormatError,
@@ -117,8 +116,6 @@ from loomctx.session.bus.base import (
     LOG,
     Event,
     Handler,
-    check_subscription,
-    new_id,
 )
 
 try:
@@ -286,28 +283,21 @@ class RedisStreamsBus(BusLifecycle[RedisSubscription]):
         this call), one at a time; `name` is the consumer group (shared by every bus that
         subscribes with it). Needs no running event loop: reading starts on the bus's loop.
         """
-        if self._state != "open":
-            raise BusClosedError("the bus is closed; `subscribe` on a new bus.")
         ephemeral = name is None
-        name, capacity = check_subscription(
+        sub = self._admit(
             pattern,
             handler,
             name=name,
             max_pending=max_pending,
-            default_pending=self._max_pending,
-            taken=self._subs,
-            unnamed=self._unnamed,
+            make=lambda name, capacity: RedisSubscription(
+                bus=self,
+                name=name,
+                pattern=pattern,
+                handler=handler,
+                capacity=capacity,
+                ephemeral=ephemeral,
+            ),
         )
-        sub = RedisSubscription(
-            bus=self,
-            name=name,
-            pattern=pattern,
-            handler=handler,
-            capacity=capacity,
-            ephemeral=ephemeral,
-        )
-        self._subs[name] = sub
-        self._retired.pop(name, None)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -331,15 +321,12 @@ class RedisStreamsBus(BusLifecycle[RedisSubscription]):
         subscription within `dedupe_ttl`. Raises `ConfigError` for a bad topic or payload,
         `BusClosedError` once the bus is closing (except from its handlers while it drains).
         """
-        from_handler = self._origin() is not None
-        if self._state == "closed" or (self._state == "closing" and not from_handler):
-            raise BusClosedError(f"the bus is closed; cannot publish on {topic!r}.")
-        self._bind()
-        event = Event(
-            id=new_id() if event_id is None else event_id,
-            topic=topic,
-            payload={} if payload is None else payload,
+        event = self._new_event(
+            topic,
+            payload,
             source=source,
+            event_id=event_id,
+            from_handler=self._origin() is not None,
         )
         await self._add(event, given=event_id is not None)
         return event
