@@ -163,7 +163,8 @@ async def converse(controller: ContextController) -> list[Session]:
 async def show_sessions(sessions: list[Session]) -> None:
     print("Each session's window for its customer's question (tokens per source):")
     for session, question in zip(sessions, QUESTIONS, strict=True):
-        window = await session.build_context(question)
+        # A call of the conversation: the question is recorded, then the window is built.
+        window = await session.turn(question)
         text = " ".join(m.content for m in window.messages)
         # Isolation: no other customer's order number reaches this window.
         assert not [o for c, o in ORDERS.items() if c != session.id and o in text]
