@@ -213,7 +213,8 @@ async def test_a_standalone_memory_reads_nothing_of_a_controllers_sessions(
     # The defaults: a controller of agent "agent" in tenant "default", and LoomMemory("agent").
     async with ContextController(store, counter=COUNTER) as controller:
         for sid in ("s1", "s2"):
-            session = await controller.create_session(sid, max_l1_size=3, max_l2_size=2)
+            tiers = MemoryTiers(max_l1_size=3, max_l2_size=2)
+            session = await controller.create_session(sid, tiers=tiers)
             for n in range(6):
                 await session.add_task(task("a", n if sid == "s1" else n + 10, 0.9))
         await controller.end_session("s2")  # archived into the agent-level memory
