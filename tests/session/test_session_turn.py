@@ -122,3 +122,31 @@ async def test_an_ended_session_takes_no_turn(
     await session.end()
     with pytest.raises(ConfigError, match="has ended and its content is archived"):
         await getattr(session, call)("hi")
+
+
+async def test_a_view_is_the_recipe_s_window_and_leaves_the_session_s_own_unmoved(
+    env: tuple[ContextController, Recorder],
+) -> None:
+    controller, _ = env
+    short, long = (
+        [said(f"u{i}", f"day {i}: my parcel {1000 + i} is late again") for i in range(n)]
+        for n in (3, 80)
+    )
+    for tasks, overflows in ((short, False), (long, True)):
+        viewed, plain = [
+            await controller.create_session(
+                f"{name}-{len(tasks)}", system_prompt=PROMPT, model_context_window=1200
+            )
+            for name in ("viewed", "plain")
+        ]
+        for session in (viewed, plain):
+            session.memory.add_tasks(tasks)
+        view = await viewed.view_context("which parcel is late?")
+        built = await viewed.build_context("which parcel is late?")
+        assert built.messages == (await plain.build_context("which parcel is late?")).messages
+        summarized = [m for m in built.messages if m.content.startswith("Earlier conversation")]
+        assert bool(summarized) is overflows
+        if overflows:  # a view fills the room with whole units, not a summary
+            assert not any(m.content.startswith("Earlier conversation") for m in view.messages)
+        else:
+            assert view.messages == built.messages
