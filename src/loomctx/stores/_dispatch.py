@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from loomctx.errors import ConfigError, ConflictError, StoreError
+from loomctx.errors import ConfigError, ConflictError, StoreError, check_int
 from loomctx.stores._codec import COLUMNS, encode, record_from_row, unencodable
 from loomctx.stores.base import (
     Delete,
@@ -129,9 +129,7 @@ def _check_fetch(op: Fetch) -> tuple[list[int], list[int]]:
 
 def check_record_cache(record_cache: object) -> int:
     """The size of a store's decoded-record cache: an int >= 0, else a `ConfigError`."""
-    if isinstance(record_cache, bool) or not isinstance(record_cache, int) or record_cache < 0:
-        raise ConfigError(f"`record_cache` must be an int >= 0, got {record_cache!r}")
-    return record_cache
+    return check_int(record_cache, "`record_cache`", minimum=0)
 
 
 class OpDispatcher(ABC, Generic[C, S]):
