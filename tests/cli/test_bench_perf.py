@@ -53,7 +53,7 @@ def test_quick_perf_writes_a_consistent_report_with_plots_and_a_peer(
         assert peer["split_tool_units"] == peer["windows"] == 3
         assert peer["system_present"] == 0
     markdown = (out / f"{json_file.stem}.md").read_text(encoding="utf-8")
-    assert "## Targets (issue 19)" in markdown
+    assert "## Targets" in markdown
     assert "| budget violations / split tool units | 0 / 0 | 0 / 0 in 28 windows | met |" in (
         markdown
     )

@@ -29,9 +29,9 @@ from loomctx.agent.retriever import ContextRetriever
 from loomctx.context.block import ContextSource
 from loomctx.context.budget import BudgetManager
 from loomctx.context.compactor import CachePolicy
-from loomctx.context.excerpt import check_limit
+from loomctx.context.excerpt import check_excerpt_tokens
 from loomctx.context.sources.retrieval import UnifiedRetrievalSource
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.memory.core import LoomMemory
 from loomctx.tokens import TokenCounter
 
@@ -58,9 +58,7 @@ OWN_SOURCES = frozenset(
 
 def _count(value: object, what: str) -> int:
     """`value` if it is an int >= 1 (not a bool); else a `ConfigError` naming `what`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{what}` must be an int >= 1, got {value!r}")
-    return value
+    return check_int(value, f"`{what}`", minimum=1)
 
 
 def _optional(value: object, kind: type, what: str, expected: str) -> None:
@@ -103,7 +101,7 @@ class AgentWindow:
         BudgetManager.available(
             self.model_context_window, output_reserve_ratio=self.output_reserve_ratio
         )
-        check_limit(self.max_result_tokens, "`AgentWindow.max_result_tokens`")
+        check_excerpt_tokens(self.max_result_tokens, "`AgentWindow.max_result_tokens`")
         _optional(
             self.budget_manager,
             BudgetManager,

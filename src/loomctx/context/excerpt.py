@@ -43,7 +43,7 @@ __all__ = [
     "HANDLE_PREFIX",
     "MIN_EXCERPT_TOKENS",
     "Excerpt",
-    "check_limit",
+    "check_excerpt_tokens",
     "excerpt",
     "fit_unit",
     "handle_for",
@@ -65,7 +65,7 @@ _ZWJ: Final = "\u200d"
 _CONTINUATIONS: Final = ((0xFE00, 0xFE0F), (0x1F3FB, 0x1F3FF), (0xE0020, 0xE007F))
 
 
-def check_limit(value: object, what: str) -> int | None:
+def check_excerpt_tokens(value: object, what: str) -> int | None:
     """`value` if it is None (a share of the budget) or an int >= `MIN_EXCERPT_TOKENS`; else
     a `ConfigError` naming `what`."""
     share = f"{DEFAULT_EXCERPT_SHARE:.0%} of the input budget"

@@ -1,6 +1,6 @@
 """Cross-validated choice of `RetrievalSettings`: tune on the other folds, report on this one.
 
-Loom's constants were tuned on the very conversations its figures are reported on (issue 21).
+Constants tuned on the very conversations their figures are reported on overstate them.
 ``loomctx bench locomo --cv`` and ``loomctx bench longmemeval --cv`` evaluate every setting of
 a small grid once per fold (a LoCoMo conversation; a LongMemEval fold of questions), keep each
 question's metrics, and then, for each fold, pick the setting whose metrics on *the other
@@ -62,11 +62,11 @@ LOCOMO_GRID: Final = (
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
-truncatable as before issue 21 (`whole_below=0`), the second hop, off by default
+truncatable (`whole_below=0`), the second hop, off by default
 (`hop_weight`), what an answer gains from its question (`answer_weight`) and the speaker
 signal (`speaker_weight`) off, as before, or doubled, memory's search pool before fusion
 (`pool_depth`) shallower or deeper, and the windows' dynamic floor
-(`CachePolicy.min_dynamic`) off, as before issue 21, or at half its default: a held-out
+(`CachePolicy.min_dynamic`) off or at half its default: a held-out
 conversation is reported with one only if the other four chose it. (A floor above the
 default is left out: it would only take history's room in larger windows, and what history
 is worth to a conversation, beyond the gold evidence, is what this benchmark cannot see.)

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from loomctx.embeddings import Embedder
-from loomctx.errors import ConfigError, MissingExtraError, StoreError
+from loomctx.errors import ConfigError, MissingExtraError, StoreError, check_int
 from loomctx.knowledge._checks import (
     check_fast,
     check_id,
@@ -385,8 +385,7 @@ class KnowledgeBase:
         ``[]`` for a blank query."""
         if not isinstance(query, str):
             raise ConfigError(f"`query` must be a string, got {type(query).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ConfigError(f"`limit` must be an int >= 0, got {limit!r}")
+        check_int(limit, "`limit`", minimum=0)
         check_relevance(min_relevance)
         if limit == 0 or not query.strip():
             return []

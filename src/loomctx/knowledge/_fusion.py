@@ -59,7 +59,7 @@ DENSE_WEIGHT: Final = 0.5
 Floats = npt.NDArray[np.float64]
 
 
-class Candidate(Protocol):
+class FusionItem(Protocol):
     """What fusion reads of a chunk: its key (ties) and its text (coverage)."""
 
     @property
@@ -68,7 +68,7 @@ class Candidate(Protocol):
     def text(self) -> str: ...
 
 
-T = TypeVar("T", bound=Candidate)
+T = TypeVar("T", bound=FusionItem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
-from loomctx.errors import ConfigError, EmbeddingError
+from loomctx.errors import ConfigError, EmbeddingError, check_int
 from loomctx.memory._embedders import (
     DEFAULT_EMBEDDER,
     EmbedderDefault,
@@ -441,8 +441,7 @@ class LoomMemory(StoreSync):
         words only, and `Recall.note` says how many."""
         if not isinstance(query, str):
             raise ConfigError(f"`recall` takes the query as a string, got {type(query).__name__}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"`limit` must be an int >= 1, got {limit!r}")
+        check_int(limit, "`limit`", minimum=1)
         hits = self.search(query, limit=limit)
         items = tuple(recalled_of(h.task, h.score, h.via) for h in hits)
         models = [e for e in (self.fast_embedder, self.embedder) if e is not None]

@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from loomctx.errors import ConfigError
+from loomctx.errors import check_int
 from loomctx.text import CHINESE_STOP_WORDS, terms, words
 
 __all__ = ["QueryRewriter", "chinese_words"]
@@ -93,8 +93,7 @@ class QueryRewriter:
 
     def __init__(self, *, window: int = 5, top_k: int = 6) -> None:
         for name, value in (("window", window), ("top_k", top_k)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"QueryRewriter: `{name}` must be an int >= 1, got {value!r}")
+            check_int(value, f"QueryRewriter: `{name}`", minimum=1)
         self.window = window
         self.top_k = top_k
 

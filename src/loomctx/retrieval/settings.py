@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.memory.settings import MemoryRanking
 from loomctx.retrieval.reranker import Reranker
 from loomctx.retrieval.rewriter import QueryRewriter
@@ -114,8 +114,7 @@ class RetrievalSettings:
             )
         for name in _INTS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"RetrievalSettings: `{name}` must be an int >= 1, got {value!r}")
+            check_int(value, f"RetrievalSettings: `{name}`", minimum=1)
         if self.length_low > self.length_high:
             raise ConfigError(
                 f"RetrievalSettings: need `length_low` <= `length_high`, got "

@@ -24,7 +24,7 @@ from loomctx.context.excerpt import (
     DEFAULT_EXCERPT_SHARE,
     MIN_EXCERPT_TOKENS,
     Excerpt,
-    check_limit,
+    check_excerpt_tokens,
     fit_unit,
     handle_for,
 )
@@ -208,7 +208,9 @@ class L1RecentSource(_MemorySource):
         depth: int | None = None,
     ) -> None:
         super().__init__(memory, name=name, priority=priority)
-        self.max_item_tokens = check_limit(max_item_tokens, f"source `{name}`: `max_item_tokens`")
+        self.max_item_tokens = check_excerpt_tokens(
+            max_item_tokens, f"source `{name}`: `max_item_tokens`"
+        )
         self.read_tool = read_tool
         self.depth = check_int(depth, f"source `{name}`: `depth`", minimum=1, none="no limit")
         # Each task's messages and their cost, by task object (tasks are frozen; the memory

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
-from loomctx.errors import ConfigError, check_unit
+from loomctx.errors import ConfigError, check_int, check_unit
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, task_label
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
@@ -54,10 +54,7 @@ class RetrievalInjector:
     """
 
     def __init__(self, *, whole_below: int = 0) -> None:
-        if isinstance(whole_below, bool) or not isinstance(whole_below, int) or whole_below < 0:
-            raise ConfigError(
-                f"RetrievalInjector: `whole_below` must be an int >= 0, got {whole_below!r}"
-            )
+        check_int(whole_below, "RetrievalInjector: `whole_below`", minimum=0)
         self.whole_below = whole_below
 
     def blocks(
@@ -190,10 +187,7 @@ class UnifiedRetrievalSource:
         names = [kb.name for kb in knowledge_bases]
         if len(set(names)) != len(names):
             raise ConfigError(f"source `{name}`: two knowledge bases share a name in {names!r}")
-        if isinstance(recall_limit, bool) or not isinstance(recall_limit, int) or recall_limit < 1:
-            raise ConfigError(
-                f"source `{name}`: `recall_limit` must be an int >= 1, got {recall_limit!r}"
-            )
+        check_int(recall_limit, f"source `{name}`: `recall_limit`", minimum=1)
         check_unit(min_score, f"source `{name}`: `min_score`")
         self.memory = memory
         self.knowledge_bases = list(knowledge_bases)

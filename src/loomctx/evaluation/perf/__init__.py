@@ -1,5 +1,5 @@
 """`loomctx bench perf`: Loom's speed, tokens and cost per call at N = 100 .. 100k turns of
-history, beside peers run on the same workload (issue 19).
+history, beside peers run on the same workload.
 
 `run_perf` measures each size in a fresh subprocess (``python -m
 loomctx.evaluation.perf._worker``: resident memory is that size's own), the shipped embedder's

@@ -19,7 +19,7 @@ throughput into the memory, promotion, how many records have vectors when builds
 resident memory twice: this process's peak, which also holds the workload (N messages, their
 tasks) and the orchestrator path's history, and that of a serving process (`serving`): a fresh
 interpreter that opens the memory's SQLite file and the knowledge base, as a worker would,
-and builds windows from them; issue 19's "RSS with 100k stored turns" is judged on it.
+and builds windows from them; the "RSS with 100k stored turns" target is judged on it.
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ def _coverage(
 
 def _query_embedding(embedder: Embedder, queries: Sequence[str]) -> dict[str, Any]:
     """Uncached query embedding, p50/p95 ms: alone, then while another process keeps one
-    core busy (issue 19: <= 25 ms with the build "also while the other core is busy"; an
+    core busy (the target: <= 25 ms with the build "also while the other core is busy"; an
     engine that spins its threads took seconds then)."""
     alone = _embed_queries(embedder, queries, tag="a")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -523,7 +523,7 @@ def _throughput(
 def soak(config: SizeConfig, *, builds: int) -> dict[str, Any]:
     """Each strategy's build latency over `builds` builds in one long-lived process (lexical,
     as a long run must not wait on vectors): p50 of the first and the last tenth, their ratio
-    (issue 19: flat over a 10,000-build process), and resident memory before and after."""
+    (the target: flat over a 10,000-build process), and resident memory before and after."""
     if builds < 100:
         raise ConfigError(f"a soak needs at least 100 builds, got {builds!r}")
     counter = TiktokenCounter()

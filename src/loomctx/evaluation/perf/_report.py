@@ -1,6 +1,6 @@
 """The Markdown report and PNG plots of `loomctx bench perf`, from its JSON result.
 
-The report puts issue 19's targets beside the measured figures and says which are not met;
+The report puts the performance targets beside the measured figures and says which are not met;
 a target whose size was not measured in the run says so instead of borrowing another size's
 number. Plots need matplotlib (the `bench` extra).
 """
@@ -229,7 +229,7 @@ def write_markdown(result: Result, path: Path, plots: Sequence[str]) -> None:
         f"timed builds per strategy and size, then {cfg['calls']} calls of the conversation "
         f"going on; embedder: {cfg['embedder']}. Command: `{cfg['command']}`.",
         "",
-        "## Targets (issue 19)",
+        "## Targets",
         "",
         *_table(["what", "target", "measured", "verdict"], targets(result)),
     ]

@@ -1,4 +1,4 @@
-"""The workload of `loomctx bench perf` (issue 19), built the same way for Loom and every peer.
+"""The workload of `loomctx bench perf`, built the same way for Loom and every peer.
 
 - a system prompt and 5 tool definitions;
 - a history of N LoCoMo turns, cycled with a counter (``(#2)``) past the end of the file so
