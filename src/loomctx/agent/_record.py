@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from loomctx.agent.subagent import Lineage
 from loomctx.agent.tools import ToolResult
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus
+from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, TaskStatus, message_task
 from loomctx.messages import Message, ToolCall
 
 __all__ = [
     "TURN_INDEX",
     "Run",
     "call_task",
-    "message_task",
     "record",
+    "run_message_task",
     "tool_unit",
     "turns_recorded",
 ]
@@ -55,19 +55,17 @@ class Run:
         return self.lineage.parent_agent if self.lineage is not None else "user"
 
 
-def message_task(action: str, content: str, run: Run, *, agent: str, turn_index: int) -> Task:
+def run_message_task(action: str, content: str, run: Run, *, agent: str, turn_index: int) -> Task:
     """A user message (from `run.asker` to `agent`) or a reply (from `agent` to it); a reply
     carries `turn_index`, the model call that made it."""
-    asked = action == USER_MESSAGE
     metadata: dict[str, object] = {"run_id": run.id, "agent": agent}
-    if not asked:
+    if action != USER_MESSAGE:
         metadata[TURN_INDEX] = turn_index
-    return Task(
-        source_agent=run.asker if asked else agent,
-        target_agent=agent if asked else run.asker,
-        action=action,
-        parameters={"content": content},
-        status=TaskStatus.COMPLETED,
+    return message_task(
+        action,
+        content,
+        agent=agent,
+        asker=run.asker,
         metadata=metadata,
         parent_task_id=run.parent_task_id,
     )
@@ -104,7 +102,11 @@ def tool_unit(
     """The reply (when it has text) and all its calls' Tasks (`pending`), completed or
     failed with their results: one unit, written at once."""
     tasks = (
-        [message_task(ASSISTANT_MESSAGE, reply.content, run, agent=agent, turn_index=turn_index)]
+        [
+            run_message_task(
+                ASSISTANT_MESSAGE, reply.content, run, agent=agent, turn_index=turn_index
+            )
+        ]
         if reply.content
         else []
     )

@@ -47,8 +47,8 @@ from typing import Any, Literal, Never, TypeVar
 from loomctx.agent._record import (
     Run,
     call_task,
-    message_task,
     record,
+    run_message_task,
     tool_unit,
     turns_recorded,
 )
@@ -558,7 +558,9 @@ class Agent(AgentWindows):
 
     def _message(self, action: str, content: str, run: Run) -> Task:
         """A user message (from `run.asker`) or a reply (to it), of the latest model call."""
-        return message_task(action, content, run, agent=self.name, turn_index=self.turns_taken - 1)
+        return run_message_task(
+            action, content, run, agent=self.name, turn_index=self.turns_taken - 1
+        )
 
     def _record(self, tasks: list[Task]) -> None:
         record(tasks, (self.memory, self.sources.shared_pool))

@@ -50,6 +50,7 @@ __all__ = [
     "TaskStatus",
     "TaskSummary",
     "importance_of",
+    "message_task",
     "said_at",
     "task_arguments",
     "task_body",
@@ -443,6 +444,35 @@ def task_messages(task: Task, *, body: str | None = None) -> tuple[Message, ...]
     )
 
 
+def message_task(
+    action: str,
+    content: str,
+    *,
+    agent: str,
+    asker: str = "user",
+    metadata: Mapping[str, Any] | None = None,
+    parent_task_id: str | None = None,
+    at: datetime | None = None,
+) -> Task:
+    """A message of the conversation as a completed Task: the user's (`USER_MESSAGE`, from
+    `asker` to `agent`) or the agent's reply (`ASSISTANT_MESSAGE`, from `agent` to `asker`),
+    recorded `at` (default: now). An `Agent`, a `Session`, the proxy and the ingest of a
+    message history all record messages through it."""
+    asked = action == USER_MESSAGE
+    stamp = at or _now()
+    return Task(
+        source_agent=asker if asked else agent,
+        target_agent=agent if asked else asker,
+        action=action,
+        parameters={"content": content},
+        status=TaskStatus.COMPLETED,
+        created_at=stamp,
+        updated_at=stamp,
+        metadata=dict(metadata or {}),
+        parent_task_id=parent_task_id,
+    )
+
+
 def tasks_from_messages(
     messages: Sequence[Message], *, agent: str = "agent", session_id: str | None = None
 ) -> list[Task]:
@@ -456,12 +486,15 @@ def tasks_from_messages(
     base = _now()
     out: list[Task] = []
 
+    scope = {} if session_id is None else {"session_id": session_id}
+
+    def stamp() -> datetime:
+        return base + timedelta(microseconds=len(out))
+
     def add(**fields: Any) -> None:
-        stamp = base + timedelta(microseconds=len(out))
-        meta = dict(fields.pop("metadata", {}))
-        if session_id is not None:
-            meta["session_id"] = session_id
-        out.append(Task(created_at=stamp, updated_at=stamp, metadata=meta, **fields))
+        at = stamp()
+        meta = {**fields.pop("metadata", {}), **scope}
+        out.append(Task(created_at=at, updated_at=at, metadata=meta, **fields))
 
     for unit in split_units(messages):
         first = unit.messages[0]
@@ -469,12 +502,13 @@ def tasks_from_messages(
             continue
         if first.role == "user":
             text = "\n".join(stand_in(p) for p in first.parts) if first.parts else first.content
-            add(source_agent="user", target_agent=agent, action=USER_MESSAGE,
-                parameters={"content": text}, status=TaskStatus.COMPLETED)  # fmt: skip
+            out.append(message_task(USER_MESSAGE, text, agent=agent, metadata=scope, at=stamp()))
             continue
         if first.content:
-            add(source_agent=agent, target_agent="user", action=ASSISTANT_MESSAGE,
-                parameters={"content": first.content}, status=TaskStatus.COMPLETED)  # fmt: skip
+            said = first.content
+            out.append(
+                message_task(ASSISTANT_MESSAGE, said, agent=agent, metadata=scope, at=stamp())
+            )
         results = {m.tool_call_id: m for m in unit.messages[1:]}
         for call in first.tool_calls:
             res = results[call.id]

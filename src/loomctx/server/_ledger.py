@@ -40,7 +40,12 @@ from typing import Any, Final
 
 from loomctx.context.turns import Split, message_digest, request_digest, split_request
 from loomctx.errors import ConfigError, ConflictError, MessageFormatError
-from loomctx.memory.task import ASSISTANT_MESSAGE, Task, TaskStatus, tasks_from_messages
+from loomctx.memory.task import (
+    ASSISTANT_MESSAGE,
+    Task,
+    message_task,
+    tasks_from_messages,
+)
 from loomctx.messages import Message, split_units
 from loomctx.server._errors import RequestError
 from loomctx.server._service import LoomService
@@ -226,13 +231,8 @@ def record_reply(
     something was recorded in the session since that request's turn: another reply to it,
     or a later request (which has the reply in its history). Whether it was recorded."""
     message = Message.assistant(text)
-    task = Task(
-        source_agent="assistant",
-        target_agent="user",
-        action=ASSISTANT_MESSAGE,
-        parameters={"content": text},
-        status=TaskStatus.COMPLETED,
-        metadata={"run_id": turn, "session_id": session},
+    task = message_task(
+        ASSISTANT_MESSAGE, text, agent="assistant", metadata={"run_id": turn, "session_id": session}
     )
     ns = ledger_namespace(tenant, session)
     version, entry, found = service.store.batch(

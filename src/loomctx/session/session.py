@@ -56,8 +56,8 @@ from loomctx.memory.task import (
     USER_MESSAGE,
     MemoryTier,
     Task,
-    TaskStatus,
     importance_of,
+    message_task,
 )
 from loomctx.messages import check_text
 from loomctx.session import topics
@@ -282,16 +282,8 @@ class Session:
     def _message(self, action: str, content: str, run_id: str | None) -> Task:
         """A user's message to the session's agent, or the agent's reply to the user."""
         agent = self._layout.agent_id
-        asked = action == USER_MESSAGE
         metadata = {"agent": agent} if run_id is None else {"run_id": run_id, "agent": agent}
-        return Task(
-            source_agent="user" if asked else agent,
-            target_agent=agent if asked else "user",
-            action=action,
-            parameters={"content": content},
-            status=TaskStatus.COMPLETED,
-            metadata=metadata,
-        )
+        return message_task(action, content, agent=agent, metadata=metadata)
 
     async def view_context(self, query: str) -> ContextWindow:
         """The window for `query` as a one-off view (coroutine; what `aggregate_context`
