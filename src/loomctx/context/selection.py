@@ -32,7 +32,7 @@ __all__ = [
 def task_of(block: ContextBlock) -> str | None:
     """The task a block stands for (memory sources say so in `metadata["task_id"]`)."""
     key = block.metadata.get("task_id")
-    return str(key) if key is not None else None
+    return key if key is None or type(key) is str else str(key)
 
 
 def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]) -> set[str]:
@@ -40,10 +40,11 @@ def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]
     window's history holds unless this build compacts it."""
     held: set[str] = set()
     for c in candidates:
-        if c.block.section != "history" or (key := task_of(c.block)) is None:
+        block = c.block
+        if block.section != "history" or (key := task_of(block)) is None:
             continue
-        mark = marks.get(c.block.source)
-        if mark is None or c.block.sequence >= mark.sequence:
+        mark = marks.get(block.source)
+        if mark is None or block.sequence >= mark.sequence:
             held.add(key)
     return held
 
