@@ -112,17 +112,19 @@ class RetrievalInjector:
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
         for c in candidates:
+            scores = c.scores  # read once (the properties read the same dictionary)
+            score = scores.get("score", 0.0)
             meta: dict[str, object] = {
                 **c.metadata,
                 "origin": c.origin,
-                "score": round(c.score, 4),
-                "relevance": round(c.relevance, 4),
+                "score": round(score, 4),
+                "relevance": round(scores.get("relevance", 0.0), 4),
                 "signals": {k: round(v, 4) for k, v in c.signals.items()},
             }
-            if c.vector_score is not None:
-                meta["vector_score"] = round(c.vector_score, 4)
-            if c.lexical_score is not None:
-                meta["lexical_score"] = round(c.lexical_score, 4)
+            if (vector := scores.get("vector_score")) is not None:
+                meta["vector_score"] = round(vector, 4)
+            if (lexical := scores.get("lexical_score")) is not None:
+                meta["lexical_score"] = round(lexical, 4)
             if c.origin == MEMORY_ORIGIN:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
@@ -135,7 +137,7 @@ class RetrievalInjector:
                 else f"{source}:{c.origin}:{c.id}",
                 content=c.text,
                 token_count=(tokens := counter.count(c.text)),
-                priority=max(0.01, min(1.0, c.score / best)),
+                priority=max(0.01, min(1.0, score / best)),
                 truncatable=tokens >= self.whole_below,
                 metadata=meta,
             )
