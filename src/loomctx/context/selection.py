@@ -21,6 +21,7 @@ __all__ = [
     "HistoryMark",
     "TailLimits",
     "held_tasks",
+    "new_candidate",
     "new_decision",
     "skipped_tail",
     "tail_scale",
@@ -71,9 +72,23 @@ class Decision:
 
 
 # The slots' own setters, which a frozen value's fields can be set through once, as it is made.
+_SET_C_BLOCK, _SET_C_COST, _SET_C_PRIORITY, _SET_C_ORDER = (
+    Candidate.__dict__[name].__set__ for name in ("block", "cost", "source_priority", "order")
+)
 _SET_CANDIDATE, _SET_BLOCK, _SET_STATUS, _SET_COST, _SET_REASON = (
     Decision.__dict__[name].__set__ for name in ("candidate", "block", "status", "cost", "reason")
 )
+
+
+def new_candidate(block: ContextBlock, cost: int, source_priority: float, order: int) -> Candidate:
+    """The value ``Candidate(block=block, ...)`` makes, at a third of the cost (one per block
+    offered, every build; see `new_decision`)."""
+    made = object.__new__(Candidate)
+    _SET_C_BLOCK(made, block)
+    _SET_C_COST(made, cost)
+    _SET_C_PRIORITY(made, source_priority)
+    _SET_C_ORDER(made, order)
+    return made
 
 
 def new_decision(
