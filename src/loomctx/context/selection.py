@@ -81,8 +81,8 @@ _SET_CANDIDATE, _SET_BLOCK, _SET_STATUS, _SET_COST, _SET_REASON = (
 
 
 def new_candidate(block: ContextBlock, cost: int, source_priority: float, order: int) -> Candidate:
-    """The value ``Candidate(block=block, ...)`` makes, at a third of the cost (one per block
-    offered, every build; see `new_decision`)."""
+    """The value ``Candidate(block=block, ...)`` makes, made as `new_decision` makes its
+    value: one per block offered, on every build."""
     made = object.__new__(Candidate)
     _SET_C_BLOCK(made, block)
     _SET_C_COST(made, cost)
@@ -94,10 +94,10 @@ def new_candidate(block: ContextBlock, cost: int, source_priority: float, order:
 def new_decision(
     candidate: Candidate, block: ContextBlock, status: BlockStatus, cost: int, reason: str = ""
 ) -> Decision:
-    """The value ``Decision(candidate=candidate, ...)`` makes, at a third of the cost: a
-    compaction makes one per candidate of every build (hundreds with a long history), and a
-    frozen dataclass's `__init__` parses keywords and sets each field through
-    `object.__setattr__`, where this sets the slots directly (as `new_evidence` does)."""
+    """The value ``Decision(candidate=candidate, ...)`` makes, for less: a compaction makes
+    one per candidate of every build (hundreds with a long history), and a frozen
+    dataclass's `__init__` parses keywords and sets each field through `object.__setattr__`,
+    where this sets the slots directly (as `new_evidence` does)."""
     made = object.__new__(Decision)
     _SET_CANDIDATE(made, candidate)
     _SET_BLOCK(made, block)
