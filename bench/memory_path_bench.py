@@ -6,10 +6,12 @@ Run: .venv/bin/python bench/memory_path_bench.py prepare FOLDER [--n 10000]
 `prepare` writes the perf workload's memory (N turns, promoted, fast vectors for all and as
 many of the shipped model's as 120 s allow) and knowledge base into FOLDER, as
 `loomctx bench perf` does; `time` opens them as a serving process would (no background
-embedder) and reports, at p50: the memory path's build (wall and this process's CPU time, the
-latter steadier on a busy machine), and `LoomMemory.search` and `KnowledgeBase.search_sync`
-alone at the depth a build asks for (82 results from pools of 656: thread CPU time). Run
-`time` with two checkouts' ``src`` on the same FOLDER to compare them side by side.
+embedder), builds the memory path's window as `loomctx bench perf` does (the window recipe's
+default settings, `_loom.PERF_SETTINGS`) and reports, at p50: the memory path's build (wall
+and this process's CPU time, the latter steadier on a busy machine), and `LoomMemory.search`
+and `KnowledgeBase.search_sync` alone at the depth a build asks for (82 results from pools
+of 656: thread CPU time). Run `time` with two checkouts' ``src`` on the same FOLDER to compare
+them side by side.
 """
 
 from __future__ import annotations

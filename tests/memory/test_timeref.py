@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from loomctx import MemoryRanking
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import USER_MESSAGE, Task
-from loomctx.memory.timeref import TimeSpan, time_spans
+from loomctx.memory.timeref import NO_TIME, TimeSpan, micros, proximities, time_spans
 from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store
 
@@ -148,6 +149,29 @@ def test_any_text_gives_well_formed_spans(now: datetime, query: str) -> None:
         assert span.start.tzinfo is not None
         assert span.phrase
         assert 0.0 <= span.proximity(now) <= 1.0
+
+
+_TIMES = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2026, 1, 1))
+
+
+@given(
+    now=_TIMES,
+    query=st.sampled_from(
+        ["yesterday", "last week", "3 months ago", "in May", "last year", "上周", "the past 5 days"]
+    ),
+    times=st.lists(st.one_of(st.none(), _TIMES), max_size=30),
+)
+def test_proximities_over_an_array_are_each_span_proximity_exactly(
+    now: datetime, query: str, times: list[datetime | None]
+) -> None:
+    found = time_spans(query, now)
+    at = np.array([NO_TIME if t is None else micros(t) for t in times], dtype=np.int64)
+    got = proximities(found, at).tolist()
+    for t, value in zip(times, got, strict=True):
+        if t is None or not found:
+            assert math.isnan(value)
+        else:  # the same float, not merely close: search's scores stay byte-identical
+            assert value == max(span.proximity(t) for span in found)
 
 
 # --- memory search -----------------------------------------------------------------------------

@@ -30,15 +30,15 @@ Selection, in order:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
+from loomctx.context._account import Placed, Selection
 from loomctx.context.billing import ANTHROPIC, CachePricing
 from loomctx.context.block import ContextBlock
 from loomctx.context.budget import BudgetManager
-from loomctx.context.packing import history_drop_reason, truncate_text
 from loomctx.context.render import summary_text
-from loomctx.context.report import BlockStatus, CompactionNote
+from loomctx.context.report import CompactionNote
 from loomctx.context.selection import (
     CachePolicy,
     Candidate,
@@ -52,7 +52,7 @@ from loomctx.context.selection import (
     task_of,
     unlifted,
 )
-from loomctx.errors import BudgetExceededError, ConfigError, Oversize
+from loomctx.errors import ConfigError
 from loomctx.memory.summarizers import ExtractiveSummarizer, Summarizer
 from loomctx.messages import Message
 from loomctx.tokens import TokenCounter
@@ -183,26 +183,60 @@ class ContextCompactor:
         has expired since the session's previous window; `pricing` its prices.
         """
         policy = policy or CachePolicy()
-        decided: dict[int, Decision] = {}
-        pinned = [c for c in candidates if c.block.pinned]
-        pinned_cost = sum(c.cost for c in pinned)
-        if pinned_cost > budget + slack:
-            raise BudgetExceededError(
-                offenders=[Oversize(name=c.block.id, tokens=c.cost) for c in pinned],
-                budget=budget + slack,
-                hint="raise `model_context_window`, lower the output reserve, or shorten them",
-            )
-        for c in pinned:
-            decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
-        left = budget - pinned_cost
-        spent: dict[str, int] = {}
-        for c in pinned:
-            spent[c.block.source] = spent.get(c.block.source, 0) + c.cost
+        marks = marks or {}
+        run = Selection(budget, counter, cost_of, self.min_truncated_tokens)
+        run.pin(candidates, slack)
         # A dynamic block whose task history holds (from its mark on) goes in as history, so
         # it claims no room: the tail wants only what the window lacks, and while the whole
         # conversation fits, history's room is the whole budget.
-        held = held_tasks(candidates, marks or {})
+        held = held_tasks(candidates, marks)
         below = unlifted(candidates, policy)
+        plan = self._plan(candidates, grants, priorities, budget, held, below, policy, dynamic_cap)
+        run.dynamic_left = plan.cap
+        # Step 2: history first, append-only from its mark; the other sources' shares are
+        # what it leaves them at least.
+        placed = await self._histories(
+            run, candidates, plan, grants, marks, policy, cold=cold, pricing=pricing
+        )
+        after_history = run.left
+        # Steps 3 and 4: the other sources within their shares, then what is left flows to
+        # waiting blocks by source priority, then block value.
+        ranked = sorted(
+            (
+                c
+                for c in candidates
+                if not c.block.pinned
+                and c.block.source not in placed.sources
+                and c.order not in below
+            ),
+            key=lambda c: (-c.source_priority, c.block.source, -c.block.priority, c.order),
+        )
+        run.fill(ranked, plan.shares)
+        # Step 5: the same task offered by two sources (recent history and retrieval, an
+        # inherited memory and a shared pool) goes in once; the room it frees goes to waiting
+        # blocks.
+        if self._drop_duplicates([c for c in candidates if c.order in run.decided], run.decided):
+            run.refill(ranked, budget, plan.cap, placed.extra)
+        decisions = run.explain(candidates, placed.reasons, below, plan.tail, after_history)
+        return Compaction(
+            decisions=[*decisions, *placed.extra], marks=placed.marks, notes=tuple(placed.notes)
+        )
+
+    @staticmethod
+    def _plan(
+        candidates: Sequence[Candidate],
+        grants: Mapping[str, int],
+        priorities: Mapping[str, float],
+        budget: int,
+        held: set[str],
+        below: Mapping[int, str],
+        policy: CachePolicy,
+        dynamic_cap: int | None,
+    ) -> _Plan:
+        """Each source's share of `budget` and the dynamic tail's cap: what each source
+        wants (a dynamic block the window holds as history, or that `tail_lift` leaves out,
+        wants nothing), the dynamic sources within the cap, redistributed by priority, then
+        the dynamic floor taken from older history (`_dynamic_first`)."""
         demands: dict[str, int] = {}
         for c in candidates:
             lacked = c.order not in below and not (
@@ -236,53 +270,34 @@ class ContextCompactor:
         shares, yielded = _dynamic_first(
             shares, wants, dynamic, candidates, priorities, floor, policy
         )
-        dynamic_left = [cap]
+        return _Plan(
+            shares=shares, wants=wants, dynamic=dynamic, cap=cap, tail=tail, yielded=yielded
+        )
 
-        def take(c: Candidate, room: int, why_cut: str) -> int:
-            """Keep `c` whole or cut within `room`; return the tokens used (0: it waits)."""
-            if c.block.section == "context":
-                room = min(room, dynamic_left[0])
-                used = keep(c, room, why_cut)
-                dynamic_left[0] -= used
-                return used
-            return keep(c, room, why_cut)
-
-        def keep(c: Candidate, room: int, why_cut: str) -> int:
-            if c.cost <= room:
-                decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
-                return c.cost
-            if not c.block.truncatable or room < self.min_truncated_tokens:
-                return 0
-            frame = c.cost - c.block.token_count
-            text = truncate_text(counter, c.block.content, room - frame)
-            if not text:
-                return 0
-            cut = c.block.with_content(text, counter.count(text))
-            cost = cost_of(cut)
-            if cost > room:
-                return 0
-            decided[c.order] = Decision(
-                candidate=c,
-                block=cut,
-                status="truncated",
-                cost=cost,
-                reason=f"cut from {c.block.token_count} to {cut.token_count} tokens ({why_cut})",
-            )
-            return cost
-
-        # Step 2: history first, append-only from its mark; the other sources' shares are
-        # what it leaves them at least.
+    async def _histories(
+        self,
+        run: Selection,
+        candidates: Sequence[Candidate],
+        plan: _Plan,
+        grants: Mapping[str, int],
+        marks: Mapping[str, HistoryMark],
+        policy: CachePolicy,
+        *,
+        cold: bool,
+        pricing: CachePricing,
+    ) -> Placed:
+        """Step 2: each history source's units kept from its mark (compacted past its room:
+        `_history`), decided in `run`, with the marks, notes, summaries and the reasons for
+        the units left out."""
         histories: dict[str, list[Candidate]] = {}
         for c in candidates:
             if c.block.section == "history" and not c.block.pinned:
                 histories.setdefault(c.block.source, []).append(c)
-        notes: list[CompactionNote] = []
-        new_marks: dict[str, HistoryMark] = {}
-        extra: list[Decision] = []
-        reasons: dict[int, tuple[BlockStatus, str]] = {}
+        placed = Placed(sources=set(histories))
+        shares, wants = plan.shares, plan.wants
         for source, units in histories.items():
             units.sort(key=lambda c: c.block.sequence)
-            room = max(0, min(shares.get(source, 0), left))
+            room = max(0, min(shares.get(source, 0), run.left))
             # What the other sources' own shares leave: a summary standing in for units that
             # cannot open the history may use it, and cut no one within their allocation.
             # (Their redistributed shares, not their first grants: step 3 gives each source its
@@ -293,116 +308,25 @@ class ContextCompactor:
                 for name, want in wants.items()
                 if name != source
             }
-            spare = left - sum(others.values())
+            spare = run.left - sum(others.values())
             # A deferred compaction takes its overflow from the dynamic tail and unused room,
             # never from another source's share (a tool definition, say): that would break the
             # cached prefix the deferral is there to keep.
-            fixed = sum(held for name, held in others.items() if name not in dynamic)
+            fixed = sum(held for name, held in others.items() if name not in plan.dynamic)
             kept, summary, note = await self._history(
                 source,
                 units,
-                (marks or {}).get(source),
-                (room, max(room, left - fixed), max(room, spare)),
+                marks.get(source),
+                (room, max(room, run.left - fixed), max(room, spare)),
                 policy,
-                counter,
-                cost_of,
-                core_units=policy.core_units if source in yielded else 0,
+                run.counter,
+                run.cost_of,
+                core_units=policy.core_units if source in plan.yielded else 0,
                 cold=cold,
                 pricing=pricing,
             )
-            if kept:
-                new_marks[source] = HistoryMark(
-                    start=kept[0].block.id, summary=summary, sequence=kept[0].block.sequence
-                )
-            if note is not None:
-                notes.append(note)
-            # `kept` is a suffix of `units` (`_history` keeps the newest): where it starts is
-            # its length from the end (list.index compared Candidates field by field, blocks
-            # and their messages included: 10% of compact's samples at 10k turns).
-            first = len(units) - len(kept)
-            for c in kept:
-                decided[c.order] = Decision(candidate=c, block=c.block, status="kept", cost=c.cost)
-            used = sum(c.cost for c in kept)
-            if summary is not None:
-                cost = cost_of(summary)
-                s = Candidate(block=summary, cost=cost, source_priority=0.0, order=-1 - len(extra))
-                extra.append(Decision(candidate=s, block=summary, status="kept", cost=cost))
-                used += cost
-            covered = int(summary.metadata.get("covers_from", first)) if summary else first
-            for c in units[:first]:
-                if summary is not None and c.block.sequence >= covered:
-                    why = f"compacted into `{summary.id}`"
-                    if summary.metadata.get("opens_history"):
-                        why = (
-                            f"summarized into `{summary.id}`: a history kept opens with a user turn"
-                        )
-                    reasons[c.order] = ("summarized", why)
-                else:
-                    reasons[c.order] = ("dropped", history_drop_reason(c.block, c.cost, room))
-            spent[source] = spent.get(source, 0) + used
-            left -= used
-
-        after_history = left
-        # Steps 3 and 4: the other sources within their shares, then what is left flows to
-        # waiting blocks by source priority, then block value.
-        ranked = sorted(
-            (
-                c
-                for c in candidates
-                if not c.block.pinned and c.block.source not in histories and c.order not in below
-            ),
-            key=lambda c: (-c.source_priority, c.block.source, -c.block.priority, c.order),
-        )
-        for step in ("its source's budget", "the budget left by other sources"):
-            for c in ranked:
-                src = c.block.source
-                if c.order in decided:
-                    continue
-                room = (
-                    left
-                    if step != "its source's budget"
-                    else min(shares.get(src, 0) - spent.get(src, 0), left)
-                )
-                used = take(c, room, step) if room > 0 else 0
-                spent[src] = spent.get(src, 0) + used
-                left -= used
-
-        # Step 5: the same task offered by two sources (recent history and retrieval, an
-        # inherited memory and a shared pool) goes in once; the room it frees goes to waiting
-        # blocks.
-        if self._drop_duplicates([c for c in candidates if c.order in decided], decided):
-            free = budget - sum(d.cost for d in decided.values()) - sum(d.cost for d in extra)
-            # A dropped copy in the dynamic context gives its share of the cap back too.
-            dynamic_left[0] = cap - sum(
-                d.cost for d in decided.values() if d.block.section == "context"
-            )
-            seen = {task_of(d.block) for d in decided.values()} - {None}
-            for c in ranked:
-                key = task_of(c.block)
-                if c.order in decided or key in seen:
-                    continue
-                if free <= 0:
-                    break
-                used = take(c, free, "the budget left by duplicates")
-                free -= used
-                if used and key is not None:
-                    seen.add(key)
-        holder = {k: d.block.source for d in decided.values() if (k := task_of(d.block))}
-        decisions: list[Decision] = []
-        for c in candidates:
-            d = decided.get(c.order)
-            if d is None:
-                status, why = reasons.get(c.order, ("dropped", ""))
-                if not why and (key := task_of(c.block)) in holder:
-                    why = f"its task is in the window already (from `{holder[key]}`)"
-                why = why or below.get(c.order, "")
-                if not why and c.block.section == "context":
-                    why = tail.reason(c.cost, dynamic_left[0], after_history)
-                if not why:
-                    why = f"needs {c.cost} tokens; the budget is spent on higher-value content"
-                d = Decision(candidate=c, block=c.block, status=status, cost=0, reason=why)
-            decisions.append(d)
-        return Compaction(decisions=[*decisions, *extra], marks=new_marks, notes=tuple(notes))
+            placed.add(run, source, units, (kept, summary, note), room)
+        return placed
 
     async def _history(
         self,
@@ -572,3 +496,17 @@ class ContextCompactor:
             else:
                 held.add(key)
         return dropped
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Plan:
+    """One build's shares (`ContextCompactor._plan`): each source's share, what each wants,
+    the dynamic sources, the tail's cap and limits, and the history sources that gave room
+    to the dynamic floor."""
+
+    shares: dict[str, int]
+    wants: dict[str, int]
+    dynamic: set[str]
+    cap: int
+    tail: TailLimits
+    yielded: set[str]

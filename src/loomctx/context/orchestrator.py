@@ -45,6 +45,7 @@ from loomctx.context.compactor import (
 from loomctx.context.layout_state import LayoutState, cache_marks, repeated_prefix_tokens
 from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import Blocks, ContextReport, SourceReport
+from loomctx.context.selection import new_candidate
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
 from loomctx.messages import (
     Message,
@@ -214,12 +215,7 @@ class ContextOrchestrator:
         for item in collected:
             for block in item.blocks:
                 candidates.append(
-                    Candidate(
-                        block=block,
-                        cost=self._cost(block),
-                        source_priority=item.source.priority,
-                        order=len(candidates),
-                    )
+                    new_candidate(block, self._cost(block), item.source.priority, len(candidates))
                 )
         # Framing is charged for what may go in: a dynamic block whose task history holds
         # goes in as history, so while the whole conversation fits, no fence is charged.

@@ -21,6 +21,8 @@ __all__ = [
     "HistoryMark",
     "TailLimits",
     "held_tasks",
+    "new_candidate",
+    "new_decision",
     "skipped_tail",
     "tail_scale",
     "task_of",
@@ -31,7 +33,7 @@ __all__ = [
 def task_of(block: ContextBlock) -> str | None:
     """The task a block stands for (memory sources say so in `metadata["task_id"]`)."""
     key = block.metadata.get("task_id")
-    return str(key) if key is not None else None
+    return key if key is None or type(key) is str else str(key)
 
 
 def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]) -> set[str]:
@@ -39,10 +41,11 @@ def held_tasks(candidates: Sequence[Candidate], marks: Mapping[str, HistoryMark]
     window's history holds unless this build compacts it."""
     held: set[str] = set()
     for c in candidates:
-        if c.block.section != "history" or (key := task_of(c.block)) is None:
+        block = c.block
+        if block.section != "history" or (key := task_of(block)) is None:
             continue
-        mark = marks.get(c.block.source)
-        if mark is None or c.block.sequence >= mark.sequence:
+        mark = marks.get(block.source)
+        if mark is None or block.sequence >= mark.sequence:
             held.add(key)
     return held
 
@@ -66,6 +69,42 @@ class Decision:
     status: BlockStatus
     cost: int
     reason: str = ""
+
+
+# The slots' own setters, which a frozen value's fields can be set through once, as it is made.
+_SET_C_BLOCK, _SET_C_COST, _SET_C_PRIORITY, _SET_C_ORDER = (
+    Candidate.__dict__[name].__set__ for name in ("block", "cost", "source_priority", "order")
+)
+_SET_CANDIDATE, _SET_BLOCK, _SET_STATUS, _SET_COST, _SET_REASON = (
+    Decision.__dict__[name].__set__ for name in ("candidate", "block", "status", "cost", "reason")
+)
+
+
+def new_candidate(block: ContextBlock, cost: int, source_priority: float, order: int) -> Candidate:
+    """The value ``Candidate(block=block, ...)`` makes, made as `new_decision` makes its
+    value: one per block offered, on every build."""
+    made = object.__new__(Candidate)
+    _SET_C_BLOCK(made, block)
+    _SET_C_COST(made, cost)
+    _SET_C_PRIORITY(made, source_priority)
+    _SET_C_ORDER(made, order)
+    return made
+
+
+def new_decision(
+    candidate: Candidate, block: ContextBlock, status: BlockStatus, cost: int, reason: str = ""
+) -> Decision:
+    """The value ``Decision(candidate=candidate, ...)`` makes, for less: a compaction makes
+    one per candidate of every build (hundreds with a long history), and a frozen
+    dataclass's `__init__` parses keywords and sets each field through `object.__setattr__`,
+    where this sets the slots directly (as `new_evidence` does)."""
+    made = object.__new__(Decision)
+    _SET_CANDIDATE(made, candidate)
+    _SET_BLOCK(made, block)
+    _SET_STATUS(made, status)
+    _SET_COST(made, cost)
+    _SET_REASON(made, reason)
+    return made
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -134,7 +135,7 @@ def fuse(
     lexical_part = np.zeros(n)
     if probes:
         found = scored[0].rows
-        covered = [sum(p in chunks[i].text.lower() for p in probes) for i in found.tolist()]
+        covered = [_covered(_lowered(chunks[i].text), probes) for i in found.tolist()]
         lexical_part[found] = lex[found] * np.asarray(covered, dtype=np.float64) / len(probes)
     if dense is None:
         score = lexical_part
@@ -163,6 +164,17 @@ def _damped(rescaled: Floats, cosine: Floats) -> Floats:
     """A dense part: the cosine rescaled within the candidates, times the cosine (in 0..1)."""
     out: Floats = rescaled * np.clip(cosine, 0.0, 1.0)
     return out
+
+
+@lru_cache(maxsize=8192)  # the same chunks come back search after search
+def _lowered(text: str) -> str:
+    """`text` in lower case, once per text (not once per probe and search)."""
+    return text.lower()
+
+
+def _covered(text: str, probes: Sequence[str]) -> int:
+    """How many of `probes` occur in `text`."""
+    return sum(p in text for p in probes)
 
 
 def _probe(term: str) -> str:

@@ -22,7 +22,15 @@ import numpy as np
 import numpy.typing as npt
 
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task
-from loomctx.memory.timeref import TimeSpan, asks_when, spans_of, time_spans
+from loomctx.memory.timeref import (
+    NO_TIME,
+    TimeSpan,
+    asks_when,
+    micros,
+    proximities,
+    spans_of,
+    time_spans,
+)
 from loomctx.search import (
     Ranking,
     best_first,
@@ -297,6 +305,8 @@ class MemorySearch:
             places=cols.place[at],
             asks=cols.asks[at],
             dated=cols.dated[at],
+            when=cols.when[at],
+            unread=cols.unread[at],
             infos=cols.info,
             found=found,
         )
@@ -358,27 +368,34 @@ class MemorySearch:
         """How close each found task was recorded to the time the query names ("5 days ago",
         "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`, by row; {} when the
         query names no time, or when no found task is close to it (the phrase is then about
-        something else than when things were recorded here: a story's "last year")."""
+        something else than when things were recorded here: a story's "last year"). Over the
+        rows' times as one array (`proximities`); the few rows whose task names times of its
+        own, or whose record must be read again, one by one."""
         if not settings.time_decay:
             return {}
         spans = time_spans(query, settings.clock())
         if not spans:
             return {}
-        out: dict[int, float] = {}
-        for i in range(len(table.ids)):
-            shape = table.info(i)
-            when = shape[3]
-            if when is _UNREAD:  # read the record again, to raise where reading it did
-                (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
-                data = rec.data if rec is not None else {}
-                fields = data.get("task") or data.get("summary") or {}
-                stamp = fields.get("created_at")
-                when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+        near = proximities(spans, table.when)
+        for i in np.flatnonzero(table.unread).tolist():  # read again, to raise where it did
+            (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
+            data = rec.data if rec is not None else {}
+            fields = data.get("task") or data.get("summary") or {}
+            stamp = fields.get("created_at")
+            when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
             if isinstance(when, datetime):
-                out[i] = max(span.proximity(when) for span in spans)
-            for named in shape[5]:  # what the turn speaks of, as against when it was said
-                out[i] = max(out.get(i, 0.0), *(span.meets(named) for span in spans))
-        return out if any(out.values()) else {}
+                near[i] = max(span.proximity(when) for span in spans)
+        for i in np.flatnonzero(table.dated).tolist():  # what the turn speaks of
+            named = table.info(i)[5]
+            if named:
+                here = float(near[i])
+                near[i] = max(
+                    0.0 if here != here else here, *(s.meets(n) for s in spans for n in named)
+                )
+        rows = np.flatnonzero(~np.isnan(near))
+        if not rows.size or not near[rows].any():
+            return {}
+        return dict(zip(rows.tolist(), near[rows].tolist(), strict=True))
 
     def _load_tasks(self, table: _Table, rows: Sequence[int]) -> list[Task | None]:
         """The task of each of `rows`: a task record's own, a summary's the task it
@@ -440,6 +457,8 @@ class _Table:
     places: npt.NDArray[np.int64]
     asks: npt.NDArray[np.bool_]
     dated: npt.NDArray[np.bool_]
+    when: npt.NDArray[np.int64]  # when each row's task was recorded (`micros`; `NO_TIME`)
+    unread: npt.NDArray[np.bool_]  # whose time `_time_match` must read itself
     # By row id: the columns' own dict (a search that finds a newer version of a record
     # meanwhile replaces its entry, key unchanged; starting the numbering again replaces
     # the dict, not its entries).
@@ -474,6 +493,8 @@ class _Columns:
         self.place = np.full(0, -1, dtype=np.int64)
         self.asks = np.zeros(0, dtype=np.bool_)
         self.dated = np.zeros(0, dtype=np.bool_)
+        self.when = np.full(0, NO_TIME, dtype=np.int64)
+        self.unread = np.zeros(0, dtype=np.bool_)
         self.info: dict[int, _HitInfo] = {}
 
     def known(
@@ -508,6 +529,8 @@ class _Columns:
                 ("place", -1),
                 ("asks", False),
                 ("dated", False),
+                ("when", NO_TIME),
+                ("unread", False),
                 ("seq", -1),  # last: a reader never sees a version without its entries
             ):
                 old = getattr(self, name)
@@ -520,6 +543,8 @@ class _Columns:
         self.place[at] = [i[1] for i in infos]
         self.asks[at] = [i[2] for i in infos]
         self.dated[at] = [bool(i[5]) for i in infos]
+        self.when[at] = [micros(i[3]) if isinstance(i[3], datetime) else NO_TIME for i in infos]
+        self.unread[at] = [i[3] is _UNREAD for i in infos]
         self.info.update(zip(ids, infos, strict=True))
         self.seq[at] = seqs
 

@@ -36,15 +36,21 @@ the date it speaks of, and the window's label shows that date (`span_text`): a m
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
+    "NO_TIME",
     "TIME_REFS",
     "TimeSpan",
     "asks_when",
+    "micros",
+    "proximities",
     "span_text",
     "spans_of",
     "spans_to_data",
@@ -57,6 +63,11 @@ TIME_REFS: Final = "time_refs"
 of ``{"phrase", "start", "end"}`` (ISO datetimes, ``start <= t < end``)."""
 
 _DAY: Final = timedelta(days=1)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO: Final = timedelta(microseconds=1)
+
+NO_TIME: Final = np.iinfo(np.int64).min
+"""`micros` of no time: `proximities` leaves it out."""
 
 _EN_NUMBERS: Final = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
@@ -151,6 +162,33 @@ class TimeSpan:
         if other.start < self.end and self.start < other.end:
             return 1.0
         return max(self.proximity(other.start), self.proximity(other.end))
+
+
+def micros(when: datetime) -> int:
+    """`when` as whole microseconds since the epoch (naive: UTC), exact: what `proximities`
+    compares (a datetime's own resolution, so no rounding)."""
+    return (_aware(when) - _EPOCH) // _MICRO
+
+
+def proximities(spans: Sequence[TimeSpan], times: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """The best `TimeSpan.proximity` of each of `times` (`micros`) to any of `spans`, over a
+    whole array at once (memory search scores every task found); the same floats, as the
+    gaps and margins are exact integers of microseconds divided as `timedelta`s divide.
+    NaN for `NO_TIME` and when `spans` is empty."""
+    best = np.full(times.shape, np.nan)
+    timed = times != NO_TIME
+    at = times[timed]
+    if not spans or not at.size:
+        return best
+    out = np.full(at.shape, -np.inf)
+    for span in spans:
+        start, end = micros(span.start), micros(span.end)
+        margin = max(_DAY, (span.end - span.start) / 2) // _MICRO
+        gap = np.where(at < start, start - at, at - end)
+        near = np.maximum(0.0, 1.0 - gap / margin)
+        out = np.maximum(out, np.where((start <= at) & (at < end), 1.0, near))
+    best[timed] = out
+    return best
 
 
 def time_spans(query: str, now: datetime) -> list[TimeSpan]:

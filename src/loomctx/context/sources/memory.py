@@ -222,9 +222,9 @@ class L1RecentSource(_MemorySource):
         # Excerpts already cut, by task, version and allowance.
         self._shown: OrderedDict[tuple[str, str, int, str], _Shown] = OrderedDict()
         # The last block of each task, with the task and what else it was made of.
-        self._blocks: OrderedDict[str, tuple[Task, tuple[object, ...], ContextBlock]] = (
-            OrderedDict()
-        )
+        self._blocks: OrderedDict[
+            str, tuple[Task, tuple[object, ...], ContextBlock, tuple[object, ...]]
+        ] = OrderedDict()
 
     async def collect(
         self, query: str, budget: TokenBudget, *, ctx: BuildContext
@@ -239,7 +239,20 @@ class L1RecentSource(_MemorySource):
         cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
         room = budget.ceiling
-        for age, (seq, task) in enumerate(reversed(list(enumerate(tasks)))):
+        for age in range(len(tasks)):
+            seq = len(tasks) - 1 - age
+            task = tasks[seq]
+            # The block of the last build, when it was made of this very task for the same
+            # place, allowance and counter (the usual case: history moves on by a unit or
+            # two a call), goes in again without being worked out anew.
+            shape = (seq, age, cap, depth, ctx.counter.name)
+            last = self._blocks.get(task.task_id)
+            if last is not None and last[0] is task and last[3] == shape:
+                tokens = last[2].token_count
+                if tokens <= room and "oversized" not in last[2].metadata:
+                    room -= tokens
+                    blocks.append(last[2])
+                    continue
             messages, excerpts, tokens = self._unit(task, cap, ctx.counter)
             meta: dict[str, object] = {
                 "task_id": task.task_id,
@@ -261,9 +274,8 @@ class L1RecentSource(_MemorySource):
                 break
             room -= tokens
             made = (self.name, messages, tokens, seq, meta)
-            last = self._blocks.get(task.task_id)
             if last is not None and last[0] is task and last[1] == made:
-                blocks.append(last[2])  # the same as the last build's (a value: offered again)
+                block = last[2]  # the same as the last build's (a value: offered again)
             else:
                 block = ContextBlock(
                     source=self.name,
@@ -275,10 +287,10 @@ class L1RecentSource(_MemorySource):
                     id=f"{self.name}:{task.task_id}",
                     metadata=meta,
                 )
-                self._blocks[task.task_id] = (task, made, block)
-                if len(self._blocks) > _WHOLE_CACHE:
-                    self._blocks.popitem(last=False)
-                blocks.append(block)
+            self._blocks[task.task_id] = (task, made, block, shape)
+            if len(self._blocks) > _WHOLE_CACHE:
+                self._blocks.popitem(last=False)
+            blocks.append(block)
             if oversized:
                 break
         return blocks

@@ -13,6 +13,8 @@ The injector lives in `context` rather than `retrieval` because it makes `Contex
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -36,6 +38,27 @@ __all__ = ["TOKENS_PER_CANDIDATE", "RetrievalInjector", "UnifiedRetrievalSource"
 
 TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 """With `fill`, how many tokens of budget call for one more candidate (a short turn: ~30)."""
+
+
+_LABELS: Final = 8192  # memory items' labels kept, by task object
+
+# `task_label` of the tasks injected lately, by task object (held, so its id stays unique):
+# memory search hands back the same decoded tasks build after build, and a label parses the
+# task's dates.
+_labels: OrderedDict[int, tuple[Task, str]] = OrderedDict()
+_labels_lock = threading.Lock()
+
+
+def _label(task: Task) -> str:
+    hit = _labels.get(id(task))
+    if hit is not None and hit[0] is task:
+        return hit[1]
+    label = task_label(task)
+    with _labels_lock:
+        _labels[id(task)] = (task, label)
+        if len(_labels) > _LABELS:
+            _labels.popitem(last=False)
+    return label
 
 
 class RetrievalInjector:
@@ -86,21 +109,23 @@ class RetrievalInjector:
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
         for c in candidates:
+            scores = c.scores  # read once (the properties read the same dictionary)
+            score = scores.get("score", 0.0)
             meta: dict[str, object] = {
                 **c.metadata,
                 "origin": c.origin,
-                "score": round(c.score, 4),
-                "relevance": round(c.relevance, 4),
+                "score": round(score, 4),
+                "relevance": round(scores.get("relevance", 0.0), 4),
                 "signals": {k: round(v, 4) for k, v in c.signals.items()},
             }
-            if c.vector_score is not None:
-                meta["vector_score"] = round(c.vector_score, 4)
-            if c.lexical_score is not None:
-                meta["lexical_score"] = round(c.lexical_score, 4)
+            if (vector := scores.get("vector_score")) is not None:
+                meta["vector_score"] = round(vector, 4)
+            if (lexical := scores.get("lexical_score")) is not None:
+                meta["lexical_score"] = round(lexical, 4)
             if c.origin == MEMORY_ORIGIN:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
-                meta["label"] = task_label(c.item) if isinstance(c.item, Task) else ""
+                meta["label"] = _label(c.item) if isinstance(c.item, Task) else ""
             yield ContextBlock(
                 source=source,
                 section="context",
@@ -109,7 +134,7 @@ class RetrievalInjector:
                 else f"{source}:{c.origin}:{c.id}",
                 content=c.text,
                 token_count=(tokens := counter.count(c.text)),
-                priority=max(0.01, min(1.0, c.score / best)),
+                priority=max(0.01, min(1.0, score / best)),
                 truncatable=tokens >= self.whole_below,
                 metadata=meta,
             )

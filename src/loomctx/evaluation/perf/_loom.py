@@ -2,8 +2,9 @@
 (`loomctx bench perf` calls it in a fresh subprocess per size, so resident memory is the
 size's own).
 
-Two strategies, each built with the window and reserve of `SizeConfig` (8,000 tokens with 1,000
-reserved unless `loomctx bench perf --window --reserve` says otherwise):
+Two strategies, each built by the window recipe with its default settings (`PERF_SETTINGS`,
+those an `Agent` and the proxy use) and the window and reserve of `SizeConfig` (8,000 tokens
+with 1,000 reserved unless `loomctx bench perf --window --reserve` says otherwise):
 
 - `orchestrator`: `ContextOrchestrator` over the history (`HistorySource`), the knowledge base
   (`UnifiedRetrievalSource`), the tools, the system prompt and the user's turn;
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loomctx.context.block import ContextSource
-from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextOrchestrator, LayoutState, repeated_prefix_tokens
 from loomctx.context.recipe import (
     WindowSettings,
@@ -129,10 +129,10 @@ class _Judge:
         )
 
 
-PERF_SETTINGS = WindowSettings(cache_policy=CachePolicy(), history_depth=None)
-"""The window recipe's settings here: an uncapped dynamic tail and history bounded by L1,
-as the figures of `loomctx bench perf` were measured (an `Agent`'s window caps the
-tail, `DEFAULT_MAX_DYNAMIC`, and lets history fill its room, `DEFAULT_HISTORY_DEPTH`)."""
+PERF_SETTINGS = WindowSettings()
+"""The window recipe's settings here: its defaults, those an `Agent` and the proxy build
+with (the dynamic tail capped, `DEFAULT_MAX_DYNAMIC`; history filling its room from the
+store, `DEFAULT_HISTORY_DEPTH`), so the figures describe the window users get."""
 
 
 def _orchestrator(
