@@ -46,6 +46,7 @@ from loomctx.context.selection import (
     Decision,
     HistoryMark,
     TailLimits,
+    cold_tail,
     held_tasks,
     skipped_tail,
     tail_scale,
@@ -179,8 +180,9 @@ class ContextCompactor:
         goes in. `marks` are the previous build's `HistoryMark`s by source (none: history
         starts fresh), `policy` when to compact it. `dynamic_cap` is the most tokens the
         dynamic context (`context` blocks) may take besides `policy.max_dynamic`'s share (the
-        budget manager's `dynamic_limit`; None: no such cap). `cold`: the provider's cache
-        has expired since the session's previous window; `pricing` its prices.
+        budget manager's `dynamic_limit`; None: no such cap). `cold`: nothing the provider
+        cached is at stake (the session's first window, or its cache expired since the
+        previous one); `pricing` its prices.
         """
         policy = policy or CachePolicy()
         decided: dict[int, Decision] = {}
@@ -343,6 +345,12 @@ class ContextCompactor:
             left -= used
 
         after_history = left
+        # Nothing cached at stake (`CachePolicy.cold_tail`): the tail may use what history
+        # leaves, blocks below `tail_lift`'s bar included; history is placed as on any call.
+        tail = cold_tail(tail, left, dynamic_cap, policy, cold=cold)
+        if tail.lifted:
+            cap = dynamic_left[0] = tail.cap
+            below = {}
         # Steps 3 and 4: the other sources within their shares, then what is left flows to
         # waiting blocks by source priority, then block value.
         ranked = sorted(
