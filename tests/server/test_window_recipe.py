@@ -128,7 +128,8 @@ async def test_the_agent_the_proxy_and_a_session_build_the_same_window(
     # what stands out of it (`CachePolicy.tail_lift`) may differ: its tail, and the room that
     # leaves history, are its own; the recipe's layout is the same.
     history = [m for m in sent[1:-1] if not m.content.startswith("Reference context")]
+    viewed = [m for m in built[1:-1] if not m.content.startswith("Reference context")]
     assert built[-1] == sent[-1]
     units = history[1:]  # the agent's whole units after its summary, the newest last
-    assert list(built[-1 - len(units) : -1]) == units
+    assert viewed[-len(units) :] == units
     assert built[1].content.startswith("Earlier conversation, summarized")
