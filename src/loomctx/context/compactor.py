@@ -46,6 +46,7 @@ from loomctx.context.selection import (
     Decision,
     HistoryMark,
     TailLimits,
+    cold_tail,
     held_tasks,
     skipped_tail,
     tail_scale,
@@ -179,8 +180,9 @@ class ContextCompactor:
         goes in. `marks` are the previous build's `HistoryMark`s by source (none: history
         starts fresh), `policy` when to compact it. `dynamic_cap` is the most tokens the
         dynamic context (`context` blocks) may take besides `policy.max_dynamic`'s share (the
-        budget manager's `dynamic_limit`; None: no such cap). `cold`: the provider's cache
-        has expired since the session's previous window; `pricing` its prices.
+        budget manager's `dynamic_limit`; None: no such cap). `cold`: nothing the provider
+        cached is at stake (the session's first window, or its cache expired since the
+        previous one); `pricing` its prices.
         """
         policy = policy or CachePolicy()
         marks = marks or {}
@@ -199,6 +201,13 @@ class ContextCompactor:
             run, candidates, plan, grants, marks, policy, cold=cold, pricing=pricing
         )
         after_history = run.left
+        # Nothing cached at stake (`CachePolicy.cold_tail`): the tail may use what history
+        # leaves, blocks below `tail_lift`'s bar included; history is placed as on any call.
+        tail = cold_tail(plan.tail, run.left, dynamic_cap, policy, cold=cold)
+        cap = plan.cap
+        if tail.lifted:
+            cap = run.dynamic_left = tail.cap
+            below = {}
         # Steps 3 and 4: the other sources within their shares, then what is left flows to
         # waiting blocks by source priority, then block value.
         ranked = sorted(
@@ -216,8 +225,8 @@ class ContextCompactor:
         # inherited memory and a shared pool) goes in once; the room it frees goes to waiting
         # blocks.
         if self._drop_duplicates([c for c in candidates if c.order in run.decided], run.decided):
-            run.refill(ranked, budget, plan.cap, placed.extra)
-        decisions = run.explain(candidates, placed.reasons, below, plan.tail, after_history)
+            run.refill(ranked, budget, cap, placed.extra)
+        decisions = run.explain(candidates, placed.reasons, below, tail, after_history)
         return Compaction(
             decisions=[*decisions, *placed.extra], marks=placed.marks, notes=tuple(placed.notes)
         )

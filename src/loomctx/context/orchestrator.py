@@ -253,7 +253,8 @@ class ContextOrchestrator:
                 marks=session.marks,
                 policy=self.cache_policy,
                 dynamic_cap=self.budget_manager.dynamic_limit(self.available),
-                cold=cold,
+                # The session's first window has no cached prefix at stake either.
+                cold=cold or session.built_at is None,
                 pricing=self.pricing,
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]

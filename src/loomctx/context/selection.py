@@ -6,7 +6,7 @@ a block out."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loomctx.context.billing import ANTHROPIC, CachePricing
 from loomctx.context.block import ContextBlock
@@ -20,6 +20,7 @@ __all__ = [
     "Decision",
     "HistoryMark",
     "TailLimits",
+    "cold_tail",
     "held_tasks",
     "new_candidate",
     "new_decision",
@@ -152,6 +153,14 @@ class CachePolicy:
       newest within the low-water mark like any compaction (False), so that history grows
       for a while before the next one: a first window that fills its room is compacted a
       call or two later, breaking the cache it just wrote. The window recipe's is False.
+    - `cold_tail`: on a call where nothing cached is at stake (the session's first window, or
+      its cache gone cold: idle past the provider's lifetime), the dynamic tail may use all
+      the room history leaves, by relevance, beyond `max_dynamic` and `full_tail_lift`'s
+      cap and `tail_lift`'s bar (True, the default): the cap is there to protect the cache,
+      and a cold call has none to protect, so tail tokens cost what history's do. History
+      is placed as on any call (at its low-water mark after a first compaction), so the
+      next, warm call appends to it and caps the tail again: its window minus its tail
+      still begins with this one's minus its tail. False: the cap on every call.
     - `expected_calls`: how many further calls a compaction's saving is counted over
       (default 20): a compaction removes at least the tokens that repay the cache its
       rewrite breaks, at the provider's prices (`break_even`). A session idle longer than
@@ -169,6 +178,7 @@ class CachePolicy:
     tail_lift: float | None = None
     full_tail_lift: float | None = None
     fill_first: bool = True
+    cold_tail: bool = True
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
@@ -177,10 +187,11 @@ class CachePolicy:
         for name in ("max_dynamic", "min_tail_score", "tail_lift", "full_tail_lift"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
-        if not isinstance(self.fill_first, bool):
-            raise ConfigError(
-                f"`CachePolicy.fill_first` must be True or False, got {self.fill_first!r}"
-            )
+        for name in ("fill_first", "cold_tail"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"`CachePolicy.{name}` must be True or False, got {getattr(self, name)!r}"
+                )
         for name in ("min_dynamic", "core_units", "expected_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -237,6 +248,7 @@ class TailLimits:
     share: float | None
     skipped: str = ""
     scaled: str = ""  # how `CachePolicy.full_tail_lift` scaled the cap, if it did
+    lifted: str = ""  # why `CachePolicy.cold_tail` lifted the cap, if it did
 
     def reason(self, cost: int, cap_left: int, after_history: int) -> str:
         """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
@@ -244,6 +256,11 @@ class TailLimits:
         rule decided."""
         if self.skipped:
             return self.skipped
+        if cost > cap_left and self.lifted:
+            return (
+                f"the dynamic tail may use the {self.cap} tokens history leaves ({self.lifted}) "
+                f"and {self.cap - cap_left} are used; this block needs {cost}"
+            )
         if cost > cap_left and (self.share is not None or self.scaled):
             rule = (
                 f"`CachePolicy.max_dynamic`: {self.share:.0%} of the input"
@@ -262,6 +279,26 @@ class TailLimits:
                 f"needs {cost}"
             )
         return ""
+
+
+def cold_tail(
+    tail: TailLimits, room: int, limit: int | None, policy: CachePolicy, *, cold: bool
+) -> TailLimits:
+    """`tail` with its cap lifted to `room` (the tokens history leaves; at most `limit`, the
+    budget manager's cap on dynamic context) when the call is `cold` (nothing cached is at
+    stake) and `CachePolicy.cold_tail` allows it; `tail` as it is otherwise, or when it is
+    skipped (`CachePolicy.min_tail_score`)."""
+    if not (cold and policy.cold_tail) or tail.skipped:
+        return tail
+    lifted = room if limit is None else min(room, limit)
+    if lifted <= tail.cap:
+        return tail
+    return replace(
+        tail,
+        cap=lifted,
+        lifted="nothing cached is at stake: the session's first window, or its cache has "
+        "gone cold; `CachePolicy.cold_tail`",
+    )
 
 
 def skipped_tail(candidates: Sequence[Candidate], held: set[str], policy: CachePolicy) -> str:

@@ -1,0 +1,91 @@
+"""On a call where nothing cached is at stake (a session's first window, or its cache gone
+cold), the dynamic tail may use the room history leaves; the next, warm call caps it again
+and appends to the same history (`CachePolicy.cold_tail`; the window recipe on a real
+`LoomMemory`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from loomctx.context.compactor import CachePolicy
+from loomctx.context.orchestrator import ContextWindow
+from loomctx.context.recipe import WindowSettings
+from loomctx.memory.core import LoomMemory
+from tests.context.test_history_room import Conversation, memory, tokens_of
+
+__all__ = ["memory"]  # the fixture, shared with the history room's tests
+
+RECIPE = WindowSettings().cache_policy
+TAIL = ("unified_retrieval", "L2_important")
+
+
+def tail_tokens(window: ContextWindow) -> int:
+    return sum(tokens_of(window, name) for name in TAIL)
+
+
+def cap(talk: Conversation, policy: CachePolicy) -> float:
+    assert policy.max_dynamic is not None
+    return policy.max_dynamic * talk.orchestrator.available
+
+
+def head(window: ContextWindow) -> tuple[object, ...]:
+    """The window's prompt and history: what its tail and the user's turn follow."""
+    assert window.layout is not None
+    return window.messages[: window.layout.history_end]
+
+
+async def test_a_first_window_fills_its_room_with_the_tail_and_a_warm_one_caps_it(
+    memory: LoomMemory,
+) -> None:
+    talk = Conversation(memory, RECIPE)
+    first = await talk.say(60)
+    assert first.report.compactions  # history kept at its low-water mark, as before
+    assert tail_tokens(first) > cap(talk, RECIPE)
+    assert first.token_count > 0.9 * talk.orchestrator.available
+    warm = await talk.say(1)
+    assert tail_tokens(warm) <= cap(talk, RECIPE)
+    # History and its cache are unchanged by the wider tail: the warm window appends to it.
+    assert not warm.report.compactions
+    assert warm.messages[: len(head(first))] == head(first)
+
+
+async def test_without_cold_tail_the_first_window_keeps_the_cap(memory: LoomMemory) -> None:
+    policy = replace(RECIPE, cold_tail=False)
+    talk = Conversation(memory, policy)
+    first = await talk.say(60)
+    assert tail_tokens(first) <= cap(talk, policy)
+    # The lifted tail changes nothing before it: the same history, the same prefix.
+    lifted = await Conversation(memory, RECIPE).say(0)
+    assert tail_tokens(lifted) > cap(talk, policy)
+    assert head(lifted) == head(first)
+
+
+async def test_a_session_idle_past_the_cache_lifetime_lifts_the_cap_once(
+    memory: LoomMemory,
+) -> None:
+    talk = Conversation(memory, RECIPE)
+    await talk.say(60)
+    warm = await talk.say(1)
+    assert tail_tokens(warm) <= cap(talk, RECIPE)
+    cold = await talk.say(1, later=timedelta(minutes=6))
+    assert cold.report.cache_cold
+    assert tail_tokens(cold) > cap(talk, RECIPE)
+    again = await talk.say(1)
+    assert tail_tokens(again) <= cap(talk, RECIPE)
+
+
+async def test_the_report_names_the_lifted_tail(memory: LoomMemory) -> None:
+    """A block the lifted tail leaves out says it was the room history leaves, not the cap."""
+    talk = Conversation(memory, replace(RECIPE, tail_lift=None), window=700)
+    first = await talk.say(60)
+    out = [
+        b
+        for b in first.report.blocks
+        if b.source == "unified_retrieval"
+        and b.status == "dropped"
+        and "in the window already" not in b.reason
+    ]
+    assert out
+    assert all("`CachePolicy.cold_tail`" in b.reason for b in out)
+    assert not any("`CachePolicy.max_dynamic`" in b.reason for b in out)
