@@ -4,9 +4,6 @@ records them (the window they build is the agent's and the proxy's:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from loomctx.context.block import BuildContext
@@ -14,26 +11,11 @@ from loomctx.errors import ConfigError, MessageFormatError
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE
 from loomctx.messages import Message
 from loomctx.session import topics
-from loomctx.session.bus import InProcessEventBus
 from loomctx.session.controller import ContextController
-from loomctx.stores.sqlite import SQLiteStore
 from tests.session._helpers import Recorder, said, text_of
+from tests.session.test_session import PROMPT, env
 
-PROMPT = "You are the support agent of a bookshop. Quote order numbers exactly."
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[tuple[ContextController, Recorder]]:
-    store = SQLiteStore(tmp_path / "sessions.db")
-    bus = InProcessEventBus()
-    recorder = Recorder()
-    bus.subscribe("*", recorder, name="recorder")
-    controller = ContextController(store, bus)
-    await controller.start()
-    yield controller, recorder
-    await controller.close()
-    await bus.close()
-    store.close()
+__all__ = ["env"]  # the fixture, shared with the session's tests
 
 
 async def test_a_turn_records_the_prompt_and_sends_it_once_as_the_user_turn(

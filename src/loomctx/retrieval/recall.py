@@ -12,14 +12,12 @@ score on 0..1: the fused score of `LoomMemory.search` or of the knowledge base's
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, task_line
+from loomctx.memory.task import PerTask, task_line
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, new_evidence
 
 if TYPE_CHECKING:
@@ -29,22 +27,7 @@ __all__ = ["recall", "recall_knowledge", "recall_memory"]
 
 _LINES: Final = 8192  # candidate texts kept, by task object
 
-# `task_line` of the tasks recalled lately, by task object (held, so its id stays unique):
-# memory search hands back the same decoded tasks build after build (`LoomMemory._decode`).
-_lines: OrderedDict[int, tuple[Task, str]] = OrderedDict()
-_lines_lock = threading.Lock()
-
-
-def _line(task: Task) -> str:
-    hit = _lines.get(id(task))
-    if hit is not None and hit[0] is task:
-        return hit[1]
-    line = task_line(task)
-    with _lines_lock:
-        _lines[id(task)] = (task, line)
-        if len(_lines) > _LINES:
-            _lines.popitem(last=False)
-    return line
+_line = PerTask(task_line, _LINES)
 
 
 POOL_CAP: Final = 4000

@@ -13,8 +13,6 @@ The injector lives in `context` rather than `retrieval` because it makes `Contex
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -22,7 +20,7 @@ from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_int, check_unit
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import Task, task_label
+from loomctx.memory.task import PerTask, Task, task_label
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
 from loomctx.retrieval.pipeline import retrieve
 from loomctx.retrieval.recall import recall
@@ -42,23 +40,7 @@ TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 
 _LABELS: Final = 8192  # memory items' labels kept, by task object
 
-# `task_label` of the tasks injected lately, by task object (held, so its id stays unique):
-# memory search hands back the same decoded tasks build after build, and a label parses the
-# task's dates.
-_labels: OrderedDict[int, tuple[Task, str]] = OrderedDict()
-_labels_lock = threading.Lock()
-
-
-def _label(task: Task) -> str:
-    hit = _labels.get(id(task))
-    if hit is not None and hit[0] is task:
-        return hit[1]
-    label = task_label(task)
-    with _labels_lock:
-        _labels[id(task)] = (task, label)
-        if len(_labels) > _LABELS:
-            _labels.popitem(last=False)
-    return label
+_label = PerTask(task_label, _LABELS)
 
 
 class RetrievalInjector:
