@@ -13,6 +13,7 @@ import loomctx
 
 LAYERS = [  # bottom first
     "errors",
+    "_memo",  # a function of frozen values, kept by object
     "_media_tokens",  # what images, audio and PDFs cost (below `parts`, which re-exports it)
     "parts",
     "messages",

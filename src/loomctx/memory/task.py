@@ -29,14 +29,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from loomctx.errors import ConfigError
 from loomctx.memory.importance import message_importance
@@ -48,7 +46,6 @@ __all__ = [
     "ASSISTANT_MESSAGE",
     "USER_MESSAGE",
     "MemoryTier",
-    "PerTask",
     "Task",
     "TaskStatus",
     "TaskSummary",
@@ -527,29 +524,3 @@ def tasks_from_messages(
                 metadata={"tool_call_id": call.id},
             )
     return out
-
-
-_T = TypeVar("_T")
-
-
-class PerTask(Generic[_T]):
-    """`fn` of a task, kept for the last `size` task objects (each held, so its id stays
-    unique): memory search hands back the same decoded tasks build after build, and what a
-    window shows of one (its label, its line) is worked out once. Thread-safe."""
-
-    def __init__(self, fn: Callable[[Task], _T], size: int) -> None:
-        self._fn = fn
-        self._size = size
-        self._kept: OrderedDict[int, tuple[Task, _T]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __call__(self, task: Task) -> _T:
-        hit = self._kept.get(id(task))
-        if hit is not None and hit[0] is task:
-            return hit[1]
-        value = self._fn(task)
-        with self._lock:
-            self._kept[id(task)] = (task, value)
-            if len(self._kept) > self._size:
-                self._kept.popitem(last=False)
-        return value

@@ -15,9 +15,10 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
+from loomctx._memo import Memo
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import PerTask, task_line
+from loomctx.memory.task import Task, task_line
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, new_evidence
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ __all__ = ["recall", "recall_knowledge", "recall_memory"]
 
 _LINES: Final = 8192  # candidate texts kept, by task object
 
-_line = PerTask(task_line, _LINES)
+_line: Memo[Task, str] = Memo(task_line, _LINES)
 
 
 POOL_CAP: Final = 4000

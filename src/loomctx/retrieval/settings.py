@@ -104,14 +104,7 @@ class RetrievalSettings:
     hop_terms: int = 4
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.whole_below, bool)
-            or not isinstance(self.whole_below, int)
-            or (self.whole_below < 0)
-        ):
-            raise ConfigError(
-                f"RetrievalSettings: `whole_below` must be an int >= 0, got {self.whole_below!r}"
-            )
+        check_int(self.whole_below, "RetrievalSettings: `whole_below`", minimum=0)
         for name in _INTS:
             value = getattr(self, name)
             check_int(value, f"RetrievalSettings: `{name}`", minimum=1)

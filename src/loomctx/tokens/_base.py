@@ -8,13 +8,12 @@ counts (`loomctx.tokens._cache`), `count_messages` by the providers' billing rul
 from __future__ import annotations
 
 import copy
-import threading
 import unicodedata
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
 
+from loomctx._memo import Memo
 from loomctx.errors import ConfigError
 from loomctx.messages import tool_parts_note
 from loomctx.parts import ImageRule, TextPart, part_tokens
@@ -81,9 +80,7 @@ class BaseTokenCounter(ABC):
         # message object (held, so its id stays unique; messages are frozen values): a
         # build counts its window's history several times (the whole window, the prefix
         # the previous call repeats, its cache breakpoints).
-        self._plain: OrderedDict[int, tuple[Message, int]] = OrderedDict()
-        self._plain_size = cache_entries
-        self._plain_lock = threading.Lock()
+        self._plain: Memo[Message, int] = Memo(self._plain_tokens, cache_entries)
 
     @property
     @abstractmethod
@@ -109,16 +106,9 @@ class BaseTokenCounter(ABC):
     ) -> int:
         """The tokens billed for `messages` plus `tools`, by the rule in the module docstring."""
         total = TOKENS_REPLY_PRIMING if messages else 0
-        plain = self._plain
         for m in messages:
             if not (m.parts or m.tool_calls or m.name):
-                hit = plain.get(id(m))
-                if hit is not None and hit[0] is m:
-                    total += hit[1]
-                    continue
-                n = TOKENS_PER_MESSAGE + self.count(m.role) + self.count(m.content)
-                self._remember(m, n)
-                total += n
+                total += self._plain(m)
                 continue
             total += TOKENS_PER_MESSAGE + self.count(m.role) + self.count(m.content)
             for part in m.parts:
@@ -137,14 +127,9 @@ class BaseTokenCounter(ABC):
             total += TOKENS_TOOL_DEFINITIONS + self.count(render_tool_definitions(tools))
         return total
 
-    def _remember(self, message: Message, tokens: int) -> None:
-        """Keep a plain message's tokens; the oldest leave past the cache's entries."""
-        if not self._plain_size:
-            return
-        with self._plain_lock:
-            self._plain[id(message)] = (message, tokens)
-            while len(self._plain) > self._plain_size:
-                self._plain.popitem(last=False)
+    def _plain_tokens(self, message: Message) -> int:
+        """The tokens of a message without parts, tool calls or name."""
+        return TOKENS_PER_MESSAGE + self.count(message.role) + self.count(message.content)
 
     def with_image_rule(self, rule: ImageRule) -> Self:
         """This counter with images counted by `rule` (``openai`` or ``anthropic``): the same

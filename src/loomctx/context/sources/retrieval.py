@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
+from loomctx._memo import Memo
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_int, check_unit
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.task import PerTask, Task, task_label
+from loomctx.memory.task import Task, task_label
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence
 from loomctx.retrieval.pipeline import retrieve
 from loomctx.retrieval.recall import recall
@@ -40,7 +41,7 @@ TOKENS_PER_CANDIDATE: Final = RetrievalSettings().tokens_per_candidate
 
 _LABELS: Final = 8192  # memory items' labels kept, by task object
 
-_label = PerTask(task_label, _LABELS)
+_label: Memo[Task, str] = Memo(task_label, _LABELS)
 
 
 class RetrievalInjector:
