@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,10 @@ from _common import LOCOMO, locomo_turns, p95_ms
 
 from loomctx.context.billing import CachePricing
 from loomctx.context.orchestrator import repeated_prefix_tokens
+from loomctx.context.report import ContextReport
 from loomctx.evaluation.cost import HEADLINE, CallCost, bill_calls
 from loomctx.memory.task import tasks_from_messages
-from loomctx.messages import Message, from_openai
+from loomctx.messages import Message, from_anthropic, from_openai
 from loomctx.server import LoomService, hash_key, load_serve_config
 from loomctx.session.windows import WindowLog, report_from_payload
 from loomctx.stores.sqlite import SQLiteStore
@@ -67,9 +69,44 @@ KEY = "sk-bench"
 COUNTER = TiktokenCounter()
 
 
+def _anthropic_reply(text: str, stream: bool, request: dict[str, Any]) -> tuple[bytes, str]:
+    """The body and content type of an Anthropic messages reply saying `text`, its usage the
+    request's size as o200k counts it (the proxy calibrates its count on the usage reported)."""
+    prompt = from_anthropic(request["messages"], system=request.get("system"))
+    usage = {"input_tokens": COUNTER.count_messages(prompt), "output_tokens": 1}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    if not stream:
+        done = {**message, "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
+        return json.dumps(done).encode(), "application/json"
+    events = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 1},
+        },
+        {"type": "message_stop"},
+    ]
+    data = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return data.encode(), "text/event-stream"
+
+
 class Upstream:
-    """An OpenAI-compatible server answering every request with one short streamed reply;
-    it keeps each request's messages and their token count when asked to."""
+    """A server speaking OpenAI's chat completions and Anthropic's messages API, answering
+    every request with one short streamed reply; it keeps each request's messages and their
+    token count when asked to."""
 
     def __init__(self, *, count: bool = False) -> None:
         self.count = count
@@ -90,10 +127,18 @@ class Upstream:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                anthropic = self.path.endswith("/messages")
                 if owner.count:
-                    prompt = from_openai(body["messages"])
+                    prompt = (
+                        from_anthropic(body["messages"], system=body.get("system"))
+                        if anthropic
+                        else from_openai(body["messages"])
+                    )
                     owner.prompts.append(prompt)
                     owner.tokens.append(COUNTER.count_messages(prompt))
+                if anthropic:
+                    self._send(*_anthropic_reply(owner.reply, bool(body.get("stream")), body))
+                    return
                 chunk = {
                     "id": "c1",
                     "object": "chat.completion.chunk",
@@ -121,6 +166,9 @@ class Upstream:
                         ],
                     }
                     data, kind = json.dumps(done).encode(), "application/json"
+                self._send(data, kind)
+
+            def _send(self, data: bytes, kind: str) -> None:
                 self.send_response(200)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(data)))
@@ -136,15 +184,18 @@ class Upstream:
         return int(self.httpd.server_address[1])
 
 
-def loom_config(upstream: Upstream, store: Path) -> Path:
-    """A `loom.toml` beside `store`: model `m` forwarded to `upstream`, tenant `bench`."""
+def loom_config(upstream: Upstream, store: Path, provider: str = "openai") -> Path:
+    """A `loom.toml` beside `store`: model `m` forwarded to `upstream` as `provider`'s (its
+    wire protocol, and the prices its windows are laid out for), tenant `bench`."""
     path = store.with_suffix(".toml")
+    base = f"http://127.0.0.1:{upstream.port}" + ("/v1" if provider == "openai" else "")
     path.write_text(
         f"""store = "{store.as_posix()}"
 embedder = "none"
 
 [serve.models.m]
-base_url = "http://127.0.0.1:{upstream.port}/v1"
+provider = "{provider}"
+base_url = "{base}"
 window = 8000
 
 [serve.tenants.bench]
@@ -155,13 +206,13 @@ keys = ["{hash_key(KEY)}"]
     return path
 
 
-def start_loom(upstream: Upstream, store: Path) -> Loom:
+def start_loom(upstream: Upstream, store: Path, provider: str = "openai") -> Loom:
     """`loomctx serve` in a process of its own, as it is deployed (in this process, it would
     share one interpreter lock with the clients and the upstream, and their work would count
     as the proxy's)."""
     port = free_port()
     exe = Path(sys.executable).parent / "loomctx"
-    config = loom_config(upstream, store)
+    config = loom_config(upstream, store, provider)
     log = store.with_suffix(".log")
     # At the default log level: a JSON line per request, as deployed (`Loom.loom_ms` reads it).
     with log.open("wb") as sink:
@@ -349,7 +400,23 @@ def throughput(seconds: float) -> None:
         server.stop()
 
 
-def billed() -> None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replay:
+    """One replay of a conversation through the proxy: the direct client's prompts and
+    their sizes, what the upstream got from Loom, and the reports of the windows it saved."""
+
+    name: str
+    whole: list[int]
+    direct_prompts: list[list[Message]]
+    through: list[int]
+    loom_prompts: list[list[Message]]
+    saved: list[ContextReport]
+
+
+def replay(provider: str) -> Replay:
+    """LoCoMo's first conversation through a proxy whose model is `provider`'s (its wire
+    protocol, and the prices its windows are laid out for), the client re-sending its whole
+    history each turn."""
     conv = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]
     sessions = conv["conversation"]
     keys = sorted(
@@ -360,7 +427,7 @@ def billed() -> None:
     lines = [t for k in keys for t in sessions[k]]
     upstream = Upstream(count=True)
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_loom(upstream, Path(tmp) / "loom.db")
+        server = start_loom(upstream, Path(tmp) / "loom.db", provider)
         conn = http.client.HTTPConnection("127.0.0.1", server.port)
         messages: list[dict[str, str]] = [
             {"role": "system", "content": "You are a friendly conversation partner."}
@@ -394,37 +461,53 @@ def billed() -> None:
             ]
         finally:
             store.close()
-    through = upstream.tokens
-    print(
-        f"3. billed input tokens, LoCoMo conversation {conv['sample_id']} ({len(whole)} calls, "
-        "window 8,000, the client re-sending its whole history):"
+    return Replay(
+        name=conv["sample_id"],
+        whole=whole,
+        direct_prompts=direct_prompts,
+        through=upstream.tokens,
+        loom_prompts=upstream.prompts,
+        saved=saved,
     )
-    print(f"   direct: {sum(whole):,} tokens (last call {whole[-1]:,})")
-    print(
-        f"   loom:   {sum(through):,} tokens (last call {through[-1]:,}, max {max(through):,})"
-        f"  = {sum(through) / sum(whole):.1%} of direct"
-    )
-    direct_cached = cached_tokens(direct_prompts)
-    loom_cached = cached_tokens(upstream.prompts)
-    print(
-        f"   cached (repeating the previous call's prompt): direct {sum(direct_cached):,}, "
-        f"loom {sum(loom_cached):,}"
-    )
-    direct = [
-        CallCost(prompt_tokens=t, cached_tokens=c, over_budget=False)
-        for t, c in zip(whole, direct_cached, strict=True)
-    ]
-    loom = [
-        CallCost(
-            prompt_tokens=r.token_count,
-            cached_tokens=r.reused_prefix_tokens,
-            over_budget=False,
-            marks=r.cache_marks,
-        )
-        for r in saved
-    ]
-    available = int(8000 * 0.8)  # the model's window less its output reserve (`loom_config`)
+
+
+def billed() -> None:
+    """The replay once per provider of `HEADLINE`, the proxy's model that provider's, billed
+    at its prices."""
     for provider, pricing in HEADLINE.items():
+        run = replay(provider)
+        whole, through = run.whole, run.through
+        print(
+            f"3. billed input tokens, LoCoMo conversation {run.name} ({len(whole)} calls, "
+            f"window 8,000, the client re-sending its whole history, a {provider} model):"
+        )
+        print(f"   direct: {sum(whole):,} tokens (last call {whole[-1]:,})")
+        print(
+            f"   loom:   {sum(through):,} tokens (last call {through[-1]:,}, max "
+            f"{max(through):,})  = {sum(through) / sum(whole):.1%} of direct"
+        )
+        direct_cached = cached_tokens(run.direct_prompts)
+        loom_cached = cached_tokens(run.loom_prompts)
+        print(
+            f"   cached (repeating the previous call's prompt): direct {sum(direct_cached):,}, "
+            f"loom {sum(loom_cached):,}"
+        )
+        direct = [
+            CallCost(prompt_tokens=t, cached_tokens=c, over_budget=False)
+            for t, c in zip(whole, direct_cached, strict=True)
+        ]
+        loom = [
+            CallCost(
+                prompt_tokens=r.token_count,
+                cached_tokens=r.reused_prefix_tokens,
+                over_budget=False,
+                marks=r.cache_marks,
+            )
+            for r in run.saved
+        ]
+        # Each call's input budget: the model's window less its output reserve, and less the
+        # margin the proxy keeps for the provider's own count, as it has learnt it so far.
+        available = [r.available for r in run.saved]
         d = sum(pricing.bill(p) for p in bill_calls(direct, pricing))
         lo = sum(pricing.bill(p) for p in bill_calls(loom, pricing))
         print(
@@ -436,13 +519,13 @@ def billed() -> None:
 
 
 def where(
-    direct: list[CallCost], loom: list[CallCost], pricing: CachePricing, available: int
+    direct: list[CallCost], loom: list[CallCost], pricing: CachePricing, available: list[int]
 ) -> None:
     """Where each side's bill goes: the calls whose whole history fits the window and those
     past it, each side's cached reads, writes and plain tokens billed, per call."""
     d_split, l_split = bill_calls(direct, pricing), bill_calls(loom, pricing)
     for label, fits in (("whole history fits", True), ("past the window", False)):
-        ks = [k for k, c in enumerate(direct) if (c.prompt_tokens <= available) == fits]
+        ks = [k for k, c in enumerate(direct) if (c.prompt_tokens <= available[k]) == fits]
         if not ks:
             continue
         parts = []

@@ -226,6 +226,27 @@ def test_bench_cost_prints_each_strategy_and_writes_json(
     data = json.loads(out.read_text())
     assert data["strategies"]["loom"]["over_budget"] == 0
     assert data["config"]["window"] == 600
+    assert data["config"]["memory_payback"] == 1.0  # the agent's
+
+
+@pytest.mark.parametrize(("value", "expected"), [("off", None), ("0.5", 0.5)])
+def test_bench_cost_sets_the_memory_payback(
+    runner: CliRunner, locomo: Path, tmp_path: Path, value: str, expected: float | None
+) -> None:
+    out = tmp_path / "cost.json"
+    args = ["bench", "cost", str(locomo), "--window", "600", "--reserve", "100"]
+    result = runner.invoke(app, [*args, "--memory-payback", value, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["config"]["memory_payback"] == expected
+
+
+@pytest.mark.parametrize("value", ["xx", "-1", "nan"])
+def test_bench_cost_refuses_a_bad_memory_payback(
+    runner: CliRunner, locomo: Path, value: str
+) -> None:
+    result = runner.invoke(app, ["bench", "cost", str(locomo), "--memory-payback", value])
+    assert result.exit_code == 2
+    assert "--memory-payback" in result.output
 
 
 def test_bench_longmemeval_caches_vectors_by_default_and_shows_an_estimate(

@@ -11,6 +11,7 @@ for LongMemEval; ``strategies`` and ``config`` for cost).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,8 @@ import typer
 
 from loomctx.cli._common import err_console, out_console
 from loomctx.cli._render import print_table
+from loomctx.context.compactor import CachePolicy
+from loomctx.context.recipe import WindowSettings
 from loomctx.errors import ConfigError
 from loomctx.evaluation.cost import DATED, WHOLE_MARGIN, evaluate_cost
 from loomctx.evaluation.retrieval import evaluate_locomo, evaluate_longmemeval
@@ -92,6 +95,25 @@ def _cache_dir(cache: Path | None, no_cache: bool) -> Path | None:
     from loomctx.evaluation._vector_cache import default_cache_dir
 
     return cache or default_cache_dir()
+
+
+def _payback_policy(value: str | None) -> CachePolicy | None:
+    """The agent's cache policy with `--memory-payback`'s value (None: not given)."""
+    if value is None:
+        return None
+    default = WindowSettings().cache_policy
+    if value.strip().lower() == "off":
+        return replace(default, memory_payback=None)
+    try:
+        payback = float(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected a number >= 0 or `off`, got {value!r}", param_hint="--memory-payback"
+        ) from None
+    try:
+        return replace(default, memory_payback=payback)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--memory-payback") from None
 
 
 def _progress(message: str) -> None:
@@ -305,6 +327,15 @@ def cost(
             "was retrieved (`CachePolicy.tail_lift`; default: the agent's).",
         ),
     ] = None,
+    memory_payback: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-payback",
+            help="Recalled turns may cost this multiple of what the history they stand in "
+            "for would (`CachePolicy.memory_payback`; a number >= 0, or `off`; default: the "
+            "agent's).",
+        ),
+    ] = None,
 ) -> None:
     """Billed tokens per call under prompt caching (`loomctx.context.billing`: Anthropic,
     OpenAI gpt-4o, gpt-5): whole history, sliding window, Loom; on
@@ -319,6 +350,7 @@ def cost(
         only=only or (),
         max_dynamic=max_dynamic,
         tail_lift=tail_lift,
+        cache_policy=_payback_policy(memory_payback),
         progress=_progress,
     )
     columns = ["calls", "prompt", "over", "cached", "anthropic", "openai", "gpt-5"]

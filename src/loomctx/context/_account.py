@@ -44,14 +44,17 @@ class Placed:
         units: Sequence[Candidate],
         placed: tuple[list[Candidate], ContextBlock | None, CompactionNote | None],
         room: int,
+        previous: HistoryMark | None = None,
+        *,
+        cold: bool = False,
     ) -> None:
         """Decide one history source's `units` in `run`: the `kept` ones in, its summary in
-        (as an extra decision), the others summarized or dropped with the reason."""
+        (as an extra decision), the others summarized or dropped with the reason. `previous`
+        is the source's mark of the last build (None: its first window); `cold`: nothing
+        cached was at stake, so a compaction rewrote nothing a cache held."""
         kept, summary, note = placed
         if kept:
-            self.marks[source] = HistoryMark(
-                start=kept[0].block.id, summary=summary, sequence=kept[0].block.sequence
-            )
+            self.marks[source] = _next_mark(units, kept, summary, previous, run, cold=cold)
         if note is not None:
             self.notes.append(note)
         # `kept` is a suffix of `units` (`_history` keeps the newest): where it starts is
@@ -79,6 +82,43 @@ class Placed:
         run.left -= used
 
 
+def _next_mark(
+    units: Sequence[Candidate],
+    kept: Sequence[Candidate],
+    summary: ContextBlock | None,
+    previous: HistoryMark | None,
+    run: Selection,
+    *,
+    cold: bool,
+) -> HistoryMark:
+    """The mark of a history that keeps `kept` of `units` (and `summary`): with the tokens
+    that have left it so far, and those a compaction in this build rewrote behind the
+    cache (what it kept, the summary included; none in a first window or a cold call, where
+    nothing cached was at stake)."""
+    start = kept[0].block.sequence
+    # What left the kept history in this build: the units from the last mark (or, in a
+    # first window, from the oldest offered) to the first one kept.
+    since = previous.sequence if previous is not None else None
+    left = sum(
+        c.cost
+        for c in units
+        if c.block.sequence < start and (since is None or c.block.sequence >= since)
+    )
+    if previous is not None and previous.sequence == start:
+        rewritten = previous.rewritten
+    elif previous is None or cold:
+        rewritten = 0
+    else:
+        rewritten = sum(c.cost for c in kept) + (run.cost_of(summary) if summary else 0)
+    return HistoryMark(
+        start=kept[0].block.id,
+        summary=summary,
+        sequence=start,
+        dropped=(previous.dropped if previous is not None else 0) + left,
+        rewritten=rewritten,
+    )
+
+
 class Selection:
     """One compaction's running account: the decisions so far (by candidate order), the
     tokens each source has spent, and what is left of the budget (`left`) and of the
@@ -99,6 +139,8 @@ class Selection:
         self.spent: dict[str, int] = {}
         self.left = budget
         self.dynamic_left = 0
+        self.recall: int | None = None  # the conversation's memory's limit, if any
+        self.recall_left = 0
 
     def pin(self, candidates: Sequence[Candidate], slack: int) -> None:
         """Step 1: pinned blocks whole, or `BudgetExceededError` naming each."""
@@ -123,12 +165,15 @@ class Selection:
     def take(self, c: Candidate, room: int, why_cut: str) -> int:
         """Keep `c` whole or cut within `room` (and what is left of the tail's cap, for a
         dynamic block); return the tokens used (0: it waits)."""
-        if c.block.section == "context":
-            room = min(room, self.dynamic_left)
-            used = self._fit(c, room, why_cut)
-            self.dynamic_left -= used
-            return used
-        return self._fit(c, room, why_cut)
+        if c.block.section != "context":
+            return self._fit(c, room, why_cut)
+        recalled = self.recall is not None and task_of(c.block) is not None
+        room = min(room, self.dynamic_left, self.recall_left if recalled else room)
+        used = self._fit(c, room, why_cut)
+        self.dynamic_left -= used
+        if recalled:
+            self.recall_left -= used
+        return used
 
     def _fit(self, c: Candidate, room: int, why_cut: str) -> int:
         if c.cost <= room:
@@ -177,9 +222,10 @@ class Selection:
         `ranked`, one per task."""
         free = budget - sum(d.cost for d in self.decided.values()) - sum(d.cost for d in extra)
         # A dropped copy in the dynamic context gives its share of the cap back too.
-        self.dynamic_left = cap - sum(
-            d.cost for d in self.decided.values() if d.block.section == "context"
-        )
+        tail = [d for d in self.decided.values() if d.block.section == "context"]
+        self.dynamic_left = cap - sum(d.cost for d in tail)
+        if self.recall is not None:
+            self.recall_left = self.recall - sum(d.cost for d in tail if task_of(d.block))
         seen = {task_of(d.block) for d in self.decided.values()} - {None}
         for c in ranked:
             key = task_of(c.block)
@@ -212,6 +258,8 @@ class Selection:
                 if not why and (key := task_of(c.block)) in holder:
                     why = f"its task is in the window already (from `{holder[key]}`)"
                 why = why or below.get(c.order, "")
+                if not why and c.block.section == "context" and task_of(c.block):
+                    why = tail.recall_reason(c.cost, self.recall_left)
                 if not why and c.block.section == "context":
                     why = tail.reason(c.cost, self.dynamic_left, after_history)
                 if not why:

@@ -48,6 +48,7 @@ from loomctx.context.selection import (
     TailLimits,
     cold_tail,
     held_tasks,
+    recall_limit,
     skipped_tail,
     tail_scale,
     task_of,
@@ -208,6 +209,11 @@ class ContextCompactor:
         if tail.lifted:
             cap = run.dynamic_left = tail.cap
             below = {}
+        else:
+            summarized = sum(d.cost for d in placed.extra)
+            tail = recall_limit(tail, placed.marks, summarized, policy, pricing)
+            run.recall = tail.recall
+            run.recall_left = tail.recall or 0
         # Steps 3 and 4: the other sources within their shares, then what is left flows to
         # waiting blocks by source priority, then block value.
         ranked = sorted(
@@ -334,7 +340,9 @@ class ContextCompactor:
                 cold=cold,
                 pricing=pricing,
             )
-            placed.add(run, source, units, (kept, summary, note), room)
+            placed.add(
+                run, source, units, (kept, summary, note), room, marks.get(source), cold=cold
+            )
         return placed
 
     async def _history(

@@ -39,6 +39,7 @@ from loomctx.tokens import TokenCounter
 __all__ = [
     "DEFAULT_HISTORY_DEPTH",
     "DEFAULT_MAX_DYNAMIC",
+    "DEFAULT_MEMORY_PAYBACK",
     "DEFAULT_TAIL_LIFT",
     "MemorySources",
     "WindowSettings",
@@ -47,12 +48,13 @@ __all__ = [
     "window_sources",
 ]
 
-DEFAULT_MAX_DYNAMIC = 0.15
+DEFAULT_MAX_DYNAMIC = 0.2
 """The recipe's default `CachePolicy.max_dynamic`: the dynamic tail (retrieved memory and
 knowledge, new on every call) takes at most this share of the input budget, history (which a
 provider's cache reads at a fraction of the price) the rest. Chosen by billed cost against
-the evidence in the window (`loomctx bench cost`; docs/benchmarks.md): the lowest
-cap measured that keeps as much of the evidence as a quarter did with history bounded by L1.
+the evidence in the window (`loomctx bench cost`; docs/benchmarks.md) together with
+`DEFAULT_MEMORY_PAYBACK`, which bounds what recalled turns cost below it: the cap with which
+as much of the evidence reaches the window as with 15% and no such bound, for less.
 """
 
 DEFAULT_TAIL_LIFT = 0.03
@@ -62,6 +64,13 @@ that singles nothing out (small talk) gets a small tail and a question its hits.
 billed cost against the evidence in the window (`loomctx bench cost --tail-lift`;
 docs/benchmarks.md): the largest lift measured that keeps as much of the evidence as the
 uniform tail did before it."""
+
+DEFAULT_MEMORY_PAYBACK = 1.0
+"""The recipe's default `CachePolicy.memory_payback`: once history has been compacted, the
+turns the tail recalls cost at most what the history they stand in for would (read from the
+cache), less the compaction's rewrite: past its room, a conversation costs about what
+re-sending all of it would, and the further it reaches the more it may recall. Measured
+against the evidence in the window (`loomctx bench cost`; docs/benchmarks.md)."""
 
 DEFAULT_HISTORY_DEPTH = 1000
 """The recipe's default `WindowSettings.history_depth`: history may reach back this many
@@ -73,7 +82,10 @@ MemorySources: TypeAlias = tuple[L1RecentSource, L2ImportantSource, UnifiedRetri
 
 def _default_policy() -> CachePolicy:
     return CachePolicy(
-        max_dynamic=DEFAULT_MAX_DYNAMIC, tail_lift=DEFAULT_TAIL_LIFT, fill_first=False
+        max_dynamic=DEFAULT_MAX_DYNAMIC,
+        tail_lift=DEFAULT_TAIL_LIFT,
+        fill_first=False,
+        memory_payback=DEFAULT_MEMORY_PAYBACK,
     )
 
 
@@ -83,8 +95,9 @@ class WindowSettings:
 
     - `cache_policy`: when history is compacted and how much of the input the dynamic tail
       may take (default: `CachePolicy(max_dynamic=DEFAULT_MAX_DYNAMIC,
-      tail_lift=DEFAULT_TAIL_LIFT)`, a tail capped for the provider's prompt cache, holding
-      what stands out of what was retrieved).
+      tail_lift=DEFAULT_TAIL_LIFT, memory_payback=DEFAULT_MEMORY_PAYBACK)`, a tail capped
+      for the provider's prompt cache, holding what stands out of what was retrieved, its
+      recalled turns costing no more than the history they stand in for).
     - `history_depth`: how many of the conversation's newest tasks history may reach back
       (default `DEFAULT_HISTORY_DEPTH`): from the store, beyond the memory's L1, so that
       history fills the room the budget gives it and, while the whole conversation fits,

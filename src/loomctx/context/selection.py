@@ -5,6 +5,7 @@ a block out."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -24,6 +25,7 @@ __all__ = [
     "held_tasks",
     "new_candidate",
     "new_decision",
+    "recall_limit",
     "skipped_tail",
     "tail_scale",
     "task_of",
@@ -161,6 +163,18 @@ class CachePolicy:
       is placed as on any call (at its low-water mark after a first compaction), so the
       next, warm call appends to it and caps the tail again: its window minus its tail
       still begins with this one's minus its tail. False: the cap on every call.
+    - `memory_payback`: the conversation's own memory in the dynamic tail (blocks that stand
+      for a task) takes at most this multiple of what history's compactions save on the
+      call: the tokens that have left history (`HistoryMark.dropped`) less its summary, at
+      the provider's cached-read price, counted in plain input tokens (at Anthropic's
+      prices, a tenth of them); None: no such limit (default; the window recipe's is 1.0).
+      Recalled turns stand in for the history the window no longer sends, so they cost no
+      more than sending it would: past its room, a conversation's call is billed about what
+      re-sending the whole conversation would be, and the further it reaches the more its
+      tail may recall. Only once history has been compacted (before, the window holds the
+      whole conversation, and the memory it lacks is another conversation's, which no
+      amount of history would bring), and not on a cold call (`cold_tail`). Knowledge
+      chunks are not held to it.
     - `expected_calls`: how many further calls a compaction's saving is counted over
       (default 20): a compaction removes at least the tokens that repay the cache its
       rewrite breaks, at the provider's prices (`break_even`). A session idle longer than
@@ -179,6 +193,7 @@ class CachePolicy:
     full_tail_lift: float | None = None
     fill_first: bool = True
     cold_tail: bool = True
+    memory_payback: float | None = None
     expected_calls: int = 20
 
     def __post_init__(self) -> None:
@@ -187,6 +202,16 @@ class CachePolicy:
         for name in ("max_dynamic", "min_tail_score", "tail_lift", "full_tail_lift"):
             if getattr(self, name) is not None:
                 check_unit(getattr(self, name), f"`CachePolicy.{name}`")
+        payback = self.memory_payback
+        if payback is not None and (
+            isinstance(payback, bool)
+            or not isinstance(payback, int | float)
+            or not 0 <= payback < math.inf
+        ):
+            raise ConfigError(
+                "`CachePolicy.memory_payback` must be a finite number >= 0 or None, "
+                f"got {payback!r}"
+            )
         for name in ("fill_first", "cold_tail"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
@@ -220,12 +245,18 @@ class CachePolicy:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryMark:
     """Where a history source's kept history starts (`start`, a block id, and `sequence`,
-    that block's) and the frozen summary of what came before it (a `history` block, or
-    None)."""
+    that block's), the frozen summary of what came before it (a `history` block, or None),
+    the tokens of the units that have left the kept history since its first window
+    (`dropped`: compacted into the summary or past it), which a client re-sending the whole
+    conversation sends and this window does not, and the tokens the compaction that set the
+    mark wrote where a cache held others (`rewritten`: what it kept; 0 when nothing cached
+    was at stake)."""
 
     start: str
     summary: ContextBlock | None = None
     sequence: int = 0
+    dropped: int = 0
+    rewritten: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +280,21 @@ class TailLimits:
     skipped: str = ""
     scaled: str = ""  # how `CachePolicy.full_tail_lift` scaled the cap, if it did
     lifted: str = ""  # why `CachePolicy.cold_tail` lifted the cap, if it did
+    recall: int | None = None  # the conversation's memory's limit (`memory_payback`)
+    saved: int = 0  # the history tokens the window no longer sends, that set `recall`
+    rewritten: int = 0  # the tokens the last compaction rewrote, that lowered `recall`
+
+    def recall_reason(self, cost: int, recall_left: int) -> str:
+        """Why a memory block of `cost` tokens did not go in, with `recall_left` of the
+        conversation memory's limit unused; "" if that limit did not decide."""
+        if self.recall is None or cost <= recall_left:
+            return ""
+        return (
+            f"recalled turns may cost what the history they stand in for would: {self.recall} "
+            f"tokens on this call, as {self.saved} tokens of history are no longer sent and "
+            f"the last compaction rewrote {self.rewritten} (`CachePolicy.memory_payback`), "
+            f"and {self.recall - recall_left} are used; this block needs {cost}"
+        )
 
     def reason(self, cost: int, cap_left: int, after_history: int) -> str:
         """Why a block of `cost` tokens did not go in, with `cap_left` of the cap unused and
@@ -298,6 +344,31 @@ def cold_tail(
         cap=lifted,
         lifted="nothing cached is at stake: the session's first window, or its cache has "
         "gone cold; `CachePolicy.cold_tail`",
+    )
+
+
+def recall_limit(
+    tail: TailLimits,
+    marks: Mapping[str, HistoryMark],
+    summarized: int,
+    policy: CachePolicy,
+    pricing: CachePricing,
+) -> TailLimits:
+    """`tail` with the limit `CachePolicy.memory_payback` puts on the conversation's memory in
+    it, in plain input tokens: what the history the window no longer sends would cost as a
+    cached read (the tokens `marks` say have left it, less the `summarized` tokens of the
+    summaries standing for them), less what the last compaction's rewrite cost beyond a read,
+    spread over `CachePolicy.expected_calls` calls; `tail` as it is when the policy sets no
+    such limit or history has not been compacted."""
+    dropped = sum(mark.dropped for mark in marks.values())
+    if policy.memory_payback is None or dropped <= 0:
+        return tail
+    saved = max(0, dropped - summarized)
+    rewritten = sum(mark.rewritten for mark in marks.values())
+    overhead = rewritten * (pricing.write - pricing.read) / max(1, policy.expected_calls)
+    worth = max(0.0, saved * pricing.read - overhead) / pricing.plain if pricing.plain else 0.0
+    return replace(
+        tail, recall=int(policy.memory_payback * worth), saved=saved, rewritten=rewritten
     )
 
 

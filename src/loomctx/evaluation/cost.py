@@ -545,6 +545,7 @@ def evaluate_cost(
             "l1_size": l1_size,
             "max_dynamic": max_dynamic,
             "tail_lift": tail_lift,
+            "memory_payback": (policy or WindowSettings().cache_policy).memory_payback,
             "conversations": len(conversations),
             "counter": counter.name,
             "pricings": {
