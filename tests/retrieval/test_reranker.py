@@ -72,14 +72,14 @@ def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
             "role": 1.0,  # and is not in the first person
         }
     )
-    # The weights sum to 1.3; the speaker, time and role signals add 0.1 * 1 each to every
-    # candidate.
-    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.3
-    assert by_id["a"].score == pytest.approx(a / 1.3)
-    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.3
-    assert by_id["b"].score == pytest.approx(b / 1.3)
-    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.3
-    assert by_id["c"].score == pytest.approx(c / 1.3)
+    # The weights sum to 1.25; the speaker, time and role signals add their weights (0.1,
+    # 0.1, 0.05) times 1 to every candidate.
+    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.25
+    assert by_id["a"].score == pytest.approx(a / 1.25)
+    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.25
+    assert by_id["b"].score == pytest.approx(b / 1.25)
+    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.25
+    assert by_id["c"].score == pytest.approx(c / 1.25)
     assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
@@ -92,12 +92,12 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
         "content_length": 0.45,
         "speaker": 0.1,
         "time": 0.1,
-        "role": 0.1,
+        "role": 0.05,
     }
     by_id = {c.id: c for c in reranker.rerank(QUERY, crafted())}
-    total = 0.4 + 0.15 + 0.45 + 0.3
-    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.3) / total)
-    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.3) / total)
+    total = 0.4 + 0.15 + 0.45 + 0.25
+    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.25) / total)
+    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.25) / total)
     assert by_id["a"].signals["query_overlap"] == pytest.approx(OVERLAP)  # scored, weighed 0
 
 

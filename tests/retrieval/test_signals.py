@@ -48,7 +48,7 @@ def test_default_signals_are_the_seeds_four_and_three_more_with_their_weights() 
         ("content_length", 0.10),
         ("speaker", 0.10),
         ("time", 0.10),
-        ("role", 0.10),
+        ("role", 0.05),
     ]
     assert all(isinstance(s, Signal) for s in signals)
     assert default_signals()[0] is not signals[0]  # fresh instances
@@ -238,7 +238,7 @@ def spoke(action: str, n: int) -> Evidence:
 
 def test_role_prefers_the_users_words_for_a_question_in_the_first_person() -> None:
     signal = RoleSignal()
-    assert (signal.name, signal.weight) == ("role", 0.10)
+    assert (signal.name, signal.weight) == ("role", 0.05)
     pool = [spoke(USER_MESSAGE, 0), spoke(ASSISTANT_MESSAGE, 1), cand(n=2)]
     assert scores(signal, "How many books did I buy this year?", pool) == [1.0, 0.0, 1.0]
     assert scores(signal, "What is my sister's name?", pool) == [1.0, 0.0, 1.0]

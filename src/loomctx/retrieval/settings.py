@@ -103,7 +103,7 @@ class RetrievalSettings:
     length_weight: float = 0.10
     speaker_weight: float = 0.10
     time_weight: float = 0.10
-    role_weight: float = 0.10
+    role_weight: float = 0.05
     length_low: int = 200
     length_high: int = 800
     whole_below: int = 64

@@ -12,7 +12,7 @@
   names, else 1 (a query naming no speaker: 1 for all, which changes no order).
 - `TimeSignal` (0.10): how close a task was recorded to the time the query names (memory's
   ``time_match``); 1 for every piece of a query naming no time, which changes no order.
-- `RoleSignal` (0.10): for a query in the first person that does not address the assistant,
+- `RoleSignal` (0.05): for a query in the first person that does not address the assistant,
   0 for the assistant's messages, else 1 (any other query: 1 for all).
 
 A signal is anything with a `name`, a `weight` and ``score(query, pool)``, which returns one
@@ -242,7 +242,7 @@ class RoleSignal(_Signal):
 
     name = "role"
 
-    def __init__(self, weight: float = 0.10) -> None:
+    def __init__(self, weight: float = 0.05) -> None:
         super().__init__(weight)
 
     def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
