@@ -250,8 +250,10 @@ NAMESPACES = {
         "QueryRewriter",
         "RelevanceSignal",
         "Reranker",
+        "RoleSignal",
         "Signal",
         "SpeakerSignal",
+        "TimeSignal",
         "dedupe",
         "default_signals",
         "fingerprint",
@@ -259,6 +261,7 @@ NAMESPACES = {
         "recall_knowledge",
         "recall_memory",
         "retrieve",
+        "spread_sessions",
     ],
     "loomctx.search": [
         "Ranking",

@@ -294,9 +294,27 @@ def test_evaluate_longmemeval_lexical(tmp_path: Path) -> None:
     assert r["by_question_type"]["multi-session"]["recall_all@5"] == 0.0
     assert r["by_question_type"]["single-session-user"] == {
         "questions": 1, "recall_any@5": 1.0, "recall_all@5": 1.0, "recall_all@10": 1.0,
-        "ndcg@10": 1.0,
+        "ndcg@10": 1.0, "turns@10": None, "turn_questions": 0,
     }  # fmt: skip
     json.dumps(r)
+
+
+def test_turns_at_10_is_the_share_of_marked_turns_among_the_first_ten(tmp_path: Path) -> None:
+    data = json.loads(json.dumps(lme_data()))  # each question its own copy of the sessions
+    # q1 marks the saxophone and the weather turns (ranked 1st and 6th of the 7 turns its
+    # search finds) and a reply no search finds; q2 marks the saxophone turn only.
+    for s, t in ((2, 0), (4, 0), (4, 1)):
+        data[0]["haystack_sessions"][s][t]["has_answer"] = True
+    data[1]["haystack_sessions"][2][0]["has_answer"] = True
+    path = write(tmp_path / "m.json", data)
+    assert load_longmemeval(path)[0].answer_turns == ((2, 0), (4, 0), (4, 1))
+    r = evaluate_longmemeval(path, dense=False)
+    assert r["by_question_type"]["multi-session"]["turns@10"] == pytest.approx(2 / 3)
+    assert r["by_question_type"]["single-session-user"]["turns@10"] == 1.0
+    assert (r["turns@10"], r["turn_questions"]) == (pytest.approx(5 / 6), 2)
+    # The marks are read for the figures only: the rankings are those of the unmarked file.
+    plain = evaluate_longmemeval(write(tmp_path / "plain.json", lme_data()), dense=False)
+    assert r["rankings"] == plain["rankings"]
 
 
 def test_evaluate_longmemeval_stages_and_limit(tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, date, datetime
 
 import numpy as np
 import pytest
 
 from loomctx.errors import ConfigError
+from loomctx.memory.task import USER_MESSAGE, Task
 from loomctx.retrieval import (
     Evidence,
     QueryOverlapSignal,
@@ -18,6 +20,8 @@ from loomctx.retrieval import (
     default_signals,
     fingerprint,
 )
+from loomctx.retrieval.reranker import session_of, spread_sessions
+from loomctx.retrieval.settings import RetrievalSettings
 from loomctx.retrieval.signals import Scores
 
 QUERY = "OAuth2 token expiry"  # terms: oauth2 token expiri
@@ -64,15 +68,18 @@ def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
             "origin_diversity": 0.6,
             "content_length": 0.14,
             "speaker": 1.0,  # the query names no speaker: 1 for all
+            "time": 1.0,  # nor a time
+            "role": 1.0,  # and is not in the first person
         }
     )
-    # The weights sum to 1.1; the speaker signal adds 0.1 * 1 to every candidate.
-    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.1
-    assert by_id["a"].score == pytest.approx(a / 1.1)
-    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.1
-    assert by_id["b"].score == pytest.approx(b / 1.1)
-    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.1
-    assert by_id["c"].score == pytest.approx(c / 1.1)
+    # The weights sum to 1.25; the speaker, time and role signals add their weights (0.1,
+    # 0.1, 0.05) times 1 to every candidate.
+    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.25
+    assert by_id["a"].score == pytest.approx(a / 1.25)
+    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.25
+    assert by_id["b"].score == pytest.approx(b / 1.25)
+    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.25
+    assert by_id["c"].score == pytest.approx(c / 1.25)
     assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
@@ -84,11 +91,13 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
         "origin_diversity": 0.15,
         "content_length": 0.45,
         "speaker": 0.1,
+        "time": 0.1,
+        "role": 0.05,
     }
     by_id = {c.id: c for c in reranker.rerank(QUERY, crafted())}
-    total = 0.4 + 0.15 + 0.45 + 0.1
-    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.1) / total)
-    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.1) / total)
+    total = 0.4 + 0.15 + 0.45 + 0.25
+    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.25) / total)
+    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.25) / total)
     assert by_id["a"].signals["query_overlap"] == pytest.approx(OVERLAP)  # scored, weighed 0
 
 
@@ -272,3 +281,57 @@ def test_a_signal_of_weight_zero_is_allowed_if_another_counts() -> None:
     reranker = Reranker([RelevanceSignal(), QueryOverlapSignal(0.0)])
     ranked = reranker.rerank("tokens", crafted())
     assert [c.score for c in ranked] == pytest.approx([1.0, 0.625, 0.25])
+
+
+def in_session(session: str | None, score: float, n: int) -> Evidence:
+    """A piece of `session` (None: a knowledge chunk, of no session) with final `score`."""
+    item = None
+    if session is not None:
+        item = Task(task_id=f"t{n}", action=USER_MESSAGE, parameters={"session_id": session})
+    return Evidence(id=f"t{n}", text=f"text {n}", origin="memory", item=item,
+                    scores={"score": score})  # fmt: skip
+
+
+def test_spread_sessions_holds_a_sessions_second_piece_behind_other_sessions_best() -> None:
+    sessions = ["a", "a", "b", None, "a", "c"]
+    ranked = [
+        in_session(s, score, n)
+        for n, (s, score) in enumerate(zip(sessions, (0.9, 0.8, 0.5, 0.45, 0.4, 0.3), strict=True))
+    ]
+
+    def ids(out: Sequence[Evidence]) -> list[str]:
+        return [e.id for e in out]
+
+    assert ids(spread_sessions(ranked, 0.0)) == ids(ranked)
+    # Fully spread: every session's best first (the chunk belongs to none), then the rest.
+    assert ids(spread_sessions(ranked, 1.0)) == ["t0", "t2", "t3", "t5", "t1", "t4"]
+    # Half: a's second competes at 0.8 * 0.5 = 0.4, its third at 0.4 * 0.25 = 0.1.
+    assert ids(spread_sessions(ranked, 0.5)) == ["t0", "t2", "t3", "t1", "t5", "t4"]
+    # Nothing is lost or doubled, and no score changes.
+    assert sorted(spread_sessions(ranked, 0.5), key=lambda e: e.id) == ranked
+
+
+def test_a_session_is_the_tasks_session_id_else_the_day_it_was_recorded() -> None:
+    tagged = Task(task_id="m", action=USER_MESSAGE, metadata={"session_id": "s1"},
+                  created_at=datetime(2024, 5, 1, 9, tzinfo=UTC))  # fmt: skip
+    morning = Task(task_id="a", action=USER_MESSAGE, created_at=datetime(2024, 5, 1, 9, tzinfo=UTC))
+    evening = Task(
+        task_id="b", action=USER_MESSAGE, created_at=datetime(2024, 5, 1, 21, tzinfo=UTC)
+    )
+    piece = lambda task: Evidence(id=task.task_id, text="x", origin="memory", item=task)  # noqa: E731
+    assert session_of(piece(tagged)) == "s1"
+    assert session_of(piece(morning)) == session_of(piece(evening)) == date(2024, 5, 1)
+    assert session_of(Evidence(id="k", text="x", origin="knowledge:kb")) is None
+
+
+def test_the_reranker_spreads_sessions_when_told_and_checks_the_setting() -> None:
+    pool = [in_session("a", 0.0, 0), in_session("a", 0.0, 1), in_session("b", 0.0, 2)]
+    pool = [e.rescored({"relevance": r}) for e, r in zip(pool, (0.9, 0.8, 0.3), strict=True)]
+    plain = RetrievalSettings(session_spread=0.0).reranker().rerank("text", pool)
+    spread = RetrievalSettings(session_spread=1.0).reranker().rerank("text", pool)
+    assert [e.id for e in plain] == ["t0", "t1", "t2"]
+    assert [e.id for e in spread] == ["t0", "t2", "t1"]
+    with pytest.raises(ConfigError, match=r"`session_spread` must be in 0..1, got 1.5"):
+        Reranker(session_spread=1.5)
+    with pytest.raises(ConfigError, match=r"`session_spread` must be a number in 0..1"):
+        RetrievalSettings(session_spread=-0.1)

@@ -96,6 +96,8 @@ async def test_pool_depth_is_how_deep_memory_searches_before_fusing(
                 "diversity_weight": 0,
                 "length_weight": 0,
                 "speaker_weight": 0,
+                "time_weight": 0,
+                "role_weight": 0,
             },
             "at least one signal weight must be above 0",
         ),

@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 
 from loomctx.errors import ConfigError
-from loomctx.memory.task import USER_MESSAGE, Task
+from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task
 from loomctx.retrieval import (
     ContentLengthSignal,
     Evidence,
     OriginDiversitySignal,
     QueryOverlapSignal,
     RelevanceSignal,
+    RoleSignal,
     Signal,
     SpeakerSignal,
+    TimeSignal,
     default_signals,
 )
 from loomctx.retrieval.settings import RetrievalSettings
@@ -37,7 +39,7 @@ def scores(signal: Signal, query: str, pool: Sequence[Evidence]) -> list[float]:
     return [float(x) for x in got]
 
 
-def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
+def test_default_signals_are_the_seeds_four_and_three_more_with_their_weights() -> None:
     signals = default_signals()
     assert [(s.name, s.weight) for s in signals] == [
         ("vector_score", 0.40),
@@ -45,6 +47,8 @@ def test_default_signals_are_the_seeds_four_with_their_weights() -> None:
         ("origin_diversity", 0.15),
         ("content_length", 0.10),
         ("speaker", 0.10),
+        ("time", 0.10),
+        ("role", 0.05),
     ]
     assert all(isinstance(s, Signal) for s in signals)
     assert default_signals()[0] is not signals[0]  # fresh instances
@@ -211,3 +215,42 @@ def test_speaker_weight_is_the_settings_reranker_weight() -> None:
     assert RetrievalSettings().reranker().weights["speaker"] == 0.10
     assert RetrievalSettings(speaker_weight=0.2).reranker().weights["speaker"] == 0.2
     assert RetrievalSettings(speaker_weight=0).reranker().weights["speaker"] == 0
+
+
+def near(match: float | None, n: int) -> Evidence:
+    metadata = {} if match is None else {"time_match": match}
+    return Evidence(id=f"t{n}", text="text", origin="memory", metadata=metadata)
+
+
+def test_time_scores_how_close_a_task_is_to_the_time_the_query_names() -> None:
+    signal = TimeSignal()
+    assert (signal.name, signal.weight) == ("time", 0.10)
+    # Memory search adds `time_match` only when the query names a time; the rest score 1.
+    pool = [near(1.0, 0), near(0.25, 1), near(0.0, 2), near(None, 3), cand(n=4)]
+    assert scores(signal, "what did I post 5 days ago?", pool) == [1.0, 0.25, 0.0, 1.0, 1.0]
+    assert scores(signal, "what did I post?", [near(None, 0), cand(n=1)]) == [1.0, 1.0]
+
+
+def spoke(action: str, n: int) -> Evidence:
+    task = Task(task_id=f"t{n}", action=action, parameters={"content": "text"})
+    return Evidence(id=f"t{n}", text="text", origin="memory", item=task)
+
+
+def test_role_prefers_the_users_words_for_a_question_in_the_first_person() -> None:
+    signal = RoleSignal()
+    assert (signal.name, signal.weight) == ("role", 0.05)
+    pool = [spoke(USER_MESSAGE, 0), spoke(ASSISTANT_MESSAGE, 1), cand(n=2)]
+    assert scores(signal, "How many books did I buy this year?", pool) == [1.0, 0.0, 1.0]
+    assert scores(signal, "What is my sister's name?", pool) == [1.0, 0.0, 1.0]
+    assert scores(signal, "我上周买了什么？", pool) == [1.0, 0.0, 1.0]
+    # Addressing the assistant ("you") asks about its words too; no person: about anyone's.
+    assert scores(signal, "What did you suggest I cook?", pool) == [1.0] * 3
+    assert scores(signal, "Where was the parade?", pool) == [1.0] * 3
+    # Whole words only: "Mine" is a word, "mineral" and "Iceland" are not "mine" or "I".
+    assert scores(signal, "Which mineral is found in Iceland?", pool) == [1.0] * 3
+
+
+def test_time_and_role_weights_are_the_settings_reranker_weights() -> None:
+    weights = RetrievalSettings(time_weight=0.3, role_weight=0).reranker().weights
+    assert (weights["time"], weights["role"]) == (0.3, 0.0)
+    assert RetrievalSettings.parse(["role_weight=0.2"]).role_weight == 0.2

@@ -4,8 +4,8 @@ what a conversation costs under provider prompt caching; no LLM.
 Thin over `loomctx.evaluation.retrieval`: it runs the evaluation, prints a table, and with
 ``--json OUT`` writes the evaluation's result as it is (top-level keys ``r@5``, ``r@10``,
 ``r@20``, ``ndcg@10``, ``window@2000``, ``window@4000`` and ``by_category`` for LoCoMo;
-``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10`` and ``by_question_type``
-for LongMemEval; ``strategies`` and ``config`` for cost).
+``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10``, ``turns@10`` and
+``by_question_type`` for LongMemEval; ``strategies`` and ``config`` for cost).
 """
 
 from __future__ import annotations
@@ -275,7 +275,8 @@ def longmemeval(
         held = result["cross_validated"]
         rows += [("cross-validated: all", held)]
         rows += [(f"cv: {t}", v) for t, v in held["by_question_type"].items()]
-    columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10"]
+    columns = ["questions", "recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10",
+               "turns@10"]  # fmt: skip
     print_table(out_console(), _title("LongMemEval", result), rows, columns)
     out_console().print(f"measured on {result['subset']}", markup=False, soft_wrap=True)
     if cv:

@@ -86,10 +86,16 @@ LME_GRID: Final = (
     RetrievalSettings(hop_weight=0.3),
     RetrievalSettings(answer_weight=0.0),
     RetrievalSettings(answer_weight=0.7),
+    RetrievalSettings(time_weight=0.0),
+    RetrievalSettings(time_weight=0.2),
+    RetrievalSettings(role_weight=0.0),
+    RetrievalSettings(role_weight=0.1),
 )
 """As `LOCOMO_GRID`, with `time_decay` instead of the fusion weights (LongMemEval questions
 say when they are asked, and some name a time) and without `whole_below` (LongMemEval is
-measured on the ranking, not in a window)."""
+measured on the ranking, not in a window); and the reranker's time and role signals off or
+doubled (LoCoMo's questions name no time its bench resolves and none is in the first
+person, so there they change nothing)."""
 
 
 def label_of(setting: RetrievalSettings | CachePolicy) -> str:

@@ -64,6 +64,8 @@ class LongMemEvalQuestion:
     answer_session_ids: tuple[str, ...]
     session_dates: tuple[datetime | None, ...] = ()  # when each session took place
     question_date: datetime | None = None  # when the question is asked
+    # (session, turn) of each turn the file marks `has_answer`: for the metrics only
+    answer_turns: tuple[tuple[int, int], ...] = ()
 
     @property
     def abstention(self) -> bool:
@@ -210,6 +212,12 @@ def load_longmemeval(path: str | Path) -> list[LongMemEvalQuestion]:
                 ),
                 session_dates=tuple(_lme_date(d) for d in item.get("haystack_dates") or ()),
                 question_date=_lme_date(item.get("question_date")),
+                answer_turns=tuple(
+                    (s, j)
+                    for s, session in enumerate(sessions)
+                    for j, t in enumerate(session)
+                    if isinstance(t, dict) and t.get("has_answer") is True
+                ),
             )
         )
     return out

@@ -6,7 +6,10 @@ recorded when their session took place); sessions are ranked by their *best* tur
 first session to appear in the turn ranking, `turn_limit` deep, ranks first). The ranking is
 the whole retrieval pipeline (`UnifiedRetrievalSource.candidates`) and, with ``stages``, each
 step of it. The metrics (``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10``)
-are per question, averaged over the non-abstention questions.
+are per question, averaged over the non-abstention questions. Beside them, ``turns@10``: the
+share of the turns the file marks ``has_answer`` among the first 10 turns of the ranking (what
+a window of a few turns would hold, where the session figures only ask for one turn of each
+session), averaged over the questions that mark any (``turn_questions``).
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ from loomctx.retrieval.settings import RetrievalSettings
 if TYPE_CHECKING:
     from loomctx.embeddings import Embedder
 
-__all__ = ["LME_KEYS", "evaluate_longmemeval"]
+__all__ = ["LME_KEYS", "TURN_KEY", "evaluate_longmemeval"]
 
 LME_KEYS: Final = ("recall_any@5", "recall_all@5", "recall_all@10", "ndcg@10")
+TURN_KEY: Final = "turns@10"
 
 
 def _lme_tasks(q: LongMemEvalQuestion) -> list[Task]:
@@ -77,19 +81,30 @@ def _subset(used: int, available: int) -> str:
     return f"the first {used} of {available} questions (--limit)"
 
 
-def _lme_row(ranked: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
-    g = set(gold)
+def _lme_row(turns: Sequence[str], q: LongMemEvalQuestion) -> dict[str, Any]:
+    """One question's figures from its turn ranking (task ids, best first)."""
+    ranked = _sessions(turns, q)
+    g = set(q.answer_session_ids)
+    marked = {f"s{s}t{t}" for s, t in q.answer_turns}
     return {
         "recall_any@5": float(bool(g & set(ranked[:5]))),
         "recall_all@5": float(g <= set(ranked[:5])),
         "recall_all@10": float(g <= set(ranked[:10])),
         "ndcg@10": ndcg_at(ranked, g, 10),
+        TURN_KEY: len(marked & set(turns[:10])) / len(marked) if marked else None,
+        "question_type": q.question_type,
     }
 
 
 def _lme_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def summary(part: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"questions": len(part), **{k: mean([r[k] for r in part]) for k in LME_KEYS}}
+        marked = [r[TURN_KEY] for r in part if r.get(TURN_KEY) is not None]
+        return {
+            "questions": len(part),
+            **{k: mean([r[k] for r in part]) for k in LME_KEYS},
+            TURN_KEY: mean(marked) if marked else None,
+            "turn_questions": len(marked),
+        }
 
     out = summary(rows)
     types = sorted({r["question_type"] for r in rows})
@@ -169,20 +184,16 @@ def evaluate_longmemeval(
         try:
             rankers.configure(plain)
             for stage in run_stages:
-                ranked = _sessions(rankers.rank(q.question, stage, turn_limit), q)
+                found = rankers.rank(q.question, stage, turn_limit)
                 if stage == main:
-                    rankings[q.question_id] = ranked
-                row: dict[str, Any] = dict(_lme_row(ranked, q.answer_session_ids))
-                row["question_type"] = q.question_type
-                stage_rows[stage].append(row)
+                    rankings[q.question_id] = _sessions(found, q)
+                stage_rows[stage].append(_lme_row(found, q))
             for setting in chosen_grid if cv else ():
                 if setting == plain:
                     row = stage_rows[MAIN_STAGE][-1]
                 else:
                     rankers.configure(setting)
-                    ranked = _sessions(rankers.rank(q.question, MAIN_STAGE, turn_limit), q)
-                    row = {**_lme_row(ranked, q.answer_session_ids),
-                           "question_type": q.question_type}  # fmt: skip
+                    row = _lme_row(rankers.rank(q.question, MAIN_STAGE, turn_limit), q)
                 by_fold = table.setdefault(setting.label(), {f: [] for f in dict.fromkeys(fold_of)})
                 by_fold[fold_of[i]].append(row)
         finally:

@@ -11,7 +11,8 @@ evaluation returns a JSON-ready dict whose top-level metric keys are fixed:
   ``by_category`` (``{"1": {...}, ...}``), ``excluding_category_5``, ``conversations``,
   ``questions``.
 - `evaluate_longmemeval`: ``recall_any@5``, ``recall_all@5``, ``recall_all@10``, ``ndcg@10``,
-  plus ``by_question_type`` and ``questions`` (non-abstention questions only).
+  ``turns@10`` (the marked evidence turns among the first ten, over the ``turn_questions``
+  that mark any), plus ``by_question_type`` and ``questions`` (non-abstention questions only).
 
 With ``stages=True`` both also report ``stages``, the same ranking metrics for each step of
 the pipeline: ``lexical`` (`LoomMemory` without an embedder), ``dense`` (the store's vector

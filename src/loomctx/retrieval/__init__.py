@@ -10,7 +10,7 @@
 from loomctx.retrieval.evidence import MEMORY_ORIGIN, Evidence, fingerprint
 from loomctx.retrieval.pipeline import retrieve
 from loomctx.retrieval.recall import recall, recall_knowledge, recall_memory
-from loomctx.retrieval.reranker import Reranker, dedupe
+from loomctx.retrieval.reranker import Reranker, dedupe, spread_sessions
 from loomctx.retrieval.rewriter import QueryRewriter
 from loomctx.retrieval.settings import RetrievalSettings as RetrievalSettings  # in `loomctx`
 from loomctx.retrieval.signals import (
@@ -18,8 +18,10 @@ from loomctx.retrieval.signals import (
     OriginDiversitySignal,
     QueryOverlapSignal,
     RelevanceSignal,
+    RoleSignal,
     Signal,
     SpeakerSignal,
+    TimeSignal,
     default_signals,
 )
 
@@ -32,8 +34,10 @@ __all__ = [
     "QueryRewriter",
     "RelevanceSignal",
     "Reranker",
+    "RoleSignal",
     "Signal",
     "SpeakerSignal",
+    "TimeSignal",
     "dedupe",
     "default_signals",
     "fingerprint",
@@ -41,4 +45,5 @@ __all__ = [
     "recall_knowledge",
     "recall_memory",
     "retrieve",
+    "spread_sessions",
 ]

@@ -6,12 +6,18 @@
    ``final = sum(signal * weight) / sum(weight)``, summed signal by signal in their order.
 3. Filter (`min_score`) and sort, best first; ties keep recall order. Each piece kept comes
    back as a new `Evidence` with its signals and its final ``score``.
+4. Spread over sessions (`session_spread`, off at 0): a session's later pieces wait behind
+   other sessions' best (`spread_sessions`), so that evidence spanning several sessions
+   reaches the top few rather than a second and third turn of the one session that matched
+   best. The order changes; no score does.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import datetime
 
 import numpy as np
 
@@ -19,7 +25,7 @@ from loomctx.errors import ConfigError, check_unit
 from loomctx.retrieval.evidence import Evidence
 from loomctx.retrieval.signals import Scores, Signal, default_signals, is_weight
 
-__all__ = ["Reranker", "dedupe"]
+__all__ = ["Reranker", "dedupe", "session_of", "spread_sessions"]
 
 
 def _dense(e: Evidence) -> float:
@@ -44,7 +50,8 @@ class Reranker:
     """The one reranker every retrieval source goes through.
 
     `signals` default to `default_signals()`; `weights` overrides weights by signal name
-    (``{"query_overlap": 0.5}``); `min_score` drops pieces whose final score is lower.
+    (``{"query_overlap": 0.5}``); `min_score` drops pieces whose final score is lower;
+    `session_spread` (0..1, 0: off) spreads the order over sessions (`spread_sessions`).
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class Reranker:
         *,
         weights: Mapping[str, float] | None = None,
         min_score: float = 0.0,
+        session_spread: float = 0.0,
     ) -> None:
         self.signals = list(signals) if signals is not None else default_signals()
         for signal in self.signals:
@@ -70,6 +78,8 @@ class Reranker:
             raise ConfigError("Reranker: needs at least one signal with a weight above 0")
         check_unit(min_score, "Reranker: `min_score`")
         self.min_score = min_score
+        check_unit(session_spread, "Reranker: `session_spread`")
+        self.session_spread = session_spread
 
     def rerank(self, query: str, pool: Sequence[Evidence]) -> list[Evidence]:
         """The deduplicated `pool` with signals and final ``score`` added, best first."""
@@ -86,10 +96,11 @@ class Reranker:
         names = list(scored)
         rows = np.column_stack([scored[n] for n in names]).tolist()  # one list per piece
         totals = final.tolist()
-        return [
+        ranked = [
             unique[i].rescored({"score": totals[i]}, signals=dict(zip(names, rows[i], strict=True)))
             for i in order.tolist()
         ]
+        return spread_sessions(ranked, self.session_spread) if self.session_spread else ranked
 
 
 def _check_signal(signal: object) -> None:
@@ -111,3 +122,49 @@ def _scores(signal: Signal, query: str, pool: Sequence[Evidence]) -> Scores:
             f"`score(query, pool)` must return one score per piece of the pool ({len(pool)})"
         )
     return values
+
+
+def session_of(evidence: Evidence) -> Hashable | None:
+    """The session a piece was said in: its task's ``session_id`` (metadata, else
+    parameters), else the day its task was recorded; None for what is no task's (a
+    knowledge chunk), which no session holds."""
+    task = evidence.item
+    for where in ("metadata", "parameters"):
+        fields = getattr(task, where, None)
+        sid = fields.get("session_id") if isinstance(fields, Mapping) else None
+        if isinstance(sid, str) and sid:
+            return sid
+    when = getattr(task, "created_at", None)
+    return when.date() if isinstance(when, datetime) else None
+
+
+def spread_sessions(
+    ranked: Sequence[Evidence],
+    spread: float,
+    *,
+    session: Callable[[Evidence], Hashable | None] = session_of,
+) -> list[Evidence]:
+    """`ranked` (best first, by ``score``) in a new order: each piece competes with the score
+    ``score * (1 - spread) ** n``, `n` the pieces of its session placed before it, taken
+    greedily best first (ties: the earlier in `ranked`). `spread` 1: a session's second piece
+    waits until every other session's best is in; 0: `ranked` as it is. Pieces of no session
+    (`session` None) are never held back."""
+    keep = 1.0 - check_unit(spread, "spread_sessions: `spread`")
+    if keep == 1.0:
+        return list(ranked)
+    queues: dict[Hashable, list[int]] = {}
+    for i, e in enumerate(ranked):
+        queues.setdefault(("piece", i) if (s := session(e)) is None else s, []).append(i)
+    # One entry per session: its next piece, at that piece's held-back score.
+    heap = [(-ranked[q[0]].score, q[0], key, 0) for key, q in queues.items()]
+    heapq.heapify(heap)
+    out: list[Evidence] = []
+    while heap:
+        _, i, key, n = heapq.heappop(heap)
+        out.append(ranked[i])
+        queue = queues[key]
+        if n + 1 < len(queue):
+            j = queue[n + 1]
+            held = ranked[j].score * keep ** (n + 1)
+            heapq.heappush(heap, (-held, j, key, n + 1))
+    return out

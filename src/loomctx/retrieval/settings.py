@@ -33,7 +33,9 @@ from loomctx.retrieval.signals import (
     OriginDiversitySignal,
     QueryOverlapSignal,
     RelevanceSignal,
+    RoleSignal,
     SpeakerSignal,
+    TimeSignal,
 )
 
 __all__ = ["RetrievalSettings"]
@@ -42,9 +44,9 @@ _INTS = ("recall_limit", "pool_depth", "rewrite_max_terms", "rewrite_window", "r
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
          "hop_terms")  # fmt: skip
 _UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight",
-          "date_weight")  # fmt: skip
+          "date_weight", "session_spread")  # fmt: skip
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
-            "speaker_weight")  # fmt: skip
+            "speaker_weight", "time_weight", "role_weight")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +68,12 @@ class RetrievalSettings:
     where search alone takes 3: an answer whose own words rank it deep is lifted by its
     question and neighbours only if the pool holds it; chosen by leave-one-conversation-out,
     8 over 3 and 5 on every fold).
-    Reranking (`Reranker`): the weights of the five signals, and the span of characters
-    (`length_low`..`length_high`) `ContentLengthSignal` scores 1.
+    Reranking (`Reranker`): the weights of the seven signals (`time_weight`: how close to
+    a time the query names; `role_weight`: the user's own words for a question in the first
+    person), the span of characters (`length_low`..`length_high`) `ContentLengthSignal`
+    scores 1, and `session_spread` (off at 0: `loomctx.retrieval.reranker.spread_sessions`,
+    a session's later pieces held back behind other sessions' best; it measured worse on
+    both benchmarks, docs/benchmarks.md).
     Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
     into the window whole or not at all (0: every candidate may be cut at a sentence end to
     fill the room left): a turn cut to its first half rarely still holds what it was recalled
@@ -96,12 +102,15 @@ class RetrievalSettings:
     diversity_weight: float = 0.15
     length_weight: float = 0.10
     speaker_weight: float = 0.10
+    time_weight: float = 0.10
+    role_weight: float = 0.05
     length_low: int = 200
     length_high: int = 800
     whole_below: int = 64
     hop_weight: float = 0.0
     hop_from: int = 3
     hop_terms: int = 4
+    session_spread: float = 0.0
 
     def __post_init__(self) -> None:
         check_int(self.whole_below, "RetrievalSettings: `whole_below`", minimum=0)
@@ -179,7 +188,8 @@ class RetrievalSettings:
         return QueryRewriter(window=self.rewrite_window, top_k=self.rewrite_top_k)
 
     def reranker(self) -> Reranker:
-        """A `Reranker` with the default five signals at these weights."""
+        """A `Reranker` with the default seven signals at these weights, spreading its order
+        over sessions by `session_spread`."""
         return Reranker(
             [
                 RelevanceSignal(self.vector_weight),
@@ -187,7 +197,10 @@ class RetrievalSettings:
                 OriginDiversitySignal(self.diversity_weight),
                 ContentLengthSignal(self.length_weight, low=self.length_low, high=self.length_high),
                 SpeakerSignal(self.speaker_weight),
-            ]
+                TimeSignal(self.time_weight),
+                RoleSignal(self.role_weight),
+            ],
+            session_spread=self.session_spread,
         )
 
     def changed(self) -> dict[str, Any]:

@@ -10,6 +10,10 @@
 - `ContentLengthSignal` (0.10): 1 for 200-800 characters, less for shorter or longer.
 - `SpeakerSignal` (0.10): 0 for a message said by someone other than the person a query
   names, else 1 (a query naming no speaker: 1 for all, which changes no order).
+- `TimeSignal` (0.10): how close a task was recorded to the time the query names (memory's
+  ``time_match``); 1 for every piece of a query naming no time, which changes no order.
+- `RoleSignal` (0.05): for a query in the first person that does not address the assistant,
+  0 for the assistant's messages, else 1 (any other query: 1 for all).
 
 A signal is anything with a `name`, a `weight` and ``score(query, pool)``, which returns one
 score per piece of the pool, in its order, as a numpy array. It sees the whole pool at once
@@ -30,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loomctx.errors import ConfigError
+from loomctx.memory.task import ASSISTANT_MESSAGE
 from loomctx.retrieval.evidence import Evidence
 from loomctx.text import terms
 
@@ -41,6 +46,7 @@ __all__ = [
     "Scores",
     "Signal",
     "SpeakerSignal",
+    "TimeSignal",
     "default_signals",
 ]
 
@@ -225,12 +231,62 @@ def _speaker(evidence: Evidence) -> str | None:
     return (speaker.strip() or None) if isinstance(speaker, str) else None
 
 
+_FIRST_PERSON = re.compile(r"(?<!\w)(?:i|me|my|mine|myself)(?!\w)|我", re.IGNORECASE)
+_SECOND_PERSON = re.compile(r"(?<!\w)(?:you|your|yours|yourself)(?!\w)|你|您", re.IGNORECASE)
+
+
+class RoleSignal(_Signal):
+    """Whose words: a query in the first person that does not address the assistant ("what
+    did I buy?", not "what did you suggest?") asks about what the user said, so a user's
+    message scores 1 and an assistant's 0; any other query scores every piece 1."""
+
+    name = "role"
+
+    def __init__(self, weight: float = 0.05) -> None:
+        super().__init__(weight)
+
+    def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
+        if not _FIRST_PERSON.search(query) or _SECOND_PERSON.search(query):
+            return np.ones(len(pool))
+        return np.array(
+            [0.0 if getattr(e.item, "action", None) == ASSISTANT_MESSAGE else 1.0 for e in pool],
+            dtype=np.float64,
+        )
+
+
+class TimeSignal(_Signal):
+    """When it was said: for a query that names a time ("5 days ago", "last month"), how
+    close each task was recorded to it (``time_match``, 0..1, which memory search adds to
+    what it recalls); 1 for a piece without one (knowledge, or a query naming no time), which
+    changes no order when no piece has one.
+
+    Memory search already scales a task's relevance by its closeness (`time_decay`), but
+    relevance is one signal of several: a turn of the wrong month that shares the query's
+    words still outranked the right one on the other signals."""
+
+    name = "time"
+
+    def __init__(self, weight: float = 0.10) -> None:
+        super().__init__(weight)
+
+    def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
+        return np.array([_closeness(e) for e in pool], dtype=np.float64)
+
+
+def _closeness(evidence: Evidence) -> float:
+    match = evidence.metadata.get("time_match")
+    return float(match) if isinstance(match, int | float) else 1.0
+
+
 def default_signals() -> list[Signal]:
-    """Seed 002's four signals and `SpeakerSignal`, with their default weights."""
+    """Seed 002's four signals, `SpeakerSignal`, `TimeSignal` and `RoleSignal`, with their
+    default weights."""
     return [
         RelevanceSignal(),
         QueryOverlapSignal(),
         OriginDiversitySignal(),
         ContentLengthSignal(),
         SpeakerSignal(),
+        TimeSignal(),
+        RoleSignal(),
     ]

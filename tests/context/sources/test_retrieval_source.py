@@ -68,6 +68,8 @@ async def test_blocks_say_where_they_came_from_and_why(store: SQLiteStore) -> No
             "origin_diversity",
             "content_length",
             "speaker",
+            "time",
+            "role",
         }
         assert 0 <= meta["score"] <= 1
         assert "vector_score" in meta  # the embedder found everything densely
