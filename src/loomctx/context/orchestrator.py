@@ -47,6 +47,7 @@ from loomctx.context.render import Layout, block_cost, render, section_overhead
 from loomctx.context.report import Blocks, ContextReport, SourceReport
 from loomctx.context.selection import new_candidate
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
+from loomctx.memory.core import build_view
 from loomctx.messages import (
     Message,
     mark_anthropic_cache,
@@ -208,7 +209,8 @@ class ContextOrchestrator:
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
-        collected = await self.collector.collect(self.sources, grants, query, ctx=ctx)
+        with build_view():  # a memory checks the store for other writers once a build
+            collected = await self.collector.collect(self.sources, grants, query, ctx=ctx)
 
         rank = {s.name: i for i, s in enumerate(self.sources)}
         candidates: list[Candidate] = []

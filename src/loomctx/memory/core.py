@@ -56,7 +56,7 @@ from loomctx.memory._embedders import (
     shipped_fast_embedder,
 )
 from loomctx.memory._search import SUMMARY, TASK, MemoryHit, MemorySearch
-from loomctx.memory._sync import StoreSync, same_view
+from loomctx.memory._sync import StoreSync, build_view, same_view
 from loomctx.memory._tiers import _Entry
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
@@ -92,6 +92,7 @@ __all__ = [
     "EmbedderDefault",
     "LoomMemory",
     "MemoryHit",
+    "build_view",
     "same_view",
     "shipped_embedder",
     "shipped_fast_embedder",
