@@ -18,7 +18,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from loomctx import Agent, LoomMemory, MemoryTiers, SQLiteStore, Task, TaskStatus, ToolCall
+from loomctx import (
+    Agent,
+    LoomMemory,
+    MemoryTiers,
+    SQLiteStore,
+    Task,
+    TaskStatus,
+    TiktokenCounter,
+    ToolCall,
+)
+from loomctx.context.recipe import memory_sources, window_orchestrator, window_sources
 from loomctx.errors import ConflictError
 from loomctx.memory.core import same_view
 from loomctx.stores.base import Expect, Put, Record, Version
@@ -190,6 +200,26 @@ async def test_an_agent_checks_the_store_once_per_model_call(tmp_path: Path) -> 
         store.versions = 0
         checks = [store.versions async for e in agent.stream("2 + 3?") if e.type == "llm_completed"]
         assert checks == [1, 2]  # one per model call
+
+
+async def test_a_window_build_outside_a_view_checks_the_store_once(tmp_path: Path) -> None:
+    """A build reads the tiers four times (history twice, important memory, retrieval's
+    exclusions); outside an agent's or a session's view it opens one of its own, so another
+    worker's writes are checked once, and seen by the next build."""
+    path = tmp_path / "shared.db"
+    with CountingStore(path) as one, SQLiteStore(path) as two:
+        a = LoomMemory("a", store=one, namespace=NS, embedder=None)
+        b = LoomMemory("b", store=two, namespace=NS, embedder=None)
+        a.add_task(turn(0))
+        sources = window_sources("Be brief.", memory=memory_sources(a))
+        orch = window_orchestrator(sources, counter=TiktokenCounter(), window=8000)
+        one.versions = 0
+        await orch.build(query="what was said?")
+        assert one.versions == 1
+        b.add_task(turn(1))
+        window = await orch.build(query="what was said?")
+        assert one.versions == 3  # one check, which read the changes with the version again
+        assert "talkmark1" in str(window.to_openai())
 
 
 async def test_a_view_follows_the_task_that_opened_it(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "Phase",
     "Section",
     "TokenBudget",
+    "new_context_block",
 ]
 
 Section = Literal["instructions", "skills", "tools", "context", "history", "user", "turn"]
@@ -106,6 +107,49 @@ class ContextBlock:
     def with_content(self, content: str, token_count: int) -> ContextBlock:
         """A copy with new text (after truncation or summarization)."""
         return replace(self, content=content, token_count=token_count)
+
+
+# The slots' own setters, which a frozen value's fields can be set through once, as it is made.
+(
+    _SET_SOURCE, _SET_SECTION, _SET_CONTENT, _SET_TOKENS, _SET_PRIORITY, _SET_PINNED,
+    _SET_TRUNCATABLE, _SET_MESSAGES, _SET_TOOL, _SET_SEQUENCE, _SET_ID, _SET_METADATA,
+) = (
+    ContextBlock.__dict__[name].__set__
+    for name in (
+        "source", "section", "content", "token_count", "priority", "pinned", "truncatable",
+        "messages", "tool", "sequence", "id", "metadata",
+    )
+)  # fmt: skip
+
+
+def new_context_block(
+    *,
+    source: str,
+    id: str,
+    content: str,
+    token_count: int,
+    priority: float,
+    truncatable: bool,
+    metadata: Mapping[str, Any],
+) -> ContextBlock:
+    """The `context` block ``ContextBlock(section="context", ...)`` makes, for less: a
+    retrieval source makes one per candidate of every build. The caller guarantees what
+    `ContextBlock.__post_init__` checks (a non-empty `id`, `priority` within 0..1,
+    `token_count` >= 0); the fields it does not take have their defaults."""
+    made = object.__new__(ContextBlock)
+    _SET_SOURCE(made, source)
+    _SET_SECTION(made, "context")
+    _SET_CONTENT(made, content)
+    _SET_TOKENS(made, token_count)
+    _SET_PRIORITY(made, priority)
+    _SET_PINNED(made, False)
+    _SET_TRUNCATABLE(made, truncatable)
+    _SET_MESSAGES(made, ())
+    _SET_TOOL(made, None)
+    _SET_SEQUENCE(made, 0)
+    _SET_ID(made, id)
+    _SET_METADATA(made, metadata)
+    return made
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Final, get_args
 
@@ -104,6 +105,13 @@ def _check_fraction(value: object, what: str, fix: str) -> float:
     ):
         raise ConfigError(f"{what} must be a finite number within [0, 1], got {value!r}; {fix}")
     return float(value)
+
+
+@lru_cache(maxsize=1024)  # a build asks for the same limits of the same budget again and again
+def _share_of(available: int, ratio: float) -> int:
+    """`available` times `ratio` as written (0.07, not the binary float just above it),
+    rounded down: exact, by `Fraction` of the ratio's `repr`."""
+    return math.floor(available * Fraction(repr(ratio)))
 
 
 def _exact(share: float) -> tuple[int, int]:
@@ -224,7 +232,7 @@ class BudgetManager:
     def static_limit(self, available: int) -> int:
         """The most tokens the static context (the system message) may take of an input
         budget of `available` tokens: `static_ratio` of it, capped at `static_tokens`."""
-        limit = math.floor(available * Fraction(repr(self.static_ratio)))
+        limit = _share_of(available, self.static_ratio)
         if self.static_tokens is not None:
             limit = min(limit, self.static_tokens)
         return max(0, min(limit, available))
@@ -236,7 +244,7 @@ class BudgetManager:
             return None
         limit = available
         if self.dynamic_ratio is not None:
-            limit = math.floor(available * Fraction(repr(self.dynamic_ratio)))
+            limit = _share_of(available, self.dynamic_ratio)
         if self.dynamic_tokens is not None:
             limit = min(limit, self.dynamic_tokens)
         return max(0, min(limit, available))

@@ -44,9 +44,10 @@ from loomctx.context.compactor import (
 )
 from loomctx.context.layout_state import LayoutState, cache_marks, repeated_prefix_tokens
 from loomctx.context.render import Layout, block_cost, render, section_overhead
-from loomctx.context.report import Blocks, ContextReport, SourceReport
+from loomctx.context.report import BlockRow, Blocks, ContextReport, SourceReport
 from loomctx.context.selection import new_candidate
 from loomctx.errors import BudgetExceededError, ConfigError, Oversize
+from loomctx.memory.core import build_view
 from loomctx.messages import (
     Message,
     mark_anthropic_cache,
@@ -208,35 +209,43 @@ class ContextOrchestrator:
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)
-        collected = await self.collector.collect(self.sources, grants, query, ctx=ctx)
+        with build_view():  # a memory checks the store for other writers once a build
+            collected = await self.collector.collect(self.sources, grants, query, ctx=ctx)
 
         rank = {s.name: i for i, s in enumerate(self.sources)}
         candidates: list[Candidate] = []
+        demands = {s.name: 0 for s in self.sources}
+        cost_of = self._cost
         for item in collected:
+            priority = item.source.priority
             for block in item.blocks:
-                candidates.append(
-                    new_candidate(block, self._cost(block), item.source.priority, len(candidates))
-                )
+                cost = cost_of(block)
+                candidates.append(new_candidate(block, cost, priority, len(candidates)))
+                demands[block.source] += cost
         # Framing is charged for what may go in: a dynamic block whose task history holds
         # goes in as history, so while the whole conversation fits, no fence is charged.
+        # Framing only optional content needs (`slack`): pinned content may use it if
+        # nothing else fits.
         held = held_tasks(candidates, session.marks)
-        framed = [
-            c for c in candidates if c.block.section != "context" or task_of(c.block) not in held
-        ]
-        sections = {c.block.section for c in framed}
-        fenced = {c.block.source for c in framed if c.block.section == "context"}
-        overhead = section_overhead(sections, counter, fenced)
-        # Framing only optional content needs: pinned content may use it if nothing else fits.
-        pinned = [c.block for c in candidates if c.block.pinned]
-        slack = overhead - section_overhead(
-            {b.section for b in pinned},
-            counter,
-            {b.source for b in pinned if b.section == "context"},
-        )
-        room = self.available - overhead
-        demands = {s.name: 0 for s in self.sources}
+        sections: set[str] = set()
+        fenced: set[str] = set()
+        pinned_sections: set[str] = set()
+        pinned_fenced: set[str] = set()
         for c in candidates:
-            demands[c.block.source] += c.cost
+            block = c.block
+            section = block.section
+            if section != "context":
+                sections.add(section)
+            elif task_of(block) not in held:
+                sections.add(section)
+                fenced.add(block.source)
+            if block.pinned:
+                pinned_sections.add(section)
+                if section == "context":
+                    pinned_fenced.add(block.source)
+        overhead = section_overhead(sections, counter, fenced)
+        slack = overhead - section_overhead(pinned_sections, counter, pinned_fenced)
+        room = self.available - overhead
         priorities = {s.name: s.priority for s in self.sources}
         self._check_static(candidates)
         for _ in range(_MAX_ROUNDS):
@@ -397,16 +406,29 @@ class ContextOrchestrator:
         kept: dict[str, int] = {}
         summary: dict[str, int] = {}
         pinned: set[str] = set()
+        rows: list[BlockRow] = []
         for d in decisions:
-            src = d.block.source
-            used[src] = used.get(src, 0) + d.cost
-            if d.status in ("kept", "truncated"):
+            block, status, cost = d.block, d.status, d.cost
+            src = block.source
+            used[src] = used.get(src, 0) + cost
+            if status in ("kept", "truncated"):
                 kept[src] = kept.get(src, 0) + 1
-                if d.block.pinned:
+                if block.pinned:
                     pinned.add(src)
-            if d.block.metadata.get("kind") == "summary" and d.candidate.order < 0:
+            if d.candidate.order < 0 and block.metadata.get("kind") == "summary":
                 # The frozen summary of earlier compactions: in the window, never offered.
-                summary[src] = summary.get(src, 0) + d.cost
+                summary[src] = summary.get(src, 0) + cost
+            rows.append(
+                (
+                    block.id,
+                    src,
+                    block.section,
+                    d.candidate.block.token_count,
+                    cost,
+                    status,
+                    d.reason,
+                )
+            )
         deferred = {n.source for n in compaction.notes if n.action == "deferred"}
         unembedded = {item.source.name: _unembedded(item.source) for item in collected}
         partly = {item.source.name: _partly_embedded(item.source) for item in collected}
@@ -436,24 +458,13 @@ class ContextOrchestrator:
             )
             for item in collected
         )
-        blocks = Blocks(
-            (
-                d.block.id,
-                d.block.source,
-                d.block.section,
-                d.candidate.block.token_count,
-                d.cost,
-                d.status,
-                d.reason,
-            )
-            for d in decisions
-        )
+        blocks = Blocks(rows)
         return ContextReport(
             window=self.model_context_window,
             output_reserve=self.output_reserve,
             available=self.available,
             token_count=token_count,
-            overhead_tokens=max(0, token_count - sum(d.cost for d in decisions)),
+            overhead_tokens=max(0, token_count - sum(used.values())),  # every decision's cost
             token_counter=self.token_counter.name,
             sources=sources,
             blocks=blocks,

@@ -173,8 +173,8 @@ def _lowered(text: str) -> str:
 
 
 def _covered(text: str, probes: Sequence[str]) -> int:
-    """How many of `probes` occur in `text`."""
-    return sum(p in text for p in probes)
+    """How many of `probes` occur in `text` (`map` over `in`: no generator frame per text)."""
+    return sum(map(text.__contains__, probes))
 
 
 def _probe(term: str) -> str:

@@ -26,7 +26,7 @@ from loomctx.stores.base import (
     Version,
 )
 
-__all__ = ["StoreSync", "same_view"]
+__all__ = ["StoreSync", "build_view", "same_view"]
 
 _ATTEMPTS: Final = 16  # guarded writes tried before a namespace that keeps changing is an error
 
@@ -50,6 +50,18 @@ def same_view() -> Iterator[None]:
         yield
     finally:
         _VIEW.reset(token)
+
+
+@contextlib.contextmanager
+def build_view() -> Iterator[None]:
+    """`same_view` for one window build, unless the caller is in a `same_view` block already
+    (an `Agent`'s, the proxy's, a `Session`'s), whose view it then keeps: a build's sources
+    read the tiers four times, and each read outside a block looked the version up again."""
+    if _VIEW.get() is not None:
+        yield
+        return
+    with same_view():
+        yield
 
 
 class StoreSync(Tiers):

@@ -56,7 +56,7 @@ from loomctx.memory._embedders import (
     shipped_fast_embedder,
 )
 from loomctx.memory._search import SUMMARY, TASK, MemoryHit, MemorySearch
-from loomctx.memory._sync import StoreSync, same_view
+from loomctx.memory._sync import StoreSync, build_view, same_view
 from loomctx.memory._tiers import _Entry
 from loomctx.memory.enrichment import BackgroundEmbedder
 from loomctx.memory.plain import MessageFormat, Recall, messages_of, recalled_of
@@ -92,6 +92,7 @@ __all__ = [
     "EmbedderDefault",
     "LoomMemory",
     "MemoryHit",
+    "build_view",
     "same_view",
     "shipped_embedder",
     "shipped_fast_embedder",
@@ -231,6 +232,9 @@ class LoomMemory(StoreSync):
         # `recent_tasks`' tasks before L1: (order, task) oldest first, the order they end
         # before, and how many were asked for.
         self._past: tuple[list[tuple[int, Task]], int, int] = ([], 0, 0)
+        # `recent_tasks`' last answer and what it was worked out from (`_past`, the limit,
+        # the order L1 starts at, L1's tasks by identity): a history source asks twice a build.
+        self._recent: tuple[object, int, int, tuple[int, ...], tuple[Task, ...]] | None = None
         self._seen = NamespaceVersion()  # the version of the namespace the tiers reflect
         self._checked_in: object | None = None  # the `same_view` block that last checked it
         self._searcher = MemorySearch(store, exact=self._search_exact)
@@ -327,9 +331,15 @@ class LoomMemory(StoreSync):
             if limit <= len(held):
                 return [e.task for e in held[len(held) - limit :]] if limit > 0 else []
             before = held[0].order if held else self._order
+            l1 = tuple(id(e.task) for e in held)
+            last = self._recent
+            if last is not None and last[0] is self._past and last[1:4] == (limit, before, l1):
+                return list(last[4])
             ids = {e.task.task_id for e in held}
             past = [t for t in self._left_l1(before, limit - len(held)) if t.task_id not in ids]
-            return [*past, *(e.task for e in held)]
+            out = [*past, *(e.task for e in held)]
+            self._recent = (self._past, limit, before, l1, tuple(out))
+            return out
 
     def _left_l1(self, before: int, count: int) -> list[Task]:
         """The `count` tasks just before order `before` in the conversation, oldest first,

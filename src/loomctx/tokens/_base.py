@@ -76,10 +76,11 @@ class BaseTokenCounter(ABC):
         if cache_entries < 0 or cache_chars < 0:
             raise ConfigError("`cache_entries` and `cache_chars` must be >= 0")
         self._cache = CountCache(max_entries=cache_entries, max_chars=cache_chars)
-        # The tokens of plain messages (no parts, tool calls or name) counted lately, by
-        # message object (held, so its id stays unique; messages are frozen values): a
-        # build counts its window's history several times (the whole window, the prefix
-        # the previous call repeats, its cache breakpoints).
+        # The tokens of messages without parts counted lately, by message object (held, so
+        # its id stays unique; messages are frozen values, a tool call's arguments
+        # included): a build counts its window's history several times (the whole window,
+        # the prefix the previous call repeats, its cache breakpoints), and a tool call's
+        # arguments are serialized to be counted.
         self._plain: Memo[Message, int] = Memo(self._plain_tokens, cache_entries)
 
     @property
@@ -107,7 +108,7 @@ class BaseTokenCounter(ABC):
         """The tokens billed for `messages` plus `tools`, by the rule in the module docstring."""
         total = TOKENS_REPLY_PRIMING if messages else 0
         for m in messages:
-            if not (m.parts or m.tool_calls or m.name):
+            if not m.parts:
                 total += self._plain(m)
                 continue
             total += TOKENS_PER_MESSAGE + self.count(m.role) + self.count(m.content)
@@ -128,8 +129,15 @@ class BaseTokenCounter(ABC):
         return total
 
     def _plain_tokens(self, message: Message) -> int:
-        """The tokens of a message without parts, tool calls or name."""
-        return TOKENS_PER_MESSAGE + self.count(message.role) + self.count(message.content)
+        """The tokens of a message without parts (which alone depend on `image_rule`): its
+        role, content, name and tool calls, as `count_messages` bills them."""
+        total = TOKENS_PER_MESSAGE + self.count(message.role) + self.count(message.content)
+        if message.name:
+            total += TOKENS_PER_NAME + self.count(message.name)
+        for call in message.tool_calls:
+            total += TOKENS_PER_TOOL_CALL + self.count(call.name)
+            total += self.count(call.arguments_json())
+        return total
 
     def with_image_rule(self, rule: ImageRule) -> Self:
         """This counter with images counted by `rule` (``openai`` or ``anthropic``): the same

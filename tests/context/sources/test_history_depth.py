@@ -55,6 +55,22 @@ def test_recent_tasks_reach_past_l1_in_order_and_after_a_restart(tmp_path: Path)
     store.close()
 
 
+def test_recent_tasks_asked_again_see_what_was_recorded_since() -> None:
+    memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=2), embedder=None)
+    memory.add_tasks(tasks_from_messages(exchanges(4)))
+
+    def texts() -> list[str]:
+        return [t.parameters["content"] for t in memory.recent_tasks(6)]
+
+    before = texts()
+    assert before == texts() == [m.content for m in exchanges(4)][-6:]
+    memory.add_tasks(tasks_from_messages(exchanges(1, start=4)))
+    assert texts() == [m.content for m in exchanges(5)][-6:]
+    memory.promote_tasks()
+    assert texts() == [m.content for m in exchanges(5)][-6:]
+    memory.close()
+
+
 def test_recent_tasks_end_at_an_archived_import() -> None:
     memory = LoomMemory("a", tiers=MemoryTiers(max_l1_size=2), embedder=None)
     memory.add_tasks(tasks_from_messages(exchanges(3)), tier=MemoryTier.L4)

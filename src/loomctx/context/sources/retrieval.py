@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 from loomctx._memo import Memo
-from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget, new_context_block
 from loomctx.context.sources._common import MIN_CUT_TOKENS, check_source, fit_ceiling
 from loomctx.errors import ConfigError, check_int, check_unit
 from loomctx.memory.core import LoomMemory
@@ -109,9 +109,8 @@ class RetrievalInjector:
                 # "speaker: text" says what it is; when it was said lets the model resolve
                 # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
                 meta["label"] = _label(c.item) if isinstance(c.item, Task) else ""
-            yield ContextBlock(
+            yield new_context_block(
                 source=source,
-                section="context",
                 id=f"{source}:{c.id}"
                 if c.origin == MEMORY_ORIGIN
                 else f"{source}:{c.origin}:{c.id}",
