@@ -479,7 +479,8 @@ def billed() -> None:
         whole, through = run.whole, run.through
         print(
             f"3. billed input tokens, LoCoMo conversation {run.name} ({len(whole)} calls, "
-            f"window 8,000, the client re-sending its whole history, a {provider} model):"
+            f"window 8,000, the client re-sending its whole history; the proxy's model "
+            f"{provider}'s):"
         )
         print(f"   direct: {sum(whole):,} tokens (last call {whole[-1]:,})")
         print(
