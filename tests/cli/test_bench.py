@@ -229,6 +229,23 @@ def test_bench_cost_prints_each_strategy_and_writes_json(
     assert data["config"]["memory_payback"] == 1.0  # the agent's
 
 
+def test_bench_cost_dense_embeds_with_the_default_model_and_caches_its_vectors(
+    runner: CliRunner, locomo: Path, tmp_path: Path
+) -> None:
+    out, cache = tmp_path / "cost.json", tmp_path / "vectors"
+    args = ["bench", "cost", str(locomo), "--window", "600", "--reserve", "100", "--dense"]
+    result = runner.invoke(app, [*args, "--cache", str(cache), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["config"]["embedder"]  # the shipped model's name
+    assert data["strategies"]["loom"]["over_budget"] == 0
+    assert list(cache.glob("*/*.npz"))  # what it embedded, kept for the next run
+    lexical = runner.invoke(app, ["bench", "cost", str(locomo), "--window", "600", "--json",
+                                  str(tmp_path / "lexical.json"), "--reserve", "100"])  # fmt: skip
+    assert lexical.exit_code == 0, lexical.output
+    assert json.loads((tmp_path / "lexical.json").read_text())["config"]["embedder"] is None
+
+
 @pytest.mark.parametrize(("value", "expected"), [("off", None), ("0.5", 0.5)])
 def test_bench_cost_sets_the_memory_payback(
     runner: CliRunner, locomo: Path, tmp_path: Path, value: str, expected: float | None

@@ -328,6 +328,16 @@ def cost(
             "was retrieved (`CachePolicy.tail_lift`; default: the agent's).",
         ),
     ] = None,
+    dense: Annotated[
+        bool,
+        typer.Option(
+            "--dense",
+            help="Loom's memory embeds with the default model (each record before the next "
+            "call), as `loomctx chat` does; default: lexical search only, much faster.",
+        ),
+    ] = False,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
     memory_payback: Annotated[
         str | None,
         typer.Option(
@@ -353,6 +363,8 @@ def cost(
         tail_lift=tail_lift,
         cache_policy=_payback_policy(memory_payback),
         progress=_progress,
+        dense=dense,
+        cache_dir=_cache_dir(cache, no_cache) if dense else None,
     )
     columns = ["calls", "prompt", "over", "cached", "anthropic", "openai", "gpt-5"]
     if "evidence_after" in result["strategies"]["loom"]:

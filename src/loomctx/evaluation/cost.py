@@ -54,7 +54,9 @@ from loomctx.context.billing import ANTHROPIC, OPENAI, PROVIDERS, CachePredictio
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import repeated_prefix_tokens
 from loomctx.context.recipe import WindowSettings
+from loomctx.embeddings import Embedder
 from loomctx.errors import ConfigError
+from loomctx.evaluation._ranking import bench_embedder
 from loomctx.evaluation.datasets import (
     LocomoConversation,
     load_locomo,
@@ -62,7 +64,7 @@ from loomctx.evaluation.datasets import (
     locomo_date,
 )
 from loomctx.memory.core import LoomMemory
-from loomctx.memory.settings import MemoryTiers
+from loomctx.memory.settings import MemoryEmbedding, MemoryTiers
 from loomctx.messages import Message
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.tokens import TiktokenCounter, TokenCounter
@@ -312,6 +314,7 @@ async def _loom(
     probes: Mapping[int, Sequence[Probe]],
     policy: CachePolicy | None,
     times: Sequence[datetime | None] = (),
+    embedder: Embedder | None = None,
 ) -> tuple[list[CallCost], _Evidence]:
     store = SQLiteStore(folder / "cost.db")
     # The conversation's own time: its sessions are days apart, so the provider's cache is
@@ -321,14 +324,16 @@ async def _loom(
     def clock() -> datetime:
         return now[0]
 
-    # Lexical: a replay must build the same windows however fast a background thread embeds.
+    # With an `embedder`, every record is embedded before the next call (no background
+    # thread): a replay must build the same windows however fast a thread would embed.
     memory = LoomMemory(
         "cost",
         store=store,
         counter=counter,
         tiers=MemoryTiers(max_l1_size=l1_size),
-        embedder=None,
+        embedder=embedder,
         clock=clock,
+        embedding=MemoryEmbedding() if embedder is None else MemoryEmbedding(in_background=False),
     )
     model = _Replayer()
     agent = Agent(
@@ -362,6 +367,8 @@ async def _loom(
             async for event in agent.stream(asked):
                 if isinstance(event, ContextAssembled):
                     marks.append(tuple(event.report.get("cache_marks", ())))
+            if memory.background is not None:
+                memory.background.drain()
             if k in probes:
                 hits, total = await found(probes[k])
                 after = (after[0] + hits, after[1] + total)
@@ -369,6 +376,9 @@ async def _loom(
     finally:
         memory.close()
         store.close()
+        save = getattr(embedder, "save", None)
+        if save is not None:  # a vector cache keeps what it embedded for the next run
+            save()
     calls: list[CallCost] = []
     previous = None
     for (messages, tools), at in zip(model.prompts, marks, strict=True):
@@ -449,6 +459,9 @@ def evaluate_cost(
     cache_policy: CachePolicy | None = None,
     progress: Callable[[str], None] | None = None,
     pricings: Sequence[CachePricing] = tuple(PROVIDERS.values()),
+    dense: bool = False,
+    embedder: Embedder | None = None,
+    cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Per strategy (`STRATEGIES`), the cost of replaying the conversations of `path`
     (LoCoMo: the first `limit` conversations, all by default, or those named in `only`;
@@ -459,7 +472,10 @@ def evaluate_cost(
     `tail_lift`, if given, sets its `CachePolicy.tail_lift`; both change `cache_policy`
     (default: the window recipe's, `WindowSettings().cache_policy`).
     `pricings` are the caches every call is billed under (default: every one of
-    `PROVIDERS`; ``billed_anthropic`` and ``billed_openai`` are those named so). Returns
+    `PROVIDERS`; ``billed_anthropic`` and ``billed_openai`` are those named so). With `dense`,
+    Loom's memory embeds with `embedder` (default: the shipped model), each record before the
+    next call, its vectors kept in `cache_dir` between runs when given; without it (the
+    default, for speed), lexical search only. Returns
     ``{"strategies": {name: {...}}, "conversations": {name: {strategy: {...}}},
     "config": {...}}``; the strategies' numbers pool every call of every conversation."""
     if not 0 < reserve < window:
@@ -473,6 +489,7 @@ def evaluate_cost(
             tail_lift=default.tail_lift if tail_lift is None else tail_lift,
         )
     counter = TiktokenCounter()
+    embedder = bench_embedder(dense, embedder, cache_dir)
     conversations = _replays(path, limit)
     if only:
         names = [c[0] for c in conversations]
@@ -503,7 +520,7 @@ def evaluate_cost(
                 (folder / when).mkdir()
                 runs[when] = asyncio.run(
                     _loom(exchanges, window, reserve, counter, folder / when, l1_size, probes,
-                          policy, times if when == "dated" else ())
+                          policy, times if when == "dated" else (), embedder)
                 )  # fmt: skip
             found = {"loom": runs["warm"][1], DATED: runs["dated"][1]}
             own = {
@@ -546,6 +563,7 @@ def evaluate_cost(
             "max_dynamic": max_dynamic,
             "tail_lift": tail_lift,
             "memory_payback": (policy or WindowSettings().cache_policy).memory_payback,
+            "embedder": embedder.name if embedder is not None else None,
             "conversations": len(conversations),
             "counter": counter.name,
             "pricings": {
