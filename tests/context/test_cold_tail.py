@@ -29,6 +29,12 @@ def cap(talk: Conversation, policy: CachePolicy) -> float:
     return policy.max_dynamic * talk.orchestrator.available
 
 
+def units(window: ContextWindow) -> tuple[object, ...]:
+    """The history units the window keeps in full (after its summary)."""
+    assert window.layout is not None
+    return window.messages[window.layout.summary_end : window.layout.history_end]
+
+
 def head(window: ContextWindow) -> tuple[object, ...]:
     """The window's prompt and history: what its tail and the user's turn follow."""
     assert window.layout is not None
@@ -55,10 +61,38 @@ async def test_without_cold_tail_the_first_window_keeps_the_cap(memory: LoomMemo
     talk = Conversation(memory, policy)
     first = await talk.say(60)
     assert tail_tokens(first) <= cap(talk, policy)
-    # The lifted tail changes nothing before it: the same history, the same prefix.
     lifted = await Conversation(memory, RECIPE).say(0)
     assert tail_tokens(lifted) > cap(talk, policy)
-    assert head(lifted) == head(first)
+
+
+async def test_a_first_window_gives_its_tail_room_before_history(memory: LoomMemory) -> None:
+    """In a session's first window the tail's sources want all they offer before history's
+    room is set: history keeps the newest units within what they leave it, not within what
+    the capped tail would leave, and the tail takes the rest."""
+    capped = await Conversation(memory, replace(RECIPE, cold_tail=False)).say(60)
+    lifted = await Conversation(memory, RECIPE).say(0)
+    assert 0 < tokens_of(lifted, "L1_recent") < tokens_of(capped, "L1_recent")
+    assert tail_tokens(lifted) > tokens_of(lifted, "L1_recent")
+    # What it keeps is history's newest units: the capped window's history ends the same way.
+    kept = units(lifted)
+    assert kept
+    assert units(capped)[-len(kept) :] == kept
+
+
+async def test_a_later_cold_call_places_history_as_a_warm_one_would(
+    memory: LoomMemory,
+) -> None:
+    """Only the first window plans its tail first: a session idle past the cache lifetime
+    keeps the history it had (the warm calls after it append to it), and lifts its tail's
+    cap in the room history leaves."""
+    talk = Conversation(memory, RECIPE)
+    await talk.say(60)
+    warm = await talk.say(1)
+    cold = await talk.say(1, later=timedelta(minutes=6))
+    assert cold.report.cache_cold
+    assert not cold.report.compactions
+    assert tail_tokens(cold) > cap(talk, RECIPE)
+    assert cold.messages[: len(head(warm))] == head(warm)
 
 
 async def test_a_session_idle_past_the_cache_lifetime_lifts_the_cap_once(

@@ -4,6 +4,8 @@ under a cap on the dynamic tail, nothing changes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from loomctx import ConfigError, ContextWindow
@@ -92,6 +94,13 @@ async def test_sources_are_told_the_floor_within_the_cap() -> None:
     ):
         recorder = Recorder()
         orch = orchestrator(recorder, UserInputSource(), cache_policy=policy)
+        await orch.build(query="hi")  # a first window: the room a cold tail may take
+        await orch.build(query="hi")
+        assert recorder.floors == [orch.available, expected]
+        recorder = Recorder()
+        orch = orchestrator(
+            recorder, UserInputSource(), cache_policy=replace(policy, cold_tail=False)
+        )
         await orch.build(query="hi")
         assert recorder.floors == [expected]
 

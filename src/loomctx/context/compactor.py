@@ -194,7 +194,16 @@ class ContextCompactor:
         # conversation fits, history's room is the whole budget.
         held = held_tasks(candidates, marks)
         below = unlifted(candidates, policy)
-        plan = self._plan(candidates, grants, priorities, budget, held, below, policy, dynamic_cap)
+        # A session's first window (`CachePolicy.cold_tail`): no history is placed yet, so
+        # the tail's sources want all they offer, by priority, before history's room is set
+        # (neither the cap nor `tail_lift`'s bar holds them back), and history keeps what they
+        # leave. A later cold call places history as any call does: the warm calls after it
+        # append to the history they had.
+        first = cold and policy.cold_tail and not marks
+        plan = self._plan(
+            candidates, grants, priorities, budget, held, {} if first else below, policy,
+            dynamic_cap, first=first,
+        )  # fmt: skip
         run.dynamic_left = plan.cap
         # Step 2: history first, append-only from its mark; the other sources' shares are
         # what it leaves them at least.
@@ -247,11 +256,15 @@ class ContextCompactor:
         below: Mapping[int, str],
         policy: CachePolicy,
         dynamic_cap: int | None,
+        *,
+        first: bool = False,
     ) -> _Plan:
         """Each source's share of `budget` and the dynamic tail's cap: what each source
         wants (a dynamic block the window holds as history, or that `tail_lift` leaves out,
-        wants nothing), the dynamic sources within the cap, redistributed by priority, then
-        the dynamic floor taken from older history (`_dynamic_first`)."""
+        wants nothing), the dynamic sources within the cap (in a session's `first` window,
+        within the budget and `dynamic_cap` only: `CachePolicy.cold_tail` lifts the cap once
+        history is placed, so the cap does not set history's room either), redistributed by
+        priority, then the dynamic floor taken from older history (`_dynamic_first`)."""
         demands: dict[str, int] = {}
         for c in candidates:
             lacked = c.order not in below and not (
@@ -272,11 +285,14 @@ class ContextCompactor:
         )
         if tail.skipped:
             cap = 0
+        limit = cap
+        if first and not tail.skipped:
+            limit = max(0, budget if dynamic_cap is None else min(budget, dynamic_cap))
         # Shares by priority of what each source wants, the dynamic sources within the cap:
         # history's share is its room (and what a higher-priority source leaves flows to it).
-        wants = {n: min(d, cap) if n in dynamic else d for n, d in demands.items()}
+        wants = {n: min(d, limit) if n in dynamic else d for n, d in demands.items()}
         if policy.max_dynamic is not None:
-            tail_left = cap  # the cap is the whole tail's: its sources share it by priority
+            tail_left = limit  # the cap is the whole tail's: its sources share it by priority
             for name in sorted(dynamic, key=lambda n: (-priorities[n], n)):
                 wants[name] = min(demands[name], tail_left)
                 tail_left -= wants[name]

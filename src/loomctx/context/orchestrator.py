@@ -191,21 +191,25 @@ class ContextOrchestrator:
         (a blank `query`) the window would end on the last message history offers, often the
         previous reply; that build raises `ConfigError` before the session's layout state
         changes. Pass `prefill=True` to send such a window on purpose."""
-        floor = self.cache_policy.dynamic_floor(
-            self.available, self.budget_manager.dynamic_limit(self.available)
-        )
         ctx = ctx or BuildContext()
         session = self.state._session(ctx.session_id)
+        # When the call is made (the caller's time, else the state's clock): a session idle
+        # past the provider's cache lifetime reads nothing from the cache.
+        now = ctx.now.timestamp() if ctx.now is not None else self.state.clock()
+        cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
+        # A session's first window: its dynamic sources are told the room its tail may take
+        # (`CachePolicy.dynamic_floor`).
+        floor = self.cache_policy.dynamic_floor(
+            self.available,
+            self.budget_manager.dynamic_limit(self.available),
+            first=session.built_at is None,
+        )
         ctx = replace(
             ctx,
             counter=self.token_counter,
             dynamic_floor=floor,
             history_start={name: mark.sequence for name, mark in session.marks.items()},
         )
-        # When the call is made (the caller's time, else the state's clock): a session idle
-        # past the provider's cache lifetime reads nothing from the cache.
-        now = ctx.now.timestamp() if ctx.now is not None else self.state.clock()
-        cold = session.built_at is not None and now - session.built_at > self.pricing.lifetime
         counter = self.token_counter
         names = [(s.name, s.priority) for s in self.sources]
         grants = self.budget_manager.allocate(names, self.available, ctx=ctx)

@@ -159,10 +159,15 @@ class CachePolicy:
       its cache gone cold: idle past the provider's lifetime), the dynamic tail may use all
       the room history leaves, by relevance, beyond `max_dynamic` and `full_tail_lift`'s
       cap and `tail_lift`'s bar (True, the default): the cap is there to protect the cache,
-      and a cold call has none to protect, so tail tokens cost what history's do. History
-      is placed as on any call (at its low-water mark after a first compaction), so the
-      next, warm call appends to it and caps the tail again: its window minus its tail
-      still begins with this one's minus its tail. False: the cap on every call.
+      and a cold call has none to protect, so tail tokens cost what history's do. In a
+      session's first window, where no history is placed yet, the tail's sources are also
+      planned before history: they are asked for enough to fill the window
+      (`dynamic_floor`) and want all they offer, by priority, so history keeps the newest
+      units within what they leave (at its low-water mark), as a question is better served
+      by what it retrieves than by older history. A later cold call places history as any
+      call does, so the next, warm call appends to it and caps the tail again: its window
+      minus its tail still begins with this one's minus its tail. False: the cap on every
+      call.
     - `memory_payback`: the conversation's own memory in the dynamic tail (blocks that stand
       for a task) takes at most this multiple of what history's compactions save on the
       call: the tokens that have left history (`HistoryMark.dropped`) less its summary, at
@@ -232,13 +237,21 @@ class CachePolicy:
         k = (p - c) / (p + t * c) if p + t * c else 0.0
         return int(size / (1 + k))
 
-    def dynamic_floor(self, available: int, dynamic_limit: int | None = None) -> int:
+    def dynamic_floor(
+        self, available: int, dynamic_limit: int | None = None, *, first: bool = False
+    ) -> int:
         """The tokens of a budget of `available` that the dynamic context may claim ahead of
         older history: `min_dynamic` within `available` and `dynamic_limit` (the budget
-        manager's cap), or 0 when `max_dynamic` caps the dynamic tail."""
-        if self.max_dynamic is not None:
+        manager's cap), or 0 when `max_dynamic` caps the dynamic tail. In a session's
+        `first` window, with `cold_tail`, the tail's sources are planned before history
+        (see `cold_tail`): `available` within `dynamic_limit`, so that a dynamic source
+        offers enough to fill the window."""
+        if first and self.cold_tail:
+            floor = available
+        elif self.max_dynamic is not None:
             return 0
-        floor = min(self.min_dynamic, available)
+        else:
+            floor = min(self.min_dynamic, available)
         return max(0, floor if dynamic_limit is None else min(floor, dynamic_limit))
 
 
