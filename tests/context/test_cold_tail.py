@@ -65,12 +65,18 @@ async def test_without_cold_tail_the_first_window_keeps_the_cap(memory: LoomMemo
     assert tail_tokens(lifted) > cap(talk, policy)
 
 
+FIRST_TAIL = replace(RECIPE, first_tail=True)
+
+
 async def test_a_first_window_gives_its_tail_room_before_history(memory: LoomMemory) -> None:
-    """In a session's first window the tail's sources want all they offer before history's
-    room is set: history keeps the newest units within what they leave it, not within what
-    the capped tail would leave, and the tail takes the rest."""
+    """With `first_tail`, in a session's first window the tail's sources want all they offer
+    before history's room is set: history keeps the newest units within what they leave it,
+    not within what the capped tail would leave, and the tail takes the rest."""
     capped = await Conversation(memory, replace(RECIPE, cold_tail=False)).say(60)
-    lifted = await Conversation(memory, RECIPE).say(0)
+    lifted = await Conversation(memory, FIRST_TAIL).say(0)
+    # Without it (the recipe's default), history keeps its room as on any call.
+    plain = await Conversation(memory, RECIPE).say(0)
+    assert tokens_of(plain, "L1_recent") == tokens_of(capped, "L1_recent")
     assert 0 < tokens_of(lifted, "L1_recent") < tokens_of(capped, "L1_recent")
     assert tail_tokens(lifted) > tokens_of(lifted, "L1_recent")
     # What it keeps is history's newest units: the capped window's history ends the same way.
@@ -85,7 +91,7 @@ async def test_a_later_cold_call_places_history_as_a_warm_one_would(
     """Only the first window plans its tail first: a session idle past the cache lifetime
     keeps the history it had (the warm calls after it append to it), and lifts its tail's
     cap in the room history leaves."""
-    talk = Conversation(memory, RECIPE)
+    talk = Conversation(memory, FIRST_TAIL)
     await talk.say(60)
     warm = await talk.say(1)
     cold = await talk.say(1, later=timedelta(minutes=6))

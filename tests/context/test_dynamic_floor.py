@@ -94,6 +94,12 @@ async def test_sources_are_told_the_floor_within_the_cap() -> None:
     ):
         recorder = Recorder()
         orch = orchestrator(recorder, UserInputSource(), cache_policy=policy)
+        await orch.build(query="hi")
+        await orch.build(query="hi")
+        assert recorder.floors == [expected, expected]
+        recorder = Recorder()
+        first_tail = replace(policy, first_tail=True)
+        orch = orchestrator(recorder, UserInputSource(), cache_policy=first_tail)
         await orch.build(query="hi")  # a first window: the room a cold tail may take
         await orch.build(query="hi")
         assert recorder.floors == [orch.available, expected]

@@ -194,12 +194,12 @@ class ContextCompactor:
         # conversation fits, history's room is the whole budget.
         held = held_tasks(candidates, marks)
         below = unlifted(candidates, policy)
-        # A session's first window (`CachePolicy.cold_tail`): no history is placed yet, so
-        # the tail's sources want all they offer, by priority, before history's room is set
-        # (neither the cap nor `tail_lift`'s bar holds them back), and history keeps what they
-        # leave. A later cold call places history as any call does: the warm calls after it
-        # append to the history they had.
-        first = cold and policy.cold_tail and not marks
+        # A session's first window, with `CachePolicy.first_tail`: no history is placed yet,
+        # so the tail's sources want all they offer, by priority, before history's room is
+        # set (neither the cap nor `tail_lift`'s bar holds them back), and history keeps what
+        # they leave. A later cold call places history as any call does: the warm calls
+        # after it append to the history they had.
+        first = cold and policy.cold_tail and policy.first_tail and not marks
         plan = self._plan(
             candidates, grants, priorities, budget, held, {} if first else below, policy,
             dynamic_cap, first=first,
@@ -262,9 +262,10 @@ class ContextCompactor:
         """Each source's share of `budget` and the dynamic tail's cap: what each source
         wants (a dynamic block the window holds as history, or that `tail_lift` leaves out,
         wants nothing), the dynamic sources within the cap (in a session's `first` window,
-        within the budget and `dynamic_cap` only: `CachePolicy.cold_tail` lifts the cap once
-        history is placed, so the cap does not set history's room either), redistributed by
-        priority, then the dynamic floor taken from older history (`_dynamic_first`)."""
+        with `CachePolicy.first_tail`, within the budget and `dynamic_cap` only: `cold_tail`
+        lifts the cap once history is placed, so the cap does not set history's room
+        either), redistributed by priority, then the dynamic floor taken from older history
+        (`_dynamic_first`)."""
         demands: dict[str, int] = {}
         for c in candidates:
             lacked = c.order not in below and not (

@@ -159,15 +159,19 @@ class CachePolicy:
       its cache gone cold: idle past the provider's lifetime), the dynamic tail may use all
       the room history leaves, by relevance, beyond `max_dynamic` and `full_tail_lift`'s
       cap and `tail_lift`'s bar (True, the default): the cap is there to protect the cache,
-      and a cold call has none to protect, so tail tokens cost what history's do. In a
-      session's first window, where no history is placed yet, the tail's sources are also
-      planned before history: they are asked for enough to fill the window
-      (`dynamic_floor`) and want all they offer, by priority, so history keeps the newest
-      units within what they leave (at its low-water mark), as a question is better served
-      by what it retrieves than by older history. A later cold call places history as any
-      call does, so the next, warm call appends to it and caps the tail again: its window
-      minus its tail still begins with this one's minus its tail. False: the cap on every
-      call.
+      and a cold call has none to protect, so tail tokens cost what history's do. History
+      is placed as on any call (at its low-water mark after a first compaction), so the
+      next, warm call appends to it and caps the tail again: its window minus its tail
+      still begins with this one's minus its tail. False: the cap on every call.
+    - `first_tail`: in a session's first window (with `cold_tail`), where no history is
+      placed yet, plan the tail's sources before history: they are asked for enough to
+      fill the window (`dynamic_floor`) and want all they offer, by priority, so history
+      keeps the newest units within what they leave (at its low-water mark). A first
+      question over a long memory is better served by what it retrieves than by older
+      history, but the warm calls after it append to that short history, so their
+      prefix is small (under a provider's smallest cacheable prefix in a small window) and
+      the capped tail a larger part of their bill, until history grows back: opt-in
+      (default False). A later cold call places history as any call does.
     - `memory_payback`: the conversation's own memory in the dynamic tail (blocks that stand
       for a task) takes at most this multiple of what history's compactions save on the
       call: the tokens that have left history (`HistoryMark.dropped`) less its summary, at
@@ -198,6 +202,7 @@ class CachePolicy:
     full_tail_lift: float | None = None
     fill_first: bool = True
     cold_tail: bool = True
+    first_tail: bool = False
     memory_payback: float | None = None
     expected_calls: int = 20
 
@@ -217,7 +222,7 @@ class CachePolicy:
                 "`CachePolicy.memory_payback` must be a finite number >= 0 or None, "
                 f"got {payback!r}"
             )
-        for name in ("fill_first", "cold_tail"):
+        for name in ("fill_first", "cold_tail", "first_tail"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
                     f"`CachePolicy.{name}` must be True or False, got {getattr(self, name)!r}"
@@ -243,10 +248,10 @@ class CachePolicy:
         """The tokens of a budget of `available` that the dynamic context may claim ahead of
         older history: `min_dynamic` within `available` and `dynamic_limit` (the budget
         manager's cap), or 0 when `max_dynamic` caps the dynamic tail. In a session's
-        `first` window, with `cold_tail`, the tail's sources are planned before history
-        (see `cold_tail`): `available` within `dynamic_limit`, so that a dynamic source
-        offers enough to fill the window."""
-        if first and self.cold_tail:
+        `first` window, with `cold_tail` and `first_tail`, the tail's sources are planned
+        before history: `available` within `dynamic_limit`, so that a dynamic source offers
+        enough to fill the window."""
+        if first and self.cold_tail and self.first_tail:
             floor = available
         elif self.max_dynamic is not None:
             return 0
