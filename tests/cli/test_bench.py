@@ -214,6 +214,19 @@ def test_bench_set_changes_the_plain_settings(runner: CliRunner, locomo: Path) -
     assert "lexical only; hop_weight=0.3" in ranked.stdout
 
 
+def test_bench_locomo_first_tail_measures_that_policy(
+    runner: CliRunner, locomo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "l.json"
+    args = ["bench", "locomo", str(locomo), "--lexical", "--budgets", "300", "--json", str(out)]
+    plain = runner.invoke(app, args)
+    assert plain.exit_code == 0, plain.output
+    assert "first_tail=True" not in json.loads(out.read_text())["config"]["policy"]
+    first = runner.invoke(app, [*args, "--first-tail"])
+    assert first.exit_code == 0, first.output
+    assert "first_tail=True" in json.loads(out.read_text())["config"]["policy"]
+
+
 def test_bench_cost_prints_each_strategy_and_writes_json(
     runner: CliRunner, locomo: Path, tmp_path: Path
 ) -> None:

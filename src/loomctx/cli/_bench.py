@@ -175,6 +175,14 @@ def locomo(
             "held-out one apart.",
         ),
     ] = None,
+    first_tail: Annotated[
+        bool,
+        typer.Option(
+            "--first-tail",
+            help="The windows plan their tail before history (`CachePolicy.first_tail`, "
+            "opt-in; default: the agent's policy).",
+        ),
+    ] = False,
 ) -> None:
     """Recall@k, nDCG@10 and evidence in the window an Agent sends, on a LoCoMo file
     (locomo10.json format); with --cv, leave-one-conversation-out figures beside the plain
@@ -191,6 +199,7 @@ def locomo(
         cv=cv,
         cv_target=cv_target,
         only=conversation or (),
+        policy=replace(WindowSettings().cache_policy, first_tail=True) if first_tail else None,
         progress=_progress,
     )
     columns = ["questions", "r@5", "r@10", "r@20", "ndcg@10", *(f"window@{b}" for b in sizes)]
