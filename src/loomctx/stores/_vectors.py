@@ -258,7 +258,9 @@ class VectorIndex:
                 return _NO_IDS, _NO_SCORES
         want = max(RERANK, 32 * limit)
         if n <= EXACT_ROWS:  # score every row in place (no copy), keep the selected ones
-            candidates = np.arange(n) if rows is None else rows
+            if rows is None:
+                return self._top(None, self._scores(unit, None), limit)
+            candidates = rows
             scores = self._scores(unit, None)[candidates]
         elif rows is not None and selected <= want:  # few rows: copy them out, score exactly
             candidates = rows
@@ -313,11 +315,12 @@ class VectorIndex:
         return np.ascontiguousarray(packed).view(np.uint64)
 
     def _top(
-        self, rows: npt.NDArray[np.intp], scores: npt.NDArray[np.float32], limit: int
+        self, rows: npt.NDArray[np.intp] | None, scores: npt.NDArray[np.float32], limit: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        keep = best(scores, self._ids[rows], limit)
-        rows, scores = rows[keep], scores[keep]
-        ids = self._ids[rows]
+        """The `limit` best of `rows` (None: every row, read in place) by their `scores`."""
+        ids = self._ids[: self._n] if rows is None else self._ids[rows]
+        keep = best(scores, ids, limit)
+        ids, scores = ids[keep], scores[keep]
         order = np.lexsort((ids, -scores))
         # float32 -> float64 is exact: the scores `float()` gave one at a time
         return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float64)
