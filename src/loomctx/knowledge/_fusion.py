@@ -150,17 +150,23 @@ def fuse(
     for i in best_first(score, n if limit is None else limit, keys):
         cos = float(cosine[i]) if cosine[i] == cosine[i] else float(fast_cosine[i])
         lexical_score = float(lex[i])
-        out.append(
-            Fused(
-                chunk=chunks[i],
-                score=float(score[i]),
-                vector_score=None if cos != cos else cos,
-                lexical_score=(0.0 if lexical_complete else None)
-                if lexical_score != lexical_score
-                else lexical_score,
-            )
+        made = object.__new__(Fused)  # `Fused(...)`, its slots set directly: one per hit
+        _SET_CHUNK(made, chunks[i])
+        _SET_SCORE(made, float(score[i]))
+        _SET_VECTOR(made, None if cos != cos else cos)
+        _SET_LEXICAL(
+            made,
+            (0.0 if lexical_complete else None)
+            if lexical_score != lexical_score
+            else lexical_score,
         )
+        out.append(made)
     return out
+
+
+_SET_CHUNK, _SET_SCORE, _SET_VECTOR, _SET_LEXICAL = (
+    Fused.__dict__[name].__set__ for name in ("chunk", "score", "vector_score", "lexical_score")
+)
 
 
 def _damped(rescaled: Floats, cosine: Floats) -> Floats:
