@@ -256,6 +256,8 @@ class VectorIndex:
             selected = len(rows)
             if selected == 0:
                 return _NO_IDS, _NO_SCORES
+            if selected == n:  # every row (one namespace, searched exactly): read in place
+                mask, rows = True, None
         want = max(RERANK, 32 * limit)
         if n <= EXACT_ROWS:  # score every row in place (no copy), keep the selected ones
             if rows is None:
