@@ -250,6 +250,7 @@ class VectorIndex:
             return _NO_IDS, _NO_SCORES
         unit = _normalise(query.reshape(1, -1))[0]
         rows: npt.NDArray[np.intp] | None = None
+        only: npt.NDArray[np.bool_] | None = None  # the rows searched, if not every row
         selected = n
         if mask is not True:
             rows = np.flatnonzero(mask)
@@ -257,7 +258,9 @@ class VectorIndex:
             if selected == 0:
                 return _NO_IDS, _NO_SCORES
             if selected == n:  # every row (one namespace, searched exactly): read in place
-                mask, rows = True, None
+                rows = None
+            else:
+                only = mask
         want = max(RERANK, 32 * limit)
         if n <= EXACT_ROWS:  # score every row in place (no copy), keep the selected ones
             if rows is None:
@@ -268,7 +271,7 @@ class VectorIndex:
             candidates = rows
             scores = self._scores(unit, rows)
         else:
-            candidates = self._shortlist(unit, None if mask is True else mask, want)
+            candidates = self._shortlist(unit, only, want)
             scores = self._scores(unit, candidates)
         return self._top(candidates, scores, limit)
 
