@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -176,11 +176,10 @@ def _damped(rescaled: Floats, cosine: Floats) -> Floats:
 
 
 @lru_cache(maxsize=8192)  # the same chunks come back search after search
-def _searchable(text: str) -> tuple[str, int]:
-    """`text` in lower case and its character pairs (`_pairs`), once per text (not once per
-    probe and search)."""
-    lowered = text.lower()
-    return lowered, _pairs(lowered)
+def _searchable(text: str) -> list[Any]:
+    """`text` in lower case, and once it is searched again its character pairs (`_pairs`;
+    -1 until then): a text seen once is scanned, as making its pairs costs several scans."""
+    return [text.lower(), -1]
 
 
 def _pairs(text: str) -> int:
@@ -191,10 +190,10 @@ def _pairs(text: str) -> int:
         for a, b in pairwise(text):
             bits |= 1 << (_PAIR_BITS - 1 - (ord(a) * 31 + ord(b)) % _PAIR_BITS)
         return bits
-    raw = text.encode("utf-32-le", "surrogatepass")
-    codes = np.frombuffer(raw, dtype=np.uint32).astype(np.int64)
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     seen = np.zeros(_PAIR_BITS, dtype=np.bool_)
-    seen[(codes[:-1] * 31 + codes[1:]) % _PAIR_BITS] = True
+    # (below 2**32: code points are at most 0x10FFFF; `& (bits - 1)` is `% bits`)
+    seen[(codes[:-1] * 31 + codes[1:]) & (_PAIR_BITS - 1)] = True
     return int.from_bytes(np.packbits(seen).tobytes(), "big")
 
 
@@ -203,8 +202,14 @@ _PAIR_BITS: Final = 1024  # a chunk of ~800 characters has ~300 distinct pairs: 
 
 def _covered(text: str, probes: Sequence[tuple[str, int]]) -> int:
     """How many of `probes` (each with its `_pairs`) occur in `text`: scanned for only where
-    the text has every pair of the probe."""
-    lowered, have = _searchable(text)
+    the text has every pair of the probe (once its pairs are known)."""
+    kept = _searchable(text)
+    lowered, have = kept[0], kept[1]
+    if have < 0:
+        if len(kept) == 2:  # the first search of this text: scanned, its pairs made next time
+            kept.append(True)
+            return sum(map(lowered.__contains__, (p for p, _ in probes)))
+        have = kept[1] = _pairs(lowered)  # (two threads may both make it: the same value)
     n = 0
     for probe, need in probes:
         if need & have == need and probe in lowered:
