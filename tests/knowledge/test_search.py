@@ -264,3 +264,23 @@ def test_a_fast_embedder_needs_an_embedder_of_another_model() -> None:
         KnowledgeBase("kb", embedder=HashingEmbedder(16), fast_embedder=fast)
     with pytest.raises(ConfigError, match="`fast_embedder` must be an `Embedder`"):
         KnowledgeBase("kb", embedder=fast, fast_embedder="static")  # type: ignore[arg-type]
+
+
+def test_a_hit_made_by_its_slots_equals_the_one_its_constructor_makes() -> None:
+    from loomctx.knowledge._types import new_knowledge_hit
+
+    fields = ("a#0", "a", "text", 0.5, None, 0.25, {"title": "A"}, "kb")
+    made = new_knowledge_hit(*fields)
+    assert made == KnowledgeHit(
+        chunk_id="a#0",
+        document_id="a",
+        text="text",
+        score=0.5,
+        vector_score=None,
+        lexical_score=0.25,
+        metadata={"title": "A"},
+        knowledge_base="kb",
+    )
+    assert repr(made) == repr(
+        KnowledgeHit(**dict(zip(KnowledgeHit.__slots__, fields, strict=True)))
+    )

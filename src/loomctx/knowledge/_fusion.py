@@ -32,7 +32,9 @@ beats both (docs/benchmarks.md, "Design measurements").
 Coverage is tested on the lowercased text with `in` (C speed: re-tokenizing 20 candidates
 would cost milliseconds), so a term inside a longer word counts, as a stem does; a stem of
 four letters or more also counts without its last letter, which stemmers change ("happy" ->
-"happi", "making" -> "make").
+"happi", "making" -> "make"). Each text's character pairs are kept as bits of one integer,
+with the lowercased text, once per text: a probe with a pair the text lacks cannot be in it,
+so only the texts that hold all of a probe's pairs are scanned.
 
 The arithmetic runs over per-chunk numpy arrays (`loomctx.search`, the fusion memory search
 uses too), over the chunks of each search as the caller read them (`Pool`: a store's
@@ -47,7 +49,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Final, Generic, Protocol, TypeVar
+from itertools import pairwise
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -131,11 +134,11 @@ def fuse(
     dense_part = first_scores(scored[1].rows, _damped(min_max(scored[1]), scored[1].scores), n)
     from_fast = first_scores(scored[2].rows, _damped(min_max(scored[2]), scored[2].scores), n)
     dense_part = np.where(np.isnan(dense_part), from_fast, dense_part)
-    probes = [_probe(t) for t in set(query_terms)]
+    probes = [(p, _pairs(p)) for p in (_probe(t) for t in set(query_terms))]
     lexical_part = np.zeros(n)
     if probes:
         found = scored[0].rows
-        covered = [_covered(_lowered(chunks[i].text), probes) for i in found.tolist()]
+        covered = [_covered(chunks[i].text, probes) for i in found.tolist()]
         lexical_part[found] = lex[found] * np.asarray(covered, dtype=np.float64) / len(probes)
     if dense is None:
         score = lexical_part
@@ -147,17 +150,23 @@ def fuse(
     for i in best_first(score, n if limit is None else limit, keys):
         cos = float(cosine[i]) if cosine[i] == cosine[i] else float(fast_cosine[i])
         lexical_score = float(lex[i])
-        out.append(
-            Fused(
-                chunk=chunks[i],
-                score=float(score[i]),
-                vector_score=None if cos != cos else cos,
-                lexical_score=(0.0 if lexical_complete else None)
-                if lexical_score != lexical_score
-                else lexical_score,
-            )
+        made = object.__new__(Fused)  # `Fused(...)`, its slots set directly: one per hit
+        _SET_CHUNK(made, chunks[i])
+        _SET_SCORE(made, float(score[i]))
+        _SET_VECTOR(made, None if cos != cos else cos)
+        _SET_LEXICAL(
+            made,
+            (0.0 if lexical_complete else None)
+            if lexical_score != lexical_score
+            else lexical_score,
         )
+        out.append(made)
     return out
+
+
+_SET_CHUNK, _SET_SCORE, _SET_VECTOR, _SET_LEXICAL = (
+    Fused.__dict__[name].__set__ for name in ("chunk", "score", "vector_score", "lexical_score")
+)
 
 
 def _damped(rescaled: Floats, cosine: Floats) -> Floats:
@@ -167,14 +176,45 @@ def _damped(rescaled: Floats, cosine: Floats) -> Floats:
 
 
 @lru_cache(maxsize=8192)  # the same chunks come back search after search
-def _lowered(text: str) -> str:
-    """`text` in lower case, once per text (not once per probe and search)."""
-    return text.lower()
+def _searchable(text: str) -> list[Any]:
+    """`text` in lower case, and once it is searched again its character pairs (`_pairs`;
+    -1 until then): a text seen once is scanned, as making its pairs costs several scans."""
+    return [text.lower(), -1]
 
 
-def _covered(text: str, probes: Sequence[str]) -> int:
-    """How many of `probes` occur in `text` (`map` over `in`: no generator frame per text)."""
-    return sum(map(text.__contains__, probes))
+def _pairs(text: str) -> int:
+    """A bit per pair of adjacent characters of `text` (of `_PAIR_BITS`, by their code
+    points): a text holding `probe` holds all of its pairs, so has all of its bits."""
+    if len(text) < 64:  # a probe: fewer steps in Python than numpy's set-up
+        bits = 0
+        for a, b in pairwise(text):
+            bits |= 1 << (_PAIR_BITS - 1 - (ord(a) * 31 + ord(b)) % _PAIR_BITS)
+        return bits
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    seen = np.zeros(_PAIR_BITS, dtype=np.bool_)
+    # (below 2**32: code points are at most 0x10FFFF; `& (bits - 1)` is `% bits`)
+    seen[(codes[:-1] * 31 + codes[1:]) & (_PAIR_BITS - 1)] = True
+    return int.from_bytes(np.packbits(seen).tobytes(), "big")
+
+
+_PAIR_BITS: Final = 1024  # a chunk of ~800 characters has ~300 distinct pairs: a quarter set
+
+
+def _covered(text: str, probes: Sequence[tuple[str, int]]) -> int:
+    """How many of `probes` (each with its `_pairs`) occur in `text`: scanned for only where
+    the text has every pair of the probe (once its pairs are known)."""
+    kept = _searchable(text)
+    lowered, have = kept[0], kept[1]
+    if have < 0:
+        if len(kept) == 2:  # the first search of this text: scanned, its pairs made next time
+            kept.append(True)
+            return sum(map(lowered.__contains__, (p for p, _ in probes)))
+        have = kept[1] = _pairs(lowered)  # (two threads may both make it: the same value)
+    n = 0
+    for probe, need in probes:
+        if need & have == need and probe in lowered:
+            n += 1
+    return n
 
 
 def _probe(term: str) -> str:

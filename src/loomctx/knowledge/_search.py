@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from loomctx.knowledge._fusion import Pool, fuse
-from loomctx.knowledge._types import KnowledgeHit
+from loomctx.knowledge._types import KnowledgeHit, new_knowledge_hit
 from loomctx.stores.base import (
     Fetch,
     Found,
@@ -118,15 +118,15 @@ class ChunkSearch:
                 break
             chunk = f.chunk
             hits.append(
-                KnowledgeHit(
-                    chunk_id=chunk.chunk_id,
-                    document_id=chunk.document_id,
-                    text=chunk.shown,
-                    score=f.score,
-                    vector_score=f.vector_score,
-                    lexical_score=f.lexical_score,
-                    metadata=dict(chunk.metadata),
-                    knowledge_base=name,
+                new_knowledge_hit(
+                    chunk.chunk_id,
+                    chunk.document_id,
+                    chunk.shown,
+                    f.score,
+                    f.vector_score,
+                    f.lexical_score,
+                    dict(chunk.metadata),
+                    name,
                 )
             )
         return hits

@@ -250,21 +250,28 @@ class VectorIndex:
             return _NO_IDS, _NO_SCORES
         unit = _normalise(query.reshape(1, -1))[0]
         rows: npt.NDArray[np.intp] | None = None
+        only: npt.NDArray[np.bool_] | None = None  # the rows searched, if not every row
         selected = n
         if mask is not True:
             rows = np.flatnonzero(mask)
             selected = len(rows)
             if selected == 0:
                 return _NO_IDS, _NO_SCORES
+            if selected == n:  # every row (one namespace, searched exactly): read in place
+                rows = None
+            else:
+                only = mask
         want = max(RERANK, 32 * limit)
         if n <= EXACT_ROWS:  # score every row in place (no copy), keep the selected ones
-            candidates = np.arange(n) if rows is None else rows
+            if rows is None:
+                return self._top(None, self._scores(unit, None), limit)
+            candidates = rows
             scores = self._scores(unit, None)[candidates]
         elif rows is not None and selected <= want:  # few rows: copy them out, score exactly
             candidates = rows
             scores = self._scores(unit, rows)
         else:
-            candidates = self._shortlist(unit, None if mask is True else mask, want)
+            candidates = self._shortlist(unit, only, want)
             scores = self._scores(unit, candidates)
         return self._top(candidates, scores, limit)
 
@@ -313,11 +320,12 @@ class VectorIndex:
         return np.ascontiguousarray(packed).view(np.uint64)
 
     def _top(
-        self, rows: npt.NDArray[np.intp], scores: npt.NDArray[np.float32], limit: int
+        self, rows: npt.NDArray[np.intp] | None, scores: npt.NDArray[np.float32], limit: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        keep = best(scores, self._ids[rows], limit)
-        rows, scores = rows[keep], scores[keep]
-        ids = self._ids[rows]
+        """The `limit` best of `rows` (None: every row, read in place) by their `scores`."""
+        ids = self._ids[: self._n] if rows is None else self._ids[rows]
+        keep = best(scores, ids, limit)
+        ids, scores = ids[keep], scores[keep]
         order = np.lexsort((ids, -scores))
         # float32 -> float64 is exact: the scores `float()` gave one at a time
         return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float64)

@@ -239,13 +239,14 @@ class L1RecentSource(_MemorySource):
         cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
         room = budget.ceiling
+        counter_name = ctx.counter.name  # (a property that formats its string)
         for age in range(len(tasks)):
             seq = len(tasks) - 1 - age
             task = tasks[seq]
             # The block of the last build, when it was made of this very task for the same
             # place, allowance and counter (the usual case: history moves on by a unit or
             # two a call), goes in again without being worked out anew.
-            shape = (seq, age, cap, depth, ctx.counter.name)
+            shape = (seq, age, cap, depth, counter_name)
             last = self._blocks.get(task.task_id)
             if last is not None and last[0] is task and last[3] == shape:
                 tokens = last[2].token_count

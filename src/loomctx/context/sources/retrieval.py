@@ -99,7 +99,10 @@ class RetrievalInjector:
                 "origin": c.origin,
                 "score": round(score, 4),
                 "relevance": round(scores.get("relevance", 0.0), 4),
-                "signals": {k: round(v, 4) for k, v in c.signals.items()},
+                # (a signal's 0 or 1, most of them, is its own rounding: `round` is dear)
+                "signals": {
+                    k: v if v == 1.0 or v == 0.0 else round(v, 4) for k, v in c.signals.items()
+                },
             }
             if (vector := scores.get("vector_score")) is not None:
                 meta["vector_score"] = round(vector, 4)
