@@ -53,8 +53,6 @@ class Placed:
         is the source's mark of the last build (None: its first window); `cold`: nothing
         cached was at stake, so a compaction rewrote nothing a cache held."""
         kept, summary, note = placed
-        if kept:
-            self.marks[source] = _next_mark(units, kept, summary, previous, run, cold=cold)
         if note is not None:
             self.notes.append(note)
         # `kept` is a suffix of `units` (`_history` keeps the newest): where it starts is
@@ -69,6 +67,8 @@ class Placed:
             s = Candidate(block=summary, cost=cost, source_priority=0.0, order=-1 - len(self.extra))
             self.extra.append(new_decision(s, summary, "kept", cost))
             used += cost
+        if kept:
+            self.marks[source] = _next_mark(units, kept, summary, previous, used, cold=cold)
         covered = int(summary.metadata.get("covers_from", first)) if summary else first
         for c in units[:first]:
             if summary is not None and c.block.sequence >= covered:
@@ -87,14 +87,14 @@ def _next_mark(
     kept: Sequence[Candidate],
     summary: ContextBlock | None,
     previous: HistoryMark | None,
-    run: Selection,
+    size: int,
     *,
     cold: bool,
 ) -> HistoryMark:
-    """The mark of a history that keeps `kept` of `units` (and `summary`): with the tokens
-    that have left it so far, and those a compaction in this build rewrote behind the
-    cache (what it kept, the summary included; none in a first window or a cold call, where
-    nothing cached was at stake)."""
+    """The mark of a history that keeps `kept` of `units` (and `summary`, `size` tokens in
+    all): with the tokens that have left it so far, and those a compaction in this build
+    rewrote behind the cache (`size`; none in a first window or a cold call, where nothing
+    cached was at stake)."""
     start = kept[0].block.sequence
     # What left the kept history in this build: the units from the last mark (or, in a
     # first window, from the oldest offered) to the first one kept.
@@ -106,10 +106,8 @@ def _next_mark(
     )
     if previous is not None and previous.sequence == start:
         rewritten = previous.rewritten
-    elif previous is None or cold:
-        rewritten = 0
     else:
-        rewritten = sum(c.cost for c in kept) + (run.cost_of(summary) if summary else 0)
+        rewritten = 0 if previous is None or cold else size
     return HistoryMark(
         start=kept[0].block.id,
         summary=summary,
@@ -168,7 +166,9 @@ class Selection:
         if c.block.section != "context":
             return self._fit(c, room, why_cut)
         recalled = self.recall is not None and task_of(c.block) is not None
-        room = min(room, self.dynamic_left, self.recall_left if recalled else room)
+        room = min(room, self.dynamic_left)
+        if recalled:
+            room = min(room, self.recall_left)
         used = self._fit(c, room, why_cut)
         self.dynamic_left -= used
         if recalled:
