@@ -278,13 +278,13 @@ def test_session_scores_the_relevance_of_its_sessions_three_best_pieces() -> Non
     signal = SessionSignal()
     assert (signal.name, signal.weight, signal.top) == ("session", 0.10, 3)
     # s1 holds the best turn alone (0.9); s2 four weaker ones, of which its best three count
-    # (0.5 + 0.4 + 0.3 = 1.2); a knowledge chunk is of no session and scores 1.
+    # (0.5 + 0.4 + 0.3 = 1.2); a piece of no session and no document is a session of one.
     pool = [
         in_session("s1", 0.9, 0),
         *(in_session("s2", r, i) for i, r in enumerate([0.5, 0.4, 0.3, 0.2], 1)),
+        cand(relevance=0.6, n=9),
     ]
-    pool.append(cand(n=9))
-    assert scores(signal, "q", pool) == pytest.approx([0.75, 1, 1, 1, 1, 1])
+    assert scores(signal, "q", pool) == pytest.approx([0.75, 1, 1, 1, 1, 0.5])
     # Without a session id, a task's session is the day it was recorded.
     days = [
         in_session(None, 0.6, 0, day=1),
@@ -294,11 +294,34 @@ def test_session_scores_the_relevance_of_its_sessions_three_best_pieces() -> Non
     assert scores(signal, "q", days) == pytest.approx([1, 1, 0.5])
     # `top=1`: a session counts as its best piece alone.
     assert scores(SessionSignal(top=1), "q", pool) == pytest.approx(
-        [1, 5 / 9, 5 / 9, 5 / 9, 5 / 9, 1]
+        [1, 5 / 9, 5 / 9, 5 / 9, 5 / 9, 6 / 9]
     )
-    # Nothing relevant (or nothing of a session): no order changes.
+    # Nothing relevant: no order changes.
     assert scores(signal, "q", [in_session("s1", 0.0, 0), in_session("s2", 0.0, 1)]) == [1.0, 1.0]
-    assert scores(signal, "q", [cand(n=0)]) == [1.0]
+
+
+def chunk(document: str, relevance: float, n: int, origin: str = "knowledge:kb") -> Evidence:
+    return Evidence(
+        id=f"k{n}",
+        text=f"chunk {n}",
+        origin=origin,
+        metadata={"chunk_id": f"k{n}", "document_id": document},
+        scores={"relevance": relevance},
+    )
+
+
+def test_a_knowledge_chunks_session_is_its_document() -> None:
+    """Chunks are judged as turns are, by their document, on the same scale as the memory's
+    sessions: a pool holding both does not favour either for what it is."""
+    pool = [
+        in_session("s1", 0.6, 0),
+        in_session("s1", 0.3, 1),
+        chunk("guide.md", 0.5, 2),
+        chunk("guide.md", 0.4, 3),
+        chunk("faq.md", 0.9, 4),
+        chunk("guide.md", 0.2, 5, origin="knowledge:other"),  # another base's document
+    ]
+    assert scores(SessionSignal(), "q", pool) == pytest.approx([1, 1, 1, 1, 1, 2 / 9])
 
 
 def test_a_session_whose_turns_match_together_passes_a_stray_turn() -> None:
@@ -316,5 +339,8 @@ def test_a_session_whose_turns_match_together_passes_a_stray_turn() -> None:
 def test_session_top_must_be_a_positive_int() -> None:
     with pytest.raises(ConfigError, match="SessionSignal: `top`"):
         SessionSignal(top=0)
-    weights = RetrievalSettings(session_weight=0).reranker().weights
-    assert weights["session"] == 0.0
+    reranker = RetrievalSettings(session_weight=0, session_top=2).reranker()
+    assert reranker.weights["session"] == 0.0
+    assert [s.top for s in reranker.signals if isinstance(s, SessionSignal)] == [2]
+    with pytest.raises(ConfigError, match="`session_top`"):
+        RetrievalSettings(session_top=0)

@@ -43,7 +43,7 @@ __all__ = ["RetrievalSettings"]
 
 _INTS = ("recall_limit", "pool_depth", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
-         "hop_terms")  # fmt: skip
+         "hop_terms", "session_top")  # fmt: skip
 _UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight",
           "date_weight", "session_spread")  # fmt: skip
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
@@ -71,8 +71,9 @@ class RetrievalSettings:
     8 over 3 and 5 on every fold).
     Reranking (`Reranker`): the weights of the eight signals (`time_weight`: how close to
     a time the query names; `role_weight`: the user's own words for a question in the first
-    person; `session_weight`: how well the piece's session as a whole matches the query),
-    the span of characters (`length_low`..`length_high`) `ContentLengthSignal` scores 1,
+    person; `session_weight`: how well the piece's session as a whole matches the query, by
+    the relevance of its `session_top` best pieces), the span of characters
+    (`length_low`..`length_high`) `ContentLengthSignal` scores 1,
     and `session_spread` (off at 0: `loomctx.retrieval.reranker.spread_sessions`,
     a session's later pieces held back behind other sessions' best; it measured worse on
     both benchmarks, docs/benchmarks.md).
@@ -107,6 +108,7 @@ class RetrievalSettings:
     time_weight: float = 0.10
     role_weight: float = 0.05
     session_weight: float = 0.10
+    session_top: int = 3
     length_low: int = 200
     length_high: int = 800
     whole_below: int = 64
@@ -202,7 +204,7 @@ class RetrievalSettings:
                 SpeakerSignal(self.speaker_weight),
                 TimeSignal(self.time_weight),
                 RoleSignal(self.role_weight),
-                SessionSignal(self.session_weight),
+                SessionSignal(self.session_weight, top=self.session_top),
             ],
             session_spread=self.session_spread,
         )
