@@ -251,6 +251,7 @@ NAMESPACES = {
         "RelevanceSignal",
         "Reranker",
         "RoleSignal",
+        "SessionSignal",
         "Signal",
         "SpeakerSignal",
         "TimeSignal",

@@ -70,16 +70,19 @@ def test_final_score_is_the_weighted_mean_of_the_signals() -> None:
             "speaker": 1.0,  # the query names no speaker: 1 for all
             "time": 1.0,  # nor a time
             "role": 1.0,  # and is not in the first person
+            # no candidate is of a session or a document: each is a session of one, whose
+            # relevance is its own (relative to the best, as the first signal's)
+            "session": 1.0,
         }
     )
-    # The weights sum to 1.25; the speaker, time and role signals add their weights (0.1,
-    # 0.1, 0.05) times 1 to every candidate.
-    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.25
-    assert by_id["a"].score == pytest.approx(a / 1.25)
-    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.25
-    assert by_id["b"].score == pytest.approx(b / 1.25)
-    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.25
-    assert by_id["c"].score == pytest.approx(c / 1.25)
+    # The weights sum to 1.35; the speaker, time and role signals add their weights (0.1,
+    # 0.1, 0.05) times 1 to every candidate, the session signal 0.1 times the first's.
+    a = 0.4 * 1.0 + 0.35 * OVERLAP + 0.15 * 0.6 + 0.1 * 0.14 + 0.25 + 0.1 * 1.0
+    assert by_id["a"].score == pytest.approx(a / 1.35)
+    b = 0.4 * 0.25 + 0.35 * 0 + 0.15 * 0.6 + 0.1 * 0.08 + 0.25 + 0.1 * 0.25
+    assert by_id["b"].score == pytest.approx(b / 1.35)
+    c = 0.4 * 0.625 + 0.35 * OVERLAP + 0.15 * 1 + 0.1 * 1 + 0.25 + 0.1 * 0.625
+    assert by_id["c"].score == pytest.approx(c / 1.35)
     assert [c.id for c in ranked] == ["a", "c", "b"]
 
 
@@ -93,11 +96,14 @@ def test_weights_override_by_name_and_the_mean_divides_by_their_sum() -> None:
         "speaker": 0.1,
         "time": 0.1,
         "role": 0.05,
+        "session": 0.1,
     }
     by_id = {c.id: c for c in reranker.rerank(QUERY, crafted())}
-    total = 0.4 + 0.15 + 0.45 + 0.25
-    assert by_id["a"].score == pytest.approx((0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.25) / total)
-    assert by_id["c"].score == pytest.approx((0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.25) / total)
+    total = 0.4 + 0.15 + 0.45 + 0.35
+    a = 0.4 * 1.0 + 0.15 * 0.6 + 0.45 * 0.14 + 0.25 + 0.1 * 1.0
+    assert by_id["a"].score == pytest.approx(a / total)
+    c = 0.4 * 0.625 + 0.15 * 1 + 0.45 * 1 + 0.25 + 0.1 * 0.625
+    assert by_id["c"].score == pytest.approx(c / total)
     assert by_id["a"].signals["query_overlap"] == pytest.approx(OVERLAP)  # scored, weighed 0
 
 

@@ -98,6 +98,7 @@ async def test_pool_depth_is_how_deep_memory_searches_before_fusing(
                 "speaker_weight": 0,
                 "time_weight": 0,
                 "role_weight": 0,
+                "session_weight": 0,
             },
             "at least one signal weight must be above 0",
         ),

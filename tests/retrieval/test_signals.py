@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from loomctx.retrieval import (
     OriginDiversitySignal,
     QueryOverlapSignal,
     RelevanceSignal,
+    Reranker,
     RoleSignal,
+    SessionSignal,
     Signal,
     SpeakerSignal,
     TimeSignal,
@@ -39,7 +42,7 @@ def scores(signal: Signal, query: str, pool: Sequence[Evidence]) -> list[float]:
     return [float(x) for x in got]
 
 
-def test_default_signals_are_the_seeds_four_and_three_more_with_their_weights() -> None:
+def test_default_signals_are_the_seeds_four_and_four_more_with_their_weights() -> None:
     signals = default_signals()
     assert [(s.name, s.weight) for s in signals] == [
         ("vector_score", 0.40),
@@ -49,6 +52,7 @@ def test_default_signals_are_the_seeds_four_and_three_more_with_their_weights() 
         ("speaker", 0.10),
         ("time", 0.10),
         ("role", 0.05),
+        ("session", 0.10),
     ]
     assert all(isinstance(s, Signal) for s in signals)
     assert default_signals()[0] is not signals[0]  # fresh instances
@@ -254,3 +258,89 @@ def test_time_and_role_weights_are_the_settings_reranker_weights() -> None:
     weights = RetrievalSettings(time_weight=0.3, role_weight=0).reranker().weights
     assert (weights["time"], weights["role"]) == (0.3, 0.0)
     assert RetrievalSettings.parse(["role_weight=0.2"]).role_weight == 0.2
+
+
+def in_session(session: str | None, relevance: float, n: int, *, day: int = 1) -> Evidence:
+    """A user turn of `session` (None: a turn recorded on day `day` with no session id)."""
+    parameters = {"content": f"turn {n}"} | ({"session_id": session} if session else {})
+    task = Task(
+        task_id=f"t{n}",
+        action=USER_MESSAGE,
+        parameters=parameters,
+        created_at=datetime(2024, 5, day, 12, n, tzinfo=UTC),
+    )
+    return Evidence(
+        id=f"t{n}", text=f"turn {n}", origin="memory", item=task, scores={"relevance": relevance}
+    )
+
+
+def test_session_scores_the_relevance_of_its_sessions_three_best_pieces() -> None:
+    signal = SessionSignal()
+    assert (signal.name, signal.weight, signal.top) == ("session", 0.10, 3)
+    # s1 holds the best turn alone (0.9); s2 four weaker ones, of which its best three count
+    # (0.5 + 0.4 + 0.3 = 1.2); a piece of no session and no document is a session of one.
+    pool = [
+        in_session("s1", 0.9, 0),
+        *(in_session("s2", r, i) for i, r in enumerate([0.5, 0.4, 0.3, 0.2], 1)),
+        cand(relevance=0.6, n=9),
+    ]
+    assert scores(signal, "q", pool) == pytest.approx([0.75, 1, 1, 1, 1, 0.5])
+    # Without a session id, a task's session is the day it was recorded.
+    days = [
+        in_session(None, 0.6, 0, day=1),
+        in_session(None, 0.2, 1, day=1),
+        in_session(None, 0.4, 2, day=2),
+    ]
+    assert scores(signal, "q", days) == pytest.approx([1, 1, 0.5])
+    # `top=1`: a session counts as its best piece alone.
+    assert scores(SessionSignal(top=1), "q", pool) == pytest.approx(
+        [1, 5 / 9, 5 / 9, 5 / 9, 5 / 9, 6 / 9]
+    )
+    # Nothing relevant: no order changes.
+    assert scores(signal, "q", [in_session("s1", 0.0, 0), in_session("s2", 0.0, 1)]) == [1.0, 1.0]
+
+
+def chunk(document: str, relevance: float, n: int, origin: str = "knowledge:kb") -> Evidence:
+    return Evidence(
+        id=f"k{n}",
+        text=f"chunk {n}",
+        origin=origin,
+        metadata={"chunk_id": f"k{n}", "document_id": document},
+        scores={"relevance": relevance},
+    )
+
+
+def test_a_knowledge_chunks_session_is_its_document() -> None:
+    """Chunks are judged as turns are, by their document, on the same scale as the memory's
+    sessions: a pool holding both does not favour either for what it is."""
+    pool = [
+        in_session("s1", 0.6, 0),
+        in_session("s1", 0.3, 1),
+        chunk("guide.md", 0.5, 2),
+        chunk("guide.md", 0.4, 3),
+        chunk("faq.md", 0.9, 4),
+        chunk("guide.md", 0.2, 5, origin="knowledge:other"),  # another base's document
+    ]
+    assert scores(SessionSignal(), "q", pool) == pytest.approx([1, 1, 1, 1, 1, 2 / 9])
+
+
+def test_a_session_whose_turns_match_together_passes_a_stray_turn() -> None:
+    """The best turn of a session that matches the query in several turns outranks a turn
+    that matches a little better alone, once the session signal weighs in."""
+    stray = in_session("other", 0.6, 0)
+    topic = [in_session("topic", r, i) for i, r in enumerate([0.55, 0.5, 0.45], 1)]
+    pool = [stray, *topic]
+    plain = Reranker([RelevanceSignal()]).rerank("q", pool)
+    assert plain[0].id == "t0"
+    with_sessions = Reranker([RelevanceSignal(), SessionSignal(0.5)]).rerank("q", pool)
+    assert with_sessions[0].id == "t1"
+
+
+def test_session_top_must_be_a_positive_int() -> None:
+    with pytest.raises(ConfigError, match="SessionSignal: `top`"):
+        SessionSignal(top=0)
+    reranker = RetrievalSettings(session_weight=0, session_top=2).reranker()
+    assert reranker.weights["session"] == 0.0
+    assert [s.top for s in reranker.signals if isinstance(s, SessionSignal)] == [2]
+    with pytest.raises(ConfigError, match="`session_top`"):
+        RetrievalSettings(session_top=0)

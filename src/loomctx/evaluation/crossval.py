@@ -55,6 +55,8 @@ LOCOMO_GRID: Final = (
     RetrievalSettings(answer_weight=0.7),
     RetrievalSettings(speaker_weight=0.0),
     RetrievalSettings(speaker_weight=0.2),
+    RetrievalSettings(session_weight=0.0),
+    RetrievalSettings(session_weight=0.2),
     RetrievalSettings(pool_depth=5),
     RetrievalSettings(pool_depth=12),
     replace(_POLICY, min_dynamic=0),
@@ -62,10 +64,10 @@ LOCOMO_GRID: Final = (
 )
 """One step either way from today's values, one constant at a time (LoCoMo names no dates
 in its questions' "now", so `time_decay` plays no part there), every retrieved turn
-truncatable (`whole_below=0`), the second hop, off by default
-(`hop_weight`), what an answer gains from its question (`answer_weight`) and the speaker
-signal (`speaker_weight`) off, as before, or doubled, memory's search pool before fusion
-(`pool_depth`) shallower or deeper, and the windows' dynamic floor
+truncatable (`whole_below=0`), the second hop, off by default (`hop_weight`), what an
+answer gains from its question (`answer_weight`), the speaker signal (`speaker_weight`) and
+the session signal (`session_weight`) off, as before, or doubled, memory's search pool
+before fusion (`pool_depth`) shallower or deeper, and the windows' dynamic floor
 (`CachePolicy.min_dynamic`) off or at half its default: a held-out
 conversation is reported with one only if the other four chose it. (A floor above the
 default is left out: it would only take history's room in larger windows, and what history
@@ -90,12 +92,14 @@ LME_GRID: Final = (
     RetrievalSettings(time_weight=0.2),
     RetrievalSettings(role_weight=0.0),
     RetrievalSettings(role_weight=0.1),
+    RetrievalSettings(session_weight=0.0),
+    RetrievalSettings(session_weight=0.2),
 )
 """As `LOCOMO_GRID`, with `time_decay` instead of the fusion weights (LongMemEval questions
 say when they are asked, and some name a time) and without `whole_below` (LongMemEval is
-measured on the ranking, not in a window); and the reranker's time and role signals off or
-doubled (LoCoMo's questions name no time its bench resolves and none is in the first
-person, so there they change nothing)."""
+measured on the ranking, not in a window); and the reranker's time, role and session
+signals off or doubled (LoCoMo's questions name no time its bench resolves and none is in
+the first person, so there the first two change nothing)."""
 
 
 def label_of(setting: RetrievalSettings | CachePolicy) -> str:

@@ -11,14 +11,15 @@ report why a block won.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Final
 
 from loomctx.text import terms
 
-__all__ = ["MEMORY_ORIGIN", "Evidence", "fingerprint", "new_evidence", "term_set"]
+__all__ = ["MEMORY_ORIGIN", "Evidence", "fingerprint", "new_evidence", "session_of", "term_set"]
 
 MEMORY_ORIGIN: Final = "memory"
 """The origin of evidence recalled from `LoomMemory` (knowledge bases: ``knowledge:<name>``)."""
@@ -141,3 +142,17 @@ def new_evidence(
     _SET_SCORES(made, scores)
     _SET_SIGNALS(made, {} if signals is None else signals)
     return made
+
+
+def session_of(evidence: Evidence) -> Hashable | None:
+    """The session a piece was said in: its task's ``session_id`` (metadata, else
+    parameters), else the day its task was recorded; None for what is no task's (a
+    knowledge chunk), which no session holds."""
+    task = evidence.item
+    for where in ("metadata", "parameters"):
+        fields = getattr(task, where, None)
+        sid = fields.get("session_id") if isinstance(fields, Mapping) else None
+        if isinstance(sid, str) and sid:
+            return sid
+    when = getattr(task, "created_at", None)
+    return when.date() if isinstance(when, datetime) else None

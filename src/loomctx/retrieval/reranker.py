@@ -17,12 +17,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from datetime import datetime
 
 import numpy as np
 
 from loomctx.errors import ConfigError, check_unit
-from loomctx.retrieval.evidence import Evidence
+from loomctx.retrieval.evidence import Evidence, session_of
 from loomctx.retrieval.signals import Scores, Signal, default_signals, is_weight
 
 __all__ = ["Reranker", "dedupe", "session_of", "spread_sessions"]
@@ -122,20 +121,6 @@ def _scores(signal: Signal, query: str, pool: Sequence[Evidence]) -> Scores:
             f"`score(query, pool)` must return one score per piece of the pool ({len(pool)})"
         )
     return values
-
-
-def session_of(evidence: Evidence) -> Hashable | None:
-    """The session a piece was said in: its task's ``session_id`` (metadata, else
-    parameters), else the day its task was recorded; None for what is no task's (a
-    knowledge chunk), which no session holds."""
-    task = evidence.item
-    for where in ("metadata", "parameters"):
-        fields = getattr(task, where, None)
-        sid = fields.get("session_id") if isinstance(fields, Mapping) else None
-        if isinstance(sid, str) and sid:
-            return sid
-    when = getattr(task, "created_at", None)
-    return when.date() if isinstance(when, datetime) else None
 
 
 def spread_sessions(

@@ -34,6 +34,7 @@ from loomctx.retrieval.signals import (
     QueryOverlapSignal,
     RelevanceSignal,
     RoleSignal,
+    SessionSignal,
     SpeakerSignal,
     TimeSignal,
 )
@@ -42,11 +43,11 @@ __all__ = ["RetrievalSettings"]
 
 _INTS = ("recall_limit", "pool_depth", "rewrite_max_terms", "rewrite_window", "rewrite_top_k",
          "tokens_per_candidate", "length_low", "length_high", "hop_from",
-         "hop_terms")  # fmt: skip
+         "hop_terms", "session_top")  # fmt: skip
 _UNITS = ("neighbour_weight", "answer_weight", "time_decay", "hop_weight", "fast_weight",
           "date_weight", "session_spread")  # fmt: skip
 _WEIGHTS = ("vector_weight", "overlap_weight", "diversity_weight", "length_weight",
-            "speaker_weight", "time_weight", "role_weight")  # fmt: skip
+            "speaker_weight", "time_weight", "role_weight", "session_weight")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,10 +69,12 @@ class RetrievalSettings:
     where search alone takes 3: an answer whose own words rank it deep is lifted by its
     question and neighbours only if the pool holds it; chosen by leave-one-conversation-out,
     8 over 3 and 5 on every fold).
-    Reranking (`Reranker`): the weights of the seven signals (`time_weight`: how close to
+    Reranking (`Reranker`): the weights of the eight signals (`time_weight`: how close to
     a time the query names; `role_weight`: the user's own words for a question in the first
-    person), the span of characters (`length_low`..`length_high`) `ContentLengthSignal`
-    scores 1, and `session_spread` (off at 0: `loomctx.retrieval.reranker.spread_sessions`,
+    person; `session_weight`: how well the piece's session as a whole matches the query, by
+    the relevance of its `session_top` best pieces), the span of characters
+    (`length_low`..`length_high`) `ContentLengthSignal` scores 1,
+    and `session_spread` (off at 0: `loomctx.retrieval.reranker.spread_sessions`,
     a session's later pieces held back behind other sessions' best; it measured worse on
     both benchmarks, docs/benchmarks.md).
     Packing (`RetrievalInjector`): a candidate of fewer than `whole_below` tokens (64) goes
@@ -104,6 +107,8 @@ class RetrievalSettings:
     speaker_weight: float = 0.10
     time_weight: float = 0.10
     role_weight: float = 0.05
+    session_weight: float = 0.10
+    session_top: int = 3
     length_low: int = 200
     length_high: int = 800
     whole_below: int = 64
@@ -188,7 +193,7 @@ class RetrievalSettings:
         return QueryRewriter(window=self.rewrite_window, top_k=self.rewrite_top_k)
 
     def reranker(self) -> Reranker:
-        """A `Reranker` with the default seven signals at these weights, spreading its order
+        """A `Reranker` with the default eight signals at these weights, spreading its order
         over sessions by `session_spread`."""
         return Reranker(
             [
@@ -199,6 +204,7 @@ class RetrievalSettings:
                 SpeakerSignal(self.speaker_weight),
                 TimeSignal(self.time_weight),
                 RoleSignal(self.role_weight),
+                SessionSignal(self.session_weight, top=self.session_top),
             ],
             session_spread=self.session_spread,
         )

@@ -14,6 +14,9 @@
   ``time_match``); 1 for every piece of a query naming no time, which changes no order.
 - `RoleSignal` (0.05): for a query in the first person that does not address the assistant,
   0 for the assistant's messages, else 1 (any other query: 1 for all).
+- `SessionSignal` (0.10): the recall relevance of the three best pieces of the piece's
+  session (a knowledge chunk's: its document) in the pool, relative to the best session's: a
+  session many of whose turns match the query a little rises past a stray turn of another.
 
 A signal is anything with a `name`, a `weight` and ``score(query, pool)``, which returns one
 score per piece of the pool, in its order, as a numpy array. It sees the whole pool at once
@@ -27,15 +30,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.errors import ConfigError
+from loomctx.errors import ConfigError, check_int
 from loomctx.memory.task import ASSISTANT_MESSAGE
-from loomctx.retrieval.evidence import Evidence
+from loomctx.retrieval.evidence import Evidence, session_of
 from loomctx.text import terms
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "QueryOverlapSignal",
     "RelevanceSignal",
     "Scores",
+    "SessionSignal",
     "Signal",
     "SpeakerSignal",
     "TimeSignal",
@@ -278,9 +282,55 @@ def _closeness(evidence: Evidence) -> float:
     return float(match) if isinstance(match, int | float) else 1.0
 
 
+class SessionSignal(_Signal):
+    """What a piece's session says as a whole: the sum of the recall relevance of the `top`
+    (3) best pieces of its session in the pool, relative to the best session's (0..1). A
+    session is `loomctx.retrieval.evidence.session_of`'s (a task's ``session_id``, else its
+    day); a knowledge chunk's is its document, and a piece of neither is a session of one.
+
+    Asked "any cocktail suggestions for a get-together?", a user means the session where they
+    talked cocktails through, whose turns each match the query a little, not a stray turn of
+    another session sharing "thinking", "not sure" and "choose" with it. Turn by turn the
+    stray turn wins; taken together, a session's turns say what it was about. Only the pool
+    counts (what recall found for this query), so a long session of unrelated turns gains
+    nothing, and every piece of a session scores alike: the signal moves sessions past each
+    other, not turns within one. A document is to its chunks what a session is to its turns,
+    and scoring chunks by it (rather than 1 for all) keeps the signal from favouring
+    knowledge over memory in a pool that holds both."""
+
+    name = "session"
+
+    def __init__(self, weight: float = 0.10, *, top: int = 3) -> None:
+        super().__init__(weight)
+        check_int(top, "SessionSignal: `top`", minimum=1)
+        self.top = top
+
+    def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
+        groups = [_group(e) for e in pool]
+        found: dict[Hashable, list[float]] = {}
+        for e, g in zip(pool, groups, strict=True):
+            found.setdefault(g, []).append(max(0.0, e.relevance))
+        mass = {g: sum(sorted(v, reverse=True)[: self.top]) for g, v in found.items()}
+        best = max(mass.values(), default=0.0)
+        if best <= 0:
+            return np.ones(len(pool))
+        return np.array([mass[g] / best for g in groups], dtype=np.float64)
+
+
+def _group(evidence: Evidence) -> Hashable:
+    """The session of a piece (`session_of`), else its document, else the piece itself."""
+    session = session_of(evidence)
+    if session is not None:
+        return session
+    document = evidence.metadata.get("document_id")
+    if isinstance(document, str) and document:
+        return ("document", evidence.origin, document)
+    return ("piece", evidence.key)
+
+
 def default_signals() -> list[Signal]:
-    """Seed 002's four signals, `SpeakerSignal`, `TimeSignal` and `RoleSignal`, with their
-    default weights."""
+    """Seed 002's four signals, `SpeakerSignal`, `TimeSignal`, `RoleSignal` and
+    `SessionSignal`, with their default weights."""
     return [
         RelevanceSignal(),
         QueryOverlapSignal(),
@@ -289,4 +339,5 @@ def default_signals() -> list[Signal]:
         SpeakerSignal(),
         TimeSignal(),
         RoleSignal(),
+        SessionSignal(),
     ]

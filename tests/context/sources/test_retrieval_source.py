@@ -70,6 +70,7 @@ async def test_blocks_say_where_they_came_from_and_why(store: SQLiteStore) -> No
             "speaker",
             "time",
             "role",
+            "session",
         }
         assert 0 <= meta["score"] <= 1
         assert "vector_score" in meta  # the embedder found everything densely
