@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from loomctx.context.billing import ANTHROPIC
 from loomctx.context.compactor import CachePolicy
 from loomctx.context.orchestrator import ContextWindow
 from loomctx.context.recipe import WindowSettings
@@ -68,14 +69,22 @@ async def test_without_cold_tail_the_first_window_keeps_the_cap(memory: LoomMemo
 FIRST_TAIL = replace(RECIPE, first_tail=True)
 
 
+def caching_any_prefix(talk: Conversation) -> Conversation:
+    """`talk` with a provider that caches a prefix of any length (as an `Agent` sets its
+    orchestrator's pricing from its model's)."""
+    talk.orchestrator.pricing = replace(ANTHROPIC, min_tokens=0)
+    return talk
+
+
 async def test_a_first_window_gives_its_tail_room_before_history(memory: LoomMemory) -> None:
     """With `first_tail`, in a session's first window the tail's sources want all they offer
     before history's room is set: history keeps the newest units within what they leave it,
     not within what the capped tail would leave, and the tail takes the rest."""
     capped = await Conversation(memory, replace(RECIPE, cold_tail=False)).say(60)
     lifted = await Conversation(memory, FIRST_TAIL).say(0)
-    # Without it (the recipe's default), history keeps its room as on any call.
-    plain = await Conversation(memory, RECIPE).say(0)
+    # Without it (the recipe's default), history keeps its room as on any call, where that
+    # makes a prefix the provider caches (here: any prefix).
+    plain = await caching_any_prefix(Conversation(memory, RECIPE)).say(0)
     assert tokens_of(plain, "L1_recent") == tokens_of(capped, "L1_recent")
     assert 0 < tokens_of(lifted, "L1_recent") < tokens_of(capped, "L1_recent")
     assert tail_tokens(lifted) > tokens_of(lifted, "L1_recent")
@@ -129,3 +138,28 @@ async def test_the_report_names_the_lifted_tail(memory: LoomMemory) -> None:
     assert out
     assert all("`CachePolicy.cold_tail`" in b.reason for b in out)
     assert not any("`CachePolicy.max_dynamic`" in b.reason for b in out)
+
+
+async def test_a_first_window_whose_history_would_seed_no_cache_gives_its_tail_room_first(
+    memory: LoomMemory,
+) -> None:
+    """History placed as on any call would make a prefix shorter than the provider caches
+    (`CachePricing.min_tokens`), so it seeds no cache for the calls after it: the first window
+    plans its tail first, as with `first_tail`, and the warm call after it appends to the
+    history it kept and caps its tail again."""
+    talk = Conversation(memory, RECIPE)
+    first = await talk.say(60)
+    seeding = await caching_any_prefix(Conversation(memory, RECIPE)).say(0)
+    # The premise: history at its room, behind the prompt, is under the provider's minimum.
+    assert tokens_of(seeding, "system_prompt") + tokens_of(seeding, "L1_recent") < (
+        ANTHROPIC.min_tokens
+    )
+    planned_first = await Conversation(memory, FIRST_TAIL).say(0)
+    assert units(first) == units(planned_first)
+    assert 0 < tokens_of(first, "L1_recent") < tokens_of(seeding, "L1_recent")
+    assert tail_tokens(first) > tail_tokens(seeding)
+    [note] = first.report.compactions
+    assert f"under the {ANTHROPIC.min_tokens} the provider caches" in note.reason
+    warm = await talk.say(1)
+    assert tail_tokens(warm) <= cap(talk, RECIPE)
+    assert warm.messages[: len(head(first))] == head(first)

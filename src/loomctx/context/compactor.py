@@ -77,6 +77,9 @@ SUMMARY_UNITS: Final = 40
 history source need offer no more than these before the unit its kept history starts at
 (`BuildContext.history_start`)."""
 
+_PREFIX: Final = frozenset({"instructions", "skills", "tools", "history"})
+"""The sections of a window that come before its dynamic tail: what a provider may cache."""
+
 
 def _starts_with_user(c: Candidate) -> bool:
     """Anthropic requires the first message to be the user's: history starts with one."""
@@ -187,29 +190,47 @@ class ContextCompactor:
         """
         policy = policy or CachePolicy()
         marks = marks or {}
-        run = Selection(budget, counter, cost_of, self.min_truncated_tokens)
-        run.pin(candidates, slack)
         # A dynamic block whose task history holds (from its mark on) goes in as history, so
         # it claims no room: the tail wants only what the window lacks, and while the whole
         # conversation fits, history's room is the whole budget.
         held = held_tasks(candidates, marks)
         below = unlifted(candidates, policy)
+
+        async def place(first: bool) -> tuple[Selection, _Plan, Placed]:
+            run = Selection(budget, counter, cost_of, self.min_truncated_tokens)
+            run.pin(candidates, slack)
+            plan = self._plan(
+                candidates, grants, priorities, budget, held, {} if first else below, policy,
+                dynamic_cap, first=first,
+            )  # fmt: skip
+            run.dynamic_left = plan.cap
+            # Step 2: history first, append-only from its mark; the other sources' shares
+            # are what it leaves them at least.
+            placed = await self._histories(
+                run, candidates, plan, grants, marks, policy, cold=cold, pricing=pricing
+            )
+            return run, plan, placed
+
         # A session's first window, with `CachePolicy.first_tail`: no history is placed yet,
         # so the tail's sources want all they offer, by priority, before history's room is
         # set (neither the cap nor `tail_lift`'s bar holds them back), and history keeps what
         # they leave. A later cold call places history as any call does: the warm calls
         # after it append to the history they had.
-        first = cold and policy.cold_tail and policy.first_tail and not marks
-        plan = self._plan(
-            candidates, grants, priorities, budget, held, {} if first else below, policy,
-            dynamic_cap, first=first,
-        )  # fmt: skip
-        run.dynamic_left = plan.cap
-        # Step 2: history first, append-only from its mark; the other sources' shares are
-        # what it leaves them at least.
-        placed = await self._histories(
-            run, candidates, plan, grants, marks, policy, cold=cold, pricing=pricing
-        )
+        opening = cold and policy.cold_tail and not marks
+        first = opening and policy.first_tail
+        run, plan, placed = await place(first)
+        prefix = _prefix(run, placed)
+        if opening and not first and prefix < pricing.min_tokens:
+            # History placed as on any call would not make a prefix the provider caches, so
+            # it seeds no cache for the calls after: it yields to the tail as with
+            # `first_tail`.
+            first = True
+            run, plan, placed = await place(first)
+            why = (
+                f"; the tail was planned first, as history in its room would make a prefix of "
+                f"{prefix} tokens, under the {pricing.min_tokens} the provider caches"
+            )
+            placed.notes = [replace(n, reason=n.reason + why) for n in placed.notes]
         after_history = run.left
         # Nothing cached at stake (`CachePolicy.cold_tail`): the tail may use what history
         # leaves, blocks below `tail_lift`'s bar included; history is placed as on any call.
@@ -544,3 +565,10 @@ class _Plan:
     cap: int
     tail: TailLimits
     yielded: set[str]
+
+
+def _prefix(run: Selection, placed: Placed) -> int:
+    """The tokens of the window's prefix that a provider may cache once history is placed in
+    `run`: its instructions, skills, tools and history, with history's summaries."""
+    kept = sum(d.cost for d in run.decided.values() if d.block.section in _PREFIX)
+    return kept + sum(d.cost for d in placed.extra)

@@ -171,7 +171,11 @@ class CachePolicy:
       history, but the warm calls after it append to that short history, so their
       prefix is small (under a provider's smallest cacheable prefix in a small window) and
       the capped tail a larger part of their bill, until history grows back: opt-in
-      (default False). A later cold call places history as any call does.
+      (default False). Without it, a first window plans its tail first all the same when
+      history, placed as on any call, would make a prefix shorter than the provider caches
+      (`CachePricing.min_tokens`, with the prompt and tools before it): such a history
+      seeds no cache, so it has no claim on the room. A later cold call places history as
+      any call does.
     - `memory_payback`: the conversation's own memory in the dynamic tail (blocks that stand
       for a task) takes at most this multiple of what history's compactions save on the
       call: the tokens that have left history (`HistoryMark.dropped`) less its summary, at
