@@ -224,8 +224,11 @@ class MemorySearch:
         places, asks = table.places, table.asks
         if not exact:  # neighbours within a namespace: each namespace its own span
             spaces: dict[Namespace, int] = {}
+            infos = table.infos
             space = np.fromiter(
-                (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n)), np.int64, n
+                (spaces.setdefault(infos[i][4][0], len(spaces)) for i in table.ids.tolist()),  # type: ignore[index]
+                np.int64,
+                n,
             )
             places = np.where(places >= 0, places + space * _PLACE, places)
         scores = neighbour_boost(
@@ -304,8 +307,8 @@ class MemorySearch:
             )
         at = ids[chosen]
         return _Table(
-            ids=at.tolist(),
-            seqs=seqs[chosen].tolist(),
+            ids=at,
+            seqs=seqs[chosen],
             kinds=cols.kind[at],
             places=cols.place[at],
             asks=cols.asks[at],
@@ -386,7 +389,8 @@ class MemorySearch:
             return {}
         near = proximities(spans, table.when)
         for i in np.flatnonzero(table.unread).tolist():  # read again, to raise where it did
-            (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
+            found = Fetch(ids=[int(table.ids[i])], seqs=[int(table.seqs[i])])
+            (rec,) = self.store.batch([found])[0]
             data = rec.data if rec is not None else {}
             fields = data.get("task") or data.get("summary") or {}
             stamp = fields.get("created_at")
@@ -408,25 +412,24 @@ class MemorySearch:
     def _load_tasks(self, table: _Table, rows: Sequence[int]) -> list[Task | None]:
         """The task of each of `rows`: a task record's own, a summary's the task it
         summarizes; None for one whose record changed or went since the search found it."""
+        at = np.asarray(rows, dtype=np.intp)
+        ids, seqs = table.ids[at].tolist(), table.seqs[at].tolist()
+        own = (table.kinds[at] == _TASK_KIND).tolist()  # a task record, not a summary
         out: list[Task | None] = [None] * len(rows)
         with self._lock:
-            for n, i in enumerate(rows):
-                task = self._decoded.get(table.seqs[i])
-                if task is not None and table.kinds[i] == _TASK_KIND:
-                    self._decoded.move_to_end(table.seqs[i])
+            get, used = self._decoded.get, self._decoded.move_to_end
+            for n, seq in enumerate(seqs):
+                task = get(seq) if own[n] else None
+                if task is not None:
+                    used(seq)
                     out[n] = task
-        tasks = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] == _TASK_KIND]
-        others = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] != _TASK_KIND]
+        tasks = [n for n, task in enumerate(out) if task is None and own[n]]
+        others = [n for n, task in enumerate(out) if task is None and not own[n]]
         if not tasks and not others:  # (an empty batch is still a transaction)
             return out
         ops: list[Fetch | Get] = []
         if tasks:
-            ops.append(
-                Fetch(
-                    ids=[table.ids[rows[n]] for n in tasks],
-                    seqs=[table.seqs[rows[n]] for n in tasks],
-                )
-            )
+            ops.append(Fetch(ids=[ids[n] for n in tasks], seqs=[seqs[n] for n in tasks]))
         for n in others:
             namespace, task_id = table.key(rows[n])
             ops.append(Get(namespace=namespace, key=f"{TASK}:{task_id}"))
@@ -459,8 +462,8 @@ class _Table:
     record (as arrays, and in full by `info`); and each ranker's hits as a `Ranking` over
     the rows, with which hits were summaries."""
 
-    ids: list[int]
-    seqs: list[int]
+    ids: npt.NDArray[np.int64]
+    seqs: npt.NDArray[np.int64]
     kinds: npt.NDArray[np.int8]
     places: npt.NDArray[np.int64]
     asks: npt.NDArray[np.bool_]
@@ -475,11 +478,11 @@ class _Table:
 
     def info(self, row: int) -> _HitInfo:
         """What ranking reads of the record of `row`."""
-        return self.infos[self.ids[row]]
+        return self.infos[int(self.ids[row])]
 
     def key(self, row: int) -> _Key:
         """The key `row` is ranked by (its task's namespace and id): ties go by it."""
-        key = self.infos[self.ids[row]][4]
+        key = self.infos[int(self.ids[row])][4]
         assert key is not None, "a row stands for a task"
         return key
 
