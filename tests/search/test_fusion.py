@@ -12,13 +12,13 @@ import pytest
 from loomctx.search import (
     best_first,
     first_scores,
-    firsts,
     min_max,
     neighbour_boost,
     ranking,
     relative,
     weighted,
 )
+from loomctx.search._fusion import firsts
 
 
 def _reference_neighbours(

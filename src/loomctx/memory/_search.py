@@ -224,12 +224,8 @@ class MemorySearch:
         places, asks = table.places, table.asks
         if not exact:  # neighbours within a namespace: each namespace its own span
             spaces: dict[Namespace, int] = {}
-            infos = table.infos
-            space = np.fromiter(
-                (spaces.setdefault(infos[i][4][0], len(spaces)) for i in table.ids.tolist()),  # type: ignore[index]
-                np.int64,
-                n,
-            )
+            named = (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n))
+            space = np.fromiter(named, np.int64, n)
             places = np.where(places >= 0, places + space * _PLACE, places)
         scores = neighbour_boost(
             fused,
@@ -299,12 +295,8 @@ class MemorySearch:
             mine = result.scores
             if stop - start < len(result):  # some of its hits were left out
                 mine = mine[kept[start:stop] - offsets[r]]
-            found.append(
-                (
-                    Ranking(rows=rows[start:stop], scores=mine, every=result.scores),
-                    kinds[start:stop] == _SUMMARY_KIND,
-                )
-            )
+            ranked = Ranking(rows=rows[start:stop], scores=mine, every=result.scores)
+            found.append((ranked, kinds[start:stop] == _SUMMARY_KIND))
         at = ids[chosen]
         return _Table(
             ids=at,
