@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from loomctx import MemoryEmbedding, MemoryRanking, MemoryTiers
 from loomctx.errors import ConfigError
+from loomctx.memory._search import _rows
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.task import MemoryTier, Task, task_text
 from loomctx.stores.base import Op, Rank, StoreContext
@@ -344,3 +345,22 @@ def test_a_task_changed_between_ranking_and_reading_is_found_next_time(tmp_path:
         again = memory.search(QUESTION, limit=10)
         assert ranks(again) == ["m0", "m4"]
         assert again[0].task.metadata == {"edited": True}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.booleans()), min_size=1, max_size=120),
+    st.sampled_from([0, 1 << 58]),
+)
+def test_rows_of_hits_are_numpys_unique_and_first_task_pick(
+    hits: list[tuple[int, bool]], offset: int
+) -> None:
+    """`_rows` (one packed sort) against `np.unique` and `np.lexsort`, the way it replaced;
+    past a few hits, numbers offset by 2**58 are too large to pack and take numpy's way."""
+    numbers = np.asarray([n + offset for n, _ in hits], dtype=np.intp)
+    later = np.asarray([flag for _, flag in hits])
+    _, want_rows = np.unique(numbers, return_inverse=True)
+    pick = np.lexsort((np.arange(len(hits)), later, want_rows))
+    want_chosen = pick[np.r_[True, want_rows[pick][1:] != want_rows[pick][:-1]]]
+    rows, chosen = _rows(numbers, later)
+    assert rows.tolist() == want_rows.tolist()
+    assert chosen.tolist() == want_chosen.tolist()

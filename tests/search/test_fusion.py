@@ -18,6 +18,7 @@ from loomctx.search import (
     relative,
     weighted,
 )
+from loomctx.search._fusion import firsts
 
 
 def _reference_neighbours(
@@ -89,3 +90,86 @@ def test_weighted_counts_a_missing_part_as_zero() -> None:
     got = weighted([(0.5, a), (0.3, b), (0.2, np.full(3, np.nan))], 1.0)
     want = [(0.5 * 0.5 + 0.0 + 0.0) / 1.0, (0.0 + 0.3 * 0.25 + 0.0) / 1.0, (0.5 + 0.3 + 0.0) / 1.0]
     assert got.tolist() == want
+
+
+def _searchsorted_neighbours(
+    place: np.ndarray, asks: np.ndarray, fused: np.ndarray, nw: float, aw: float
+) -> list[float]:
+    """The neighbour boost as it was written with a stable argsort and binary searches."""
+    n = fused.shape[0]
+    placed = np.flatnonzero(place >= 0)
+    before = np.full(n, -1, dtype=np.intp)
+    after = np.full(n, -1, dtype=np.intp)
+    if placed.size:
+        order = placed[np.argsort(place[placed], kind="stable")]
+        sorted_places = place[order]
+        for shift, out in ((-1, before), (1, after)):
+            want = sorted_places + shift
+            at = np.searchsorted(sorted_places, want)
+            at_ok = at < sorted_places.size
+            hit = np.zeros(want.shape, dtype=bool)
+            hit[at_ok] = sorted_places[at[at_ok]] == want[at_ok]
+            out[order[hit]] = order[at[hit]]
+    has_before, has_after = before >= 0, after >= 0
+    from_before = np.where(has_before, fused[before], 0.0)
+    near = from_before + np.where(has_after, fused[after], 0.0)
+    score = np.where(place >= 0, fused + nw * near, fused)
+    if aw:
+        answered = has_before & asks[np.where(has_before, before, 0)]
+        score = np.where(answered, score + aw * from_before, score)
+    out_scores: list[float] = (score / (1 + 2 * nw + aw)).tolist()
+    return out_scores
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_neighbour_boost_with_shared_places_is_the_binary_search_it_replaced(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 80)
+    top = rng.choice([3, 20, 200, 1 << 45])  # few places: many rows share one
+    places = np.asarray([rng.randint(-1, top) for _ in range(n)], dtype=np.int64)
+    fused = np.asarray([rng.random() for _ in range(n)])
+    asks = np.asarray([rng.random() < 0.3 for _ in range(n)])
+    nw, aw = rng.choice([0.0, 0.3]), rng.choice([0.0, 0.35])
+    got = neighbour_boost(fused, places, asks, neighbour_weight=nw, answer_weight=aw)
+    assert got.tolist() == _searchsorted_neighbours(places, asks, fused, nw, aw)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_firsts_is_numpys_unique_with_first_positions(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    top = [5, 1000, 1 << 61][seed % 3]  # the last too large to pack: numpy's own way
+    keys = rng.integers(0, top, size=int(rng.integers(1, 300)))
+    unique, first = firsts(keys)
+    want_unique, want_first = np.unique(keys, return_index=True)
+    assert unique.tolist() == want_unique.tolist()
+    assert first.tolist() == want_first.tolist()
+    rows = rng.integers(0, 40, size=keys.size)
+    values = rng.random(keys.size)
+    want = np.full(40, np.nan)
+    u, f = np.unique(rows, return_index=True)
+    want[u] = values[f]
+    np.testing.assert_array_equal(first_scores(rows, values, 40), want)
+
+
+def test_weighted_takes_an_infinite_part_as_nan_to_num_does() -> None:
+    a = np.asarray([np.inf, -np.inf, np.nan, 0.5])
+    b = np.asarray([0.25, 0.25, 0.25, 0.25])
+    want = (0.5 * np.nan_to_num(a, nan=0.0) + 0.5 * b) / 1.0
+    assert weighted([(0.5, a), (0.5, b)], 1.0).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_best_first_with_nan_scores_is_pythons_sort_of_the_pairs(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    scores = [rng.choice([0.5, float("nan"), rng.random()]) for _ in range(n)]
+    keys = [f"k{rng.randint(0, 99)}-{i}" for i in range(n)]
+    limit = rng.randint(1, n + 2)
+    negative = (-np.asarray(scores)).tolist()
+    if limit < n:
+        kth = np.partition(-np.asarray(scores), limit - 1)[limit - 1]
+        rows = np.flatnonzero(-np.asarray(scores) <= kth).tolist()
+    else:
+        rows = list(range(n))
+    want = sorted(rows, key=lambda i: (negative[i], keys[i]))[:limit]
+    assert best_first(np.asarray(scores), limit, keys) == want

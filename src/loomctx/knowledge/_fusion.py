@@ -57,7 +57,7 @@ import numpy.typing as npt
 
 from loomctx.search import best_first, first_scores, min_max, ranking, relative, weighted
 
-__all__ = ["DENSE_WEIGHT", "Fused", "Pool", "fuse"]
+__all__ = ["DENSE_WEIGHT", "Fused", "Pool", "fuse", "fused"]
 
 DENSE_WEIGHT: Final = 0.5
 Floats = npt.NDArray[np.float64]
@@ -107,6 +107,38 @@ def fuse(
     search returned every chunk that has a query term, so a chunk it missed has a BM25 of 0
     (else: unknown, None). `fast`: the fast embedder's hits, the dense part of the chunks
     `dense` lacks (see the module docstring)."""
+    out = []
+    for chunk, score, vector_score, lexical_score in zip(
+        *fused(
+            query_terms,
+            lexical,
+            dense,
+            lexical_complete=lexical_complete,
+            fast=fast,
+            limit=limit,
+        ),
+        strict=True,
+    ):
+        made = object.__new__(Fused)  # `Fused(...)`, its slots set directly: one per hit
+        _SET_CHUNK(made, chunk)
+        _SET_SCORE(made, score)
+        _SET_VECTOR(made, vector_score)
+        _SET_LEXICAL(made, lexical_score)
+        out.append(made)
+    return out
+
+
+def fused(
+    query_terms: Sequence[str],
+    lexical: Pool[T],
+    dense: Pool[T] | None,
+    *,
+    lexical_complete: bool,
+    fast: Pool[T] | None = None,
+    limit: int | None = None,
+) -> tuple[list[T], list[float], list[float | None], list[float | None]]:
+    """`fuse`'s winners as four lists (chunks, scores, vector scores, lexical scores), best
+    first: what a caller that makes its own value of each hit reads, without a `Fused`."""
     index: dict[str, int] = {}
     chunks: list[T] = []
 
@@ -127,7 +159,7 @@ def fuse(
     ]
     n = len(chunks)
     if not n:
-        return []
+        return [], [], [], []
     lex = first_scores(scored[0].rows, relative(scored[0], flat=0.0), n)
     cosine = first_scores(scored[1].rows, scored[1].scores, n)
     fast_cosine = first_scores(scored[2].rows, scored[2].scores, n)
@@ -146,22 +178,16 @@ def fuse(
         score = weighted([(DENSE_WEIGHT, dense_part), (1 - DENSE_WEIGHT, lexical_part)], 1.0)
     score = np.clip(score, 0.0, 1.0)
     keys = [c.key for c in chunks]
-    out = []
-    for i in best_first(score, n if limit is None else limit, keys):
-        cos = float(cosine[i]) if cosine[i] == cosine[i] else float(fast_cosine[i])
-        lexical_score = float(lex[i])
-        made = object.__new__(Fused)  # `Fused(...)`, its slots set directly: one per hit
-        _SET_CHUNK(made, chunks[i])
-        _SET_SCORE(made, float(score[i]))
-        _SET_VECTOR(made, None if cos != cos else cos)
-        _SET_LEXICAL(
-            made,
-            (0.0 if lexical_complete else None)
-            if lexical_score != lexical_score
-            else lexical_score,
-        )
-        out.append(made)
-    return out
+    best = best_first(score, n if limit is None else limit, keys)
+    at = np.asarray(best, dtype=np.intp)
+    cos = np.where(cosine[at] == cosine[at], cosine[at], fast_cosine[at]).tolist()
+    missing = 0.0 if lexical_complete else None  # the BM25 of a chunk lexical search missed
+    return (
+        [chunks[i] for i in best],
+        score[at].tolist(),
+        [None if c != c else c for c in cos],
+        [missing if x != x else x for x in lex[at].tolist()],
+    )
 
 
 _SET_CHUNK, _SET_SCORE, _SET_VECTOR, _SET_LEXICAL = (

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from loomctx.knowledge._fusion import Pool, fuse
+from loomctx.knowledge._fusion import Pool, fused
 from loomctx.knowledge._types import KnowledgeHit, new_knowledge_hit
 from loomctx.stores.base import (
     Fetch,
@@ -104,7 +104,7 @@ class ChunkSearch:
                 )
         results: list[Found] = self.store.batch([Rank(search=s) for s in searches])
         pools = self._pools(results)
-        fused = fuse(
+        chunks, scores, vector_scores, lexical_scores = fused(
             terms(query),
             pools[0],
             pools[1] if embedder is not None else None,
@@ -113,18 +113,19 @@ class ChunkSearch:
             limit=limit,
         )
         hits: list[KnowledgeHit] = []
-        for f in fused:
-            if f.score <= 0 or f.score < floor or len(hits) == limit:
+        for chunk, score, vector_score, lexical_score in zip(
+            chunks, scores, vector_scores, lexical_scores, strict=True
+        ):
+            if score <= 0 or score < floor or len(hits) == limit:
                 break
-            chunk = f.chunk
             hits.append(
                 new_knowledge_hit(
                     chunk.chunk_id,
                     chunk.document_id,
                     chunk.shown,
-                    f.score,
-                    f.vector_score,
-                    f.lexical_score,
+                    score,
+                    vector_score,
+                    lexical_score,
                     dict(chunk.metadata),
                     name,
                 )

@@ -195,17 +195,18 @@ class MemorySearch:
         if table is None:
             return []
         found = table.found
-        n = len(table.ids)
-        via = np.zeros(n, dtype=np.int64)
+        n = table.kinds.shape[0]
         parts: dict[str, npt.NDArray[np.float64]] = {}
         raw: dict[str, npt.NDArray[np.float64]] = {}
+        # how each row was found (`_VIA`'s bits): a flag per bit, set by every hit of the row
+        flags = np.zeros((3, n), dtype=np.bool_)
         for how, (r, summary) in zip(rankers, found, strict=True):
             rescaled = relative(r, flat=1.0) if how == "lexical" else min_max(r)
             parts[how] = first_scores(r.rows, rescaled, n)
             if how != "lexical":
                 raw[how] = first_scores(r.rows, r.scores, n)
-            bits = np.where(summary, _SUMMARY, _LEXICAL if how == "lexical" else _DENSE)
-            np.bitwise_or.at(via, r.rows, bits)
+            flags[2, r.rows[summary]] = True
+            flags[1 if how == "lexical" else 0, r.rows[~summary]] = True
         w_lex, w_dense = settings.fusion_weights
         w_dense = w_dense if settings.embedder is not None else 0.0
         w_fast = settings.fast_weight if "fast" in rankers else 0.0
@@ -223,9 +224,8 @@ class MemorySearch:
         places, asks = table.places, table.asks
         if not exact:  # neighbours within a namespace: each namespace its own span
             spaces: dict[Namespace, int] = {}
-            space = np.fromiter(
-                (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n)), np.int64, n
-            )
+            named = (spaces.setdefault(table.key(i)[0], len(spaces)) for i in range(n))
+            space = np.fromiter(named, np.int64, n)
             places = np.where(places >= 0, places + space * _PLACE, places)
         scores = neighbour_boost(
             fused,
@@ -244,24 +244,26 @@ class MemorySearch:
             scores = np.where(table.dated, scores, scores * (1 / (1 + settings.date_weight)))
         best = best_first(scores, limit, table.key)
         tasks = self._load_tasks(table, best)
-        lexical = parts["lexical"]
-        cosine = raw.get("dense", absent)
-        fast_cosine = raw.get("fast", absent)
+        # Only the winners' values, as Python floats (NaN: the ranker did not find it).
+        at = np.asarray(best, dtype=np.intp)
+        score_of = scores[at].tolist()
+        lexical = parts["lexical"][at].tolist()
+        cosine = raw.get("dense", absent)[at].tolist()
+        fast_cosine = raw.get("fast", absent)[at].tolist()
+        via = (flags[0, at] * _DENSE | flags[1, at] * _LEXICAL | flags[2, at] * _SUMMARY).tolist()
         out = []
-        for i, task in zip(best, tasks, strict=True):
+        for k, (i, task) in enumerate(zip(best, tasks, strict=True)):
             if task is None:
                 continue
-            lex, cos, fast = float(lexical[i]), float(cosine[i]), float(fast_cosine[i])
-            out.append(
-                MemoryHit(
-                    task=task,
-                    score=float(scores[i]),
-                    via=_VIA[int(via[i])],  # type: ignore[arg-type]
-                    lexical_score=None if lex != lex else lex,
-                    vector_score=cos if cos == cos else None if fast != fast else fast,
-                    time_match=closeness.get(i),
-                )
-            )
+            lex, cos, fast = lexical[k], cosine[k], fast_cosine[k]
+            hit = _NEW_HIT(MemoryHit)  # `MemoryHit(...)`, its slots set directly: one per hit
+            _SET_TASK(hit, task)
+            _SET_SCORE(hit, score_of[k])
+            _SET_VIA(hit, _VIA[via[k]])
+            _SET_LEXICAL(hit, None if lex != lex else lex)
+            _SET_VECTOR(hit, cos if cos == cos else None if fast != fast else fast)
+            _SET_TIME(hit, closeness.get(i))
+            out.append(hit)
         return out
 
     def _table(self, results: Sequence[Found], skip: set[str]) -> _Table | None:
@@ -269,9 +271,8 @@ class MemorySearch:
         are left out, but still count in their ranking's rescaling); None if none."""
         ids = np.concatenate([r.ids for r in results])
         seqs = np.concatenate([r.seqs for r in results])
-        raw = np.concatenate([r.scores for r in results])
-        cols = self._columns(ids, seqs)
-        numbers = cols.numbers(ids, seqs)
+        numbers = self._numbers_of(ids, seqs)
+        cols = self._found
         keep = numbers >= 0
         if skip:
             excluded = [number for task in skip for number in self._by_task.get(task, ())]
@@ -280,27 +281,26 @@ class MemorySearch:
         kept = np.flatnonzero(keep)
         if not kept.size:
             return None
-        kinds = cols.kind[ids[kept]]
-        _, rows = np.unique(numbers[kept], return_inverse=True)
-        # Each row's record: its first task record if a hit was one, else its first hit's.
-        pick = np.lexsort((np.arange(kept.size), kinds != _TASK_KIND, rows))
-        first = pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
-        chosen = kept[first]
-        by_ranker = np.repeat(np.arange(len(results)), [len(r) for r in results])[kept]
-        kept_raw = raw[kept]
+        if kept.size < ids.size:
+            ids, seqs, numbers = ids[kept], seqs[kept], numbers[kept]
+        kinds = cols.kind[ids]
+        # Rows in the order of their task numbers; each row's record: its first task record
+        # if a hit was one, else its first hit's.
+        rows, chosen = _rows(numbers, kinds != _TASK_KIND)
+        offsets = np.cumsum([0, *(len(r) for r in results)])
+        bounds = np.searchsorted(kept, offsets).tolist()
         found = []
         for r, result in enumerate(results):
-            mine = by_ranker == r
-            found.append(
-                (
-                    Ranking(rows=rows[mine], scores=kept_raw[mine], every=result.scores),
-                    kinds[mine] == _SUMMARY_KIND,
-                )
-            )
+            start, stop = bounds[r], bounds[r + 1]
+            mine = result.scores
+            if stop - start < len(result):  # some of its hits were left out
+                mine = mine[kept[start:stop] - offsets[r]]
+            ranked = Ranking(rows=rows[start:stop], scores=mine, every=result.scores)
+            found.append((ranked, kinds[start:stop] == _SUMMARY_KIND))
         at = ids[chosen]
         return _Table(
-            ids=at.tolist(),
-            seqs=seqs[chosen].tolist(),
+            ids=at,
+            seqs=seqs[chosen],
             kinds=cols.kind[at],
             places=cols.place[at],
             asks=cols.asks[at],
@@ -311,24 +311,27 @@ class MemorySearch:
             found=found,
         )
 
-    def _columns(self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]) -> _Columns:
-        """What ranking reads of each hit's record, with the records of versions not seen
-        before read first (lazily: ranking reads a few fields of their data); a record that
-        changed since the search found it stays unknown (its hit stands for no task)."""
+    def _numbers_of(
+        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.intp]:
+        """The number of the task each hit stands for (-1 for none), with the records of
+        versions not seen before read first (lazily: ranking reads a few fields of their
+        data); a record that changed since the search found it stays unknown (its hit stands
+        for no task)."""
         cols = self._found
         known = cols.known(ids, seqs)
-        if known.all():
-            return cols
-        unknown = np.flatnonzero(~known)
-        wanted = dict(zip(seqs[unknown].tolist(), ids[unknown].tolist(), strict=True))
-        records = self.store.batch(
-            [Fetch(ids=list(wanted.values()), seqs=list(wanted), lazy=True)]
-        )[0]
-        read = [r for r in records if r is not None]
-        infos = [self._info(r) for r in read]
-        with self._lock:
-            cols.put([wanted[r.seq] for r in read], [r.seq for r in read], infos)
-        return cols
+        if not known.all():
+            unknown = np.flatnonzero(~known)
+            wanted = dict(zip(seqs[unknown].tolist(), ids[unknown].tolist(), strict=True))
+            records = self.store.batch(
+                [Fetch(ids=list(wanted.values()), seqs=list(wanted), lazy=True)]
+            )[0]
+            read = [r for r in records if r is not None]
+            infos = [self._info(r) for r in read]
+            with self._lock:
+                cols.put([wanted[r.seq] for r in read], [r.seq for r in read], infos)
+            known = cols.known(ids, seqs)
+        return cols.numbers(ids, known)
 
     def _info(self, record: Record) -> _HitInfo:
         """What ranking reads of a found record (`_HitInfo`)."""
@@ -378,7 +381,8 @@ class MemorySearch:
             return {}
         near = proximities(spans, table.when)
         for i in np.flatnonzero(table.unread).tolist():  # read again, to raise where it did
-            (rec,) = self.store.batch([Fetch(ids=[table.ids[i]], seqs=[table.seqs[i]])])[0]
+            found = Fetch(ids=[int(table.ids[i])], seqs=[int(table.seqs[i])])
+            (rec,) = self.store.batch([found])[0]
             data = rec.data if rec is not None else {}
             fields = data.get("task") or data.get("summary") or {}
             stamp = fields.get("created_at")
@@ -400,25 +404,24 @@ class MemorySearch:
     def _load_tasks(self, table: _Table, rows: Sequence[int]) -> list[Task | None]:
         """The task of each of `rows`: a task record's own, a summary's the task it
         summarizes; None for one whose record changed or went since the search found it."""
+        at = np.asarray(rows, dtype=np.intp)
+        ids, seqs = table.ids[at].tolist(), table.seqs[at].tolist()
+        own = (table.kinds[at] == _TASK_KIND).tolist()  # a task record, not a summary
         out: list[Task | None] = [None] * len(rows)
         with self._lock:
-            for n, i in enumerate(rows):
-                task = self._decoded.get(table.seqs[i])
-                if task is not None and table.kinds[i] == _TASK_KIND:
-                    self._decoded.move_to_end(table.seqs[i])
+            get, used = self._decoded.get, self._decoded.move_to_end
+            for n, seq in enumerate(seqs):
+                task = get(seq) if own[n] else None
+                if task is not None:
+                    used(seq)
                     out[n] = task
-        tasks = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] == _TASK_KIND]
-        others = [n for n, i in enumerate(rows) if out[n] is None and table.kinds[i] != _TASK_KIND]
+        tasks = [n for n, task in enumerate(out) if task is None and own[n]]
+        others = [n for n, task in enumerate(out) if task is None and not own[n]]
         if not tasks and not others:  # (an empty batch is still a transaction)
             return out
         ops: list[Fetch | Get] = []
         if tasks:
-            ops.append(
-                Fetch(
-                    ids=[table.ids[rows[n]] for n in tasks],
-                    seqs=[table.seqs[rows[n]] for n in tasks],
-                )
-            )
+            ops.append(Fetch(ids=[ids[n] for n in tasks], seqs=[seqs[n] for n in tasks]))
         for n in others:
             namespace, task_id = table.key(rows[n])
             ops.append(Get(namespace=namespace, key=f"{TASK}:{task_id}"))
@@ -451,8 +454,8 @@ class _Table:
     record (as arrays, and in full by `info`); and each ranker's hits as a `Ranking` over
     the rows, with which hits were summaries."""
 
-    ids: list[int]
-    seqs: list[int]
+    ids: npt.NDArray[np.int64]
+    seqs: npt.NDArray[np.int64]
     kinds: npt.NDArray[np.int8]
     places: npt.NDArray[np.int64]
     asks: npt.NDArray[np.bool_]
@@ -467,11 +470,11 @@ class _Table:
 
     def info(self, row: int) -> _HitInfo:
         """What ranking reads of the record of `row`."""
-        return self.infos[self.ids[row]]
+        return self.infos[int(self.ids[row])]
 
     def key(self, row: int) -> _Key:
         """The key `row` is ranked by (its task's namespace and id): ties go by it."""
-        key = self.infos[self.ids[row]][4]
+        key = self.infos[int(self.ids[row])][4]
         assert key is not None, "a row stands for a task"
         return key
 
@@ -501,17 +504,23 @@ class _Columns:
         self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_]:
         """Whether the columns hold each of `ids` at its version in `seqs`."""
-        inside = ids < self.seq.shape[0]
+        held = self.seq
+        if not ids.size or int(ids.max()) < held.shape[0]:
+            out: npt.NDArray[np.bool_] = held[ids] == seqs
+            return out
+        inside = ids < held.shape[0]
         out = np.zeros(ids.shape, dtype=np.bool_)
-        out[inside] = self.seq[ids[inside]] == seqs[inside]
+        out[inside] = held[ids[inside]] == seqs[inside]
         return out
 
     def numbers(
-        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
+        self, ids: npt.NDArray[np.int64], known: npt.NDArray[np.bool_]
     ) -> npt.NDArray[np.intp]:
         """The number of the task each hit stands for; -1 for a hit of no task, or of a
-        version the columns do not hold."""
-        known = self.known(ids, seqs)
+        version the columns do not hold (not `known`, as `known` says)."""
+        if known.all():
+            every: npt.NDArray[np.intp] = self.number[ids]
+            return every
         out = np.full(ids.shape, -1, dtype=np.intp)
         out[known] = self.number[ids[known]]
         return out
@@ -556,3 +565,34 @@ def _asks(record: Record) -> bool:
         return False
     task = record.data.get("task")
     return isinstance(task, Mapping) and task.get("action") in (USER_MESSAGE, ASSISTANT_MESSAGE)
+
+
+def _rows(
+    numbers: npt.NDArray[np.intp], later: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Each hit's row, the rank of its task number among those found (`np.unique`'s
+    inverse), and each row's chosen hit: its first hit that is not `later` if any, else its
+    first. One sort of the numbers packed with the flag and the hit's position (numpy's
+    stable sorts, which `np.unique` and `np.lexsort` make, cost several)."""
+    m = numbers.shape[0]
+    shift = max(m - 1, 1).bit_length()
+    if int(numbers.max()) >= 1 << (61 - shift):  # too large to pack
+        _, rows = np.unique(numbers, return_inverse=True)
+        pick = np.lexsort((np.arange(m), later, rows))
+        return rows, pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
+    packed = np.sort((((numbers.astype(np.int64) << 1) | later) << shift) | np.arange(m))
+    at = packed & ((1 << shift) - 1)
+    number = packed >> (shift + 1)
+    start = np.empty(m, dtype=np.bool_)
+    start[0] = True
+    np.not_equal(number[1:], number[:-1], out=start[1:])
+    rows = np.empty(m, dtype=np.intp)
+    rows[at] = np.cumsum(start) - 1
+    return rows, at[start].astype(np.intp)
+
+
+_NEW_HIT: Final = object.__new__
+_SET_TASK, _SET_SCORE, _SET_VIA, _SET_LEXICAL, _SET_VECTOR, _SET_TIME = (
+    MemoryHit.__dict__[name].__set__
+    for name in ("task", "score", "via", "lexical_score", "vector_score", "time_match")
+)

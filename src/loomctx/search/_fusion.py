@@ -31,6 +31,7 @@ __all__ = [
     "Ranking",
     "best_first",
     "first_scores",
+    "firsts",
     "min_max",
     "neighbour_boost",
     "ranking",
@@ -97,16 +98,43 @@ def first_scores(rows: Rows, values: Floats, n: int) -> Floats:
     NaN for a row without a hit."""
     out = np.full(n, np.nan)
     if rows.size:
-        unique, first = np.unique(rows, return_index=True)
-        out[unique] = values[first]
+        if int(np.bincount(rows).max()) == 1:  # one hit per row (the usual case): no sort
+            out[rows] = values
+        else:
+            unique, first = firsts(rows)
+            out[unique] = values[first]
     return out
 
 
+def firsts(keys: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.int64], Rows]:
+    """The distinct non-negative `keys`, ascending, and the position of the first of each:
+    ``np.unique(keys, return_index=True)``, by one sort of the keys packed with their
+    positions (numpy's stable argsort, which that call makes, costs several such sorts)."""
+    m = keys.shape[0]
+    if not m:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.intp)
+    shift = max(m - 1, 1).bit_length()
+    if int(keys.min()) < 0 or int(keys.max()) >= 1 << (62 - shift):  # too large to pack
+        unique, first = np.unique(keys, return_index=True)
+        return unique.astype(np.int64, copy=False), first
+    packed = np.sort((keys.astype(np.int64) << shift) | np.arange(m))
+    sorted_keys = packed >> shift
+    start = np.empty(m, dtype=np.bool_)
+    start[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=start[1:])
+    return sorted_keys[start], (packed[start] & ((1 << shift) - 1)).astype(np.intp)
+
+
 def weighted(parts: Sequence[tuple[float, Floats]], total: float) -> Floats:
-    """``(w1 * p1 + w2 * p2 + ...) / total``, a NaN part counting 0."""
+    """``(w1 * p1 + w2 * p2 + ...) / total``, a NaN part counting 0 (an infinite one the
+    largest finite float of its sign, as `np.nan_to_num`)."""
     acc: Floats | None = None
     for weight, part in parts:
-        term = weight * np.nan_to_num(part, nan=0.0)
+        absent = np.isnan(part)
+        clean = np.where(absent, 0.0, part) if absent.any() else part
+        if np.isinf(clean).any():
+            clean = np.nan_to_num(part, nan=0.0)
+        term = weight * clean
         acc = term if acc is None else acc + term
     assert acc is not None, "weighted needs at least one part"
     out: Floats = acc / total
@@ -135,15 +163,8 @@ def neighbour_boost(
     before = np.full(n, -1, dtype=np.intp)
     after = np.full(n, -1, dtype=np.intp)
     if placed.size:
-        order = placed[np.argsort(place[placed], kind="stable")]
-        sorted_places = place[order]
-        for shift, out in ((-1, before), (1, after)):
-            want = sorted_places + shift
-            at = np.searchsorted(sorted_places, want)
-            at_ok = at < sorted_places.size
-            hit = np.zeros(want.shape, dtype=bool)
-            hit[at_ok] = sorted_places[at[at_ok]] == want[at_ok]
-            out[order[hit]] = order[at[hit]]
+        order = placed[_stable_order(place[placed])]
+        _neighbours(place[order], order, before, after)
     has_before, has_after = before >= 0, after >= 0
     from_before = np.where(has_before, fused[before], 0.0)
     from_after = np.where(has_after, fused[after], 0.0)
@@ -157,21 +178,75 @@ def neighbour_boost(
     return out_scores
 
 
+def _neighbours(places: npt.NDArray[np.int64], rows: Rows, before: Rows, after: Rows) -> None:
+    """For `rows` sorted by their `places` (ascending, ties in row order), set each row's
+    `before` and `after` to the first row placed one below and one above it, where there is
+    one: the walk over neighbours in the sorted order that a binary search for ``place - 1``
+    and ``place + 1`` would make, without the searches."""
+    m = places.shape[0]
+    step = places[1:] - places[:-1]
+    if step.all():  # distinct places (a table of tasks): a neighbour is the next in order
+        close = np.flatnonzero(step == 1)
+        before[rows[close + 1]] = rows[close]
+        after[rows[close]] = rows[close + 1]
+        return
+    at = np.arange(m)
+    new = np.concatenate(([True], step != 0))  # the first of a run of equal places
+    first = np.maximum.accumulate(np.where(new, at, 0))  # of each one's run
+    last = np.minimum.accumulate(np.where(np.concatenate((step != 0, [True])), at, m)[::-1])[::-1]
+    below = first - 1  # the last of the run below
+    ok = np.flatnonzero(below >= 0)
+    ok = ok[places[below[ok]] == places[ok] - 1]
+    before[rows[ok]] = rows[first[below[ok]]]
+    above = last + 1  # the first of the run above
+    ok = np.flatnonzero(above < m)
+    ok = ok[places[above[ok]] == places[ok] + 1]
+    after[rows[ok]] = rows[above[ok]]
+
+
+def _stable_order(values: npt.NDArray[np.int64]) -> Rows:
+    """``np.argsort(values, kind="stable")`` for non-negative integers, by one sort of the
+    values packed with their positions where they fit (numpy's stable argsort of a few
+    thousand values costs several times a sort of them)."""
+    m = values.shape[0]
+    shift = max(m - 1, 1).bit_length()
+    if not m or int(values.min()) < 0 or int(values.max()) >= 1 << (62 - shift):
+        return np.argsort(values, kind="stable")
+    packed = np.sort((values << shift) | np.arange(m))
+    out: Rows = (packed & ((1 << shift) - 1)).astype(np.intp)
+    return out
+
+
 def best_first(scores: Floats, limit: int, keys: Sequence[Any] | Callable[[int], Any]) -> list[int]:
     """The rows of the `limit` best `scores`, best first, ties by `keys` (comparable values,
     one per row; or a function of the row giving its value, for tables whose keys cost
     something to list): what ``sorted(zip(-scores, keys))[:limit]`` gives, without sorting
-    a deep pool (only the rows at or above the `limit`-th score are sorted)."""
+    a deep pool (only the rows at or above the `limit`-th score are sorted, and only rows
+    tied on score are compared by key)."""
     n = scores.shape[0]
     if limit <= 0 or n == 0:
         return []
     negative = -scores
     if limit < n:
         kth = np.partition(negative, limit - 1)[limit - 1]
-        rows = np.flatnonzero(negative <= kth).tolist()
+        rows = np.flatnonzero(negative <= kth)
     else:
-        rows = list(range(n))
-    values = negative.tolist()
+        rows = np.arange(n)
     key_of = keys if callable(keys) else keys.__getitem__
-    rows.sort(key=lambda i: (values[i], key_of(i)))
-    return rows[:limit]
+    values = negative[rows]
+    if np.isnan(negative).any():  # NaN compares unlike a number: Python's sort of the pairs
+        listed, every = rows.tolist(), negative.tolist()
+        listed.sort(key=lambda i: (every[i], key_of(i)))
+        return listed[:limit]
+    order = np.argsort(values, kind="stable")
+    values = values[order]
+    out: list[int] = rows[order].tolist()
+    tied = values[1:] == values[:-1]
+    if tied.any():  # each run of equal scores that reaches into the first `limit`, by key
+        starts = np.flatnonzero(tied & ~np.concatenate(([False], tied[:-1])))
+        ends = np.flatnonzero(tied & ~np.concatenate((tied[1:], [False]))) + 2
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            if start >= limit:
+                break
+            out[start:end] = sorted(out[start:end], key=key_of)
+    return out[:limit]
