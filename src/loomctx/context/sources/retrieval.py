@@ -161,23 +161,21 @@ def round4(values: Sequence[Any]) -> list[Any]:
     """``[round(v, 4) for v in values]``, bit for bit, in arrays: `round` works through a
     decimal string (correctly rounded), dear at hundreds of scores a build. A float whose
     scaled value ``v * 10_000`` is not within 1e-6 of a tie rounds to the nearest integer of
-    it (the product's error, under 1e-12 here, cannot cross to the other side), and that
-    integer over 10,000 is the float nearest the decimal, as `round` gives; a near tie, a zero
-    (its sign), a large or non-finite value, and anything not a float go through `round`."""
+    it (the product's error, under 1e-4 here, cannot cross to the other side), and that
+    integer over 10,000, with the sign of `v` (a zero keeps it), is the float nearest the
+    decimal, as `round` gives; a near tie, a value of 1e12 or more (or not finite), and
+    anything not a float go through `round`."""
     if not values:
         return []
-    floats = np.array([v if type(v) is float else 0.0 for v in values], dtype=np.float64)
-    with np.errstate(all="ignore"):  # (huge and non-finite values go through `round`)
-        scaled = floats * 10_000.0
-        whole = np.floor(scaled)
-        frac = scaled - whole
-        out = (whole + (frac > 0.5)) / 10_000.0
-        odd = ~(np.abs(scaled) < 1e12) | (np.abs(frac - 0.5) < 1e-6) | (out == 0.0)
-    result: list[Any] = out.tolist()
-    for i, v in enumerate(values):
-        if type(v) is not float:
-            result[i] = round(v, 4)
-    for i in np.flatnonzero(odd).tolist():
+    plain = [v if type(v) is float and -1e12 < v < 1e12 else 0.0 for v in values]
+    floats = np.array(plain, dtype=np.float64)
+    scaled = floats * 10_000.0
+    whole = np.floor(scaled)
+    frac = scaled - whole
+    result: list[Any] = np.copysign((whole + (frac > 0.5)) / 10_000.0, floats).tolist()
+    for i in np.flatnonzero(np.abs(frac - 0.5) < 1e-6).tolist():
+        result[i] = round(values[i], 4)
+    for i in [i for i, (p, v) in enumerate(zip(plain, values, strict=True)) if p is not v]:
         result[i] = round(values[i], 4)
     return result
 
