@@ -269,6 +269,7 @@ class ContextOrchestrator:
                 # The session's first window has no cached prefix at stake either.
                 cold=cold or session.built_at is None,
                 pricing=self.pricing,
+                held=held,
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
             messages, tools, layout = render([d.block for d in kept], source_rank=rank)
