@@ -287,7 +287,7 @@ class ContextOrchestrator:
                 "`prefill=True` to send the window so on purpose"
             )
         reused = repeated_prefix_tokens(
-            self.token_counter, (session.messages, session.tools), messages, tools
+            counter, (session.messages, session.tools), messages, tools, token_count
         )
         marks = cache_marks(counter, messages, tools, layout, token_count)
         prediction = self.pricing.predict(
