@@ -13,6 +13,7 @@ The injector lives in `context` rather than `retrieval` because it makes `Contex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -106,7 +107,8 @@ class RetrievalInjector:
                     values.append(vector)
                 if (lexical := scores.get("lexical_score")) is not None:
                     values.append(lexical)
-                values.extend(c.signals.values())
+                # (a signal's 0 or 1, most of them, is its own rounding)
+                values.extend(v for v in c.signals.values() if not (v == 1.0 or v == 0.0))
             rounded = round4(values)
             at = 0
             for c in chunk:
@@ -126,11 +128,10 @@ class RetrievalInjector:
                     lexical, at = rounded[at], at + 1
                 signals: dict[str, object] = {}
                 for k, v in c.signals.items():
-                    # (a signal's 0 or 1, most of them, is its own rounding)
-                    signals[k] = (
-                        v if type(v) is not float and (v == 1.0 or v == 0.0) else rounded[at]
-                    )
-                    at += 1
+                    if v == 1.0 or v == 0.0:
+                        signals[k] = v
+                    else:
+                        signals[k], at = rounded[at], at + 1
                 meta["signals"] = signals
                 if vector is not None:
                     meta["vector_score"] = vector
@@ -164,18 +165,16 @@ def round4(values: Sequence[Any]) -> list[Any]:
     it (the product's error, under 1e-4 here, cannot cross to the other side), and that
     integer over 10,000, with the sign of `v` (a zero keeps it), is the float nearest the
     decimal, as `round` gives; a near tie, a value of 1e12 or more (or not finite), and
-    anything not a float go through `round`."""
+    anything not a float (set aside as NaN) go through `round`."""
     if not values:
         return []
-    plain = [v if type(v) is float and -1e12 < v < 1e12 else 0.0 for v in values]
+    plain = [v if type(v) is float and -1e12 < v < 1e12 else math.nan for v in values]
     floats = np.array(plain, dtype=np.float64)
     scaled = floats * 10_000.0
     whole = np.floor(scaled)
     frac = scaled - whole
     result: list[Any] = np.copysign((whole + (frac > 0.5)) / 10_000.0, floats).tolist()
-    for i in np.flatnonzero(np.abs(frac - 0.5) < 1e-6).tolist():
-        result[i] = round(values[i], 4)
-    for i in [i for i, (p, v) in enumerate(zip(plain, values, strict=True)) if p is not v]:
+    for i in np.flatnonzero(~(np.abs(frac - 0.5) >= 1e-6)).tolist():  # near ties, NaN
         result[i] = round(values[i], 4)
     return result
 
