@@ -19,7 +19,7 @@ from loomctx.context.billing import (
     CachePricing,
     pricing_for,
 )
-from loomctx.context.orchestrator import cache_marks
+from loomctx.context.orchestrator import cache_marks, repeated_prefix_tokens
 from loomctx.context.sources import HistorySource, PromptSource, ToolSource, UserInputSource
 from loomctx.session.windows import report_from_payload
 
@@ -224,3 +224,27 @@ async def test_cache_marks_agree_with_counting_each_prefix_whole() -> None:
     assert cache_marks(COUNTER, window.messages, window.tools, window.layout) == tuple(
         sorted(whole)
     )
+
+
+async def test_the_repeated_prefix_agrees_with_counting_it_whole() -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "find", "description": "Find an order.",
+            "parameters": schema}}  # fmt: skip
+    turns = _conversation(12)
+    orch = ContextOrchestrator(
+        token_counter=COUNTER,
+        sources=[PromptSource("Rules."), ToolSource([tool]), HistorySource(turns),
+                 DocsSource(["doc " * 80]), UserInputSource()],
+        model_context_window=8000,
+    )  # fmt: skip
+    first = await orch.build(query="order 3?")
+    second = await orch.build(query="and order 4?")
+    previous = (first.messages, first.tools)
+    for messages in (second.messages, first.messages, second.messages[:3], second.messages[:1]):
+        total = COUNTER.count_messages(messages, tools=second.tools)
+        whole = repeated_prefix_tokens(COUNTER, previous, messages, second.tools)
+        assert repeated_prefix_tokens(COUNTER, previous, messages, second.tools, total) == whole
+    assert second.report.reused_prefix_tokens == repeated_prefix_tokens(
+        COUNTER, previous, second.messages, second.tools
+    )
+    assert 0 < second.report.reused_prefix_tokens < second.token_count

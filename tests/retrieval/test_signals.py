@@ -26,6 +26,7 @@ from loomctx.retrieval import (
     default_signals,
 )
 from loomctx.retrieval.settings import RetrievalSettings
+from loomctx.text import terms
 
 
 def cand(
@@ -344,3 +345,40 @@ def test_session_top_must_be_a_positive_int() -> None:
     assert [s.top for s in reranker.signals if isinstance(s, SessionSignal)] == [2]
     with pytest.raises(ConfigError, match="`session_top`"):
         RetrievalSettings(session_top=0)
+
+
+def _overlap_reference(query: str, pool: Sequence[Evidence]) -> list[float]:
+    """Query overlap written out piece by piece: each piece's weights summed in sorted term
+    order (the signal sums each distinct set of held terms once)."""
+    wanted = sorted(set(terms(query)))
+    n = len(pool)
+    df = {t: sum(1 for e in pool if t in e.terms) for t in wanted}
+    weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in wanted}
+    total = sum(weights.values())
+    if not total:
+        return [0.0] * n
+    return [sum(w for t, w in weights.items() if t in e.terms) / total for e in pool]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "what new kitchen gadget did I get before the Air Fryer?",
+        "Caroline adoption agency support group",
+        "nothing in common here",
+        "",
+    ],
+)
+def test_query_overlap_equals_the_piece_by_piece_sum_bit_for_bit(query: str) -> None:
+    texts = [
+        "I got a new Instant Pot, a kitchen gadget, last week",
+        "I get a new bike before the trip",
+        "The Air Fryer came before the Instant Pot",
+        "Caroline went to the adoption agency",
+        "The support group met on Tuesday; Caroline spoke",
+        "unrelated words only",
+        "kitchen kitchen gadget gadget",
+    ]
+    pool = [cand(text, n=i) for i, text in enumerate(texts * 3)]
+    got = QueryOverlapSignal().score(query, pool).tolist()
+    assert got == _overlap_reference(query, pool)

@@ -249,13 +249,17 @@ class Selection:
         """A decision per candidate, in order: those made, and for the rest why they are
         out (history's reasons, a duplicate, `tail_lift`, the tail's limits, the budget)."""
         decided = self.decided
-        holder = {k: d.block.source for d in decided.values() if (k := task_of(d.block))}
+        holder: dict[str, str] | None = None  # who holds each task, once a reason asks
         decisions: list[Decision] = []
         for c in candidates:
             d = decided.get(c.order)
             if d is None:
                 status, why = reasons.get(c.order, ("dropped", ""))
-                if not why and (key := task_of(c.block)) in holder:
+                if not why and holder is None:
+                    holder = {
+                        k: d.block.source for d in decided.values() if (k := task_of(d.block))
+                    }
+                if not why and holder and (key := task_of(c.block)) in holder:
                     why = f"its task is in the window already (from `{holder[key]}`)"
                 why = why or below.get(c.order, "")
                 if not why and c.block.section == "context" and task_of(c.block):

@@ -174,6 +174,7 @@ class ContextCompactor:
         dynamic_cap: int | None = None,
         cold: bool = False,
         pricing: CachePricing = ANTHROPIC,
+        held: set[str] | None = None,
     ) -> Compaction:
         """One decision per candidate (in the order given), plus one for each history
         summary in the window, and the history marks for the next build.
@@ -186,14 +187,16 @@ class ContextCompactor:
         dynamic context (`context` blocks) may take besides `policy.max_dynamic`'s share (the
         budget manager's `dynamic_limit`; None: no such cap). `cold`: nothing the provider
         cached is at stake (the session's first window, or its cache expired since the
-        previous one); `pricing` its prices.
+        previous one); `pricing` its prices. `held` is `held_tasks(candidates, marks)`, when
+        the caller has worked it out already (as the orchestrator has, to charge framing).
         """
         policy = policy or CachePolicy()
         marks = marks or {}
         # A dynamic block whose task history holds (from its mark on) goes in as history, so
         # it claims no room: the tail wants only what the window lacks, and while the whole
         # conversation fits, history's room is the whole budget.
-        held = held_tasks(candidates, marks)
+        if held is None:
+            held = held_tasks(candidates, marks)
         below = unlifted(candidates, policy)
 
         async def place(first: bool) -> tuple[Selection, _Plan, Placed]:
@@ -406,7 +409,6 @@ class ContextCompactor:
         ones. `cold`: the provider's cache has expired, so a due compaction is done now."""
         room, hard_room, spare = rooms
         ids = [c.block.id for c in units]
-        capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
         summary = mark.summary if mark is not None else None
         if mark is not None and mark.start in ids:
             start, why = ids.index(mark.start), ""
@@ -465,6 +467,7 @@ class ContextCompactor:
             core = _core_cost(units, core_units)
             target = max(target, min(core + reserve, room))
             reserve = min(reserve, max(0, target - core))
+        capacity = max((int(c.block.metadata.get("capacity", 0)) for c in units), default=0)
         max_units = int(policy.low_water * capacity) if capacity and not fill else len(units)
         first, total = len(units), 0
         for i in range(len(units) - 1, -1, -1):
@@ -535,16 +538,24 @@ class ContextCompactor:
         wins (it must stay unbroken), then the first kept in rank order. Returns whether any
         was dropped (the reasons are given once selection is over)."""
         kept = [c for c in ranked if c.order in decided]
+        # Only a block outside history (and not pinned) that stands for a task can be a
+        # duplicate: without one, history's tasks need not be gathered.
+        others = [
+            (c, key)
+            for c in kept
+            if c.block.section != "history"
+            and not c.block.pinned
+            and (key := task_of(c.block)) is not None
+        ]
+        if not others:
+            return False
         held = {
             key
             for c in kept
             if c.block.section == "history" and (key := task_of(c.block)) is not None
         }
         dropped = False
-        for c in kept:
-            key = task_of(c.block)
-            if key is None or c.block.section == "history" or c.block.pinned:
-                continue
+        for c, key in others:
             if key in held:
                 del decided[c.order]
                 dropped = True

@@ -25,11 +25,16 @@ def repeated_prefix_tokens(
     previous: tuple[Sequence[Message], Sequence[Mapping[str, Any]]] | None,
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
+    total: int | None = None,
 ) -> int:
     """Tokens of a prompt (`messages` and `tools`) that repeat, in place, the `previous`
     prompt of the conversation: the tools, then the longest run of leading messages equal to
     the previous ones. What a provider's exact-prefix cache can read (0 for a first prompt,
-    or when the tools changed, since they come first)."""
+    or when the tools changed, since they come first).
+
+    `total` is the prompt's whole count, if known: a prefix longer than half the prompt is
+    then measured as `total` less what follows it, as `cache_marks` measures one (message
+    counts add up), so a build does not count its whole history again."""
     if previous is None or not previous[0] or list(previous[1]) != list(tools):
         return 0
     k = 0
@@ -39,6 +44,10 @@ def repeated_prefix_tokens(
         k += 1
     if k == 0:
         return counter.count_messages([], tools=tools) if tools else 0
+    if total is not None and k >= len(messages):
+        return total
+    if total is not None and 2 * k > len(messages):
+        return total - counter.count_messages(messages[k:]) + TOKENS_REPLY_PRIMING
     return counter.count_messages(messages[:k], tools=tools)
 
 

@@ -269,6 +269,7 @@ class ContextOrchestrator:
                 # The session's first window has no cached prefix at stake either.
                 cold=cold or session.built_at is None,
                 pricing=self.pricing,
+                held=held,
             )
             kept = [d for d in compaction.decisions if d.status in ("kept", "truncated")]
             messages, tools, layout = render([d.block for d in kept], source_rank=rank)
@@ -286,7 +287,7 @@ class ContextOrchestrator:
                 "`prefill=True` to send the window so on purpose"
             )
         reused = repeated_prefix_tokens(
-            self.token_counter, (session.messages, session.tools), messages, tools
+            counter, (session.messages, session.tools), messages, tools, token_count
         )
         marks = cache_marks(counter, messages, tools, layout, token_count)
         prediction = self.pricing.predict(

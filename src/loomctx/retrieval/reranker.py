@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from loomctx.errors import ConfigError, check_unit
-from loomctx.retrieval.evidence import Evidence, session_of
+from loomctx.retrieval.evidence import Evidence, new_evidence, session_of
 from loomctx.retrieval.signals import Scores, Signal, default_signals, is_weight
 
 __all__ = ["Reranker", "dedupe", "session_of", "spread_sessions"]
@@ -92,13 +92,23 @@ class Reranker:
         final = final / sum(self.weights.values())
         keep = np.flatnonzero(final >= self.min_score)
         order = keep[np.argsort(-final[keep], kind="stable")]  # ties keep recall order
-        names = list(scored)
+        names = tuple(scored)
         rows = np.column_stack([scored[n] for n in names]).tolist()  # one list per piece
         totals = final.tolist()
-        ranked = [
-            unique[i].rescored({"score": totals[i]}, signals=dict(zip(names, rows[i], strict=True)))
-            for i in order.tolist()
-        ]
+        ranked = []
+        for i in order.tolist():  # `Evidence.rescored`, inlined: one per piece of every pool
+            e = unique[i]
+            ranked.append(
+                new_evidence(
+                    e.id,
+                    e.origin,
+                    e.text,
+                    e.item,
+                    e.metadata,
+                    {**e.scores, "score": totals[i]},
+                    dict(zip(names, rows[i], strict=False)),  # (a row: a score per name)
+                )
+            )
         return spread_sessions(ranked, self.session_spread) if self.session_spread else ranked
 
 

@@ -114,7 +114,7 @@ class RelevanceSignal(_Signal):
         super().__init__(weight)
 
     def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
-        relevance = np.array([e.relevance for e in pool], dtype=np.float64)
+        relevance = np.array([e.scores.get("relevance", 0.0) for e in pool], dtype=np.float64)
         best = max(relevance.tolist(), default=1.0)
         if best <= 0:
             return np.zeros(len(pool))
@@ -139,19 +139,26 @@ class QueryOverlapSignal(_Signal):
     def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
         wanted = frozenset(terms(query))
         n = len(pool)
-        df = Counter(t for e in pool for t in wanted & e.terms)
+        # The query's terms each piece holds (a set intersection walks the smaller set: the
+        # query's few terms, not a chunk's hundreds). Pieces share few distinct such sets, so
+        # each set's weight is summed once.
+        held = [wanted & e.terms for e in pool]
+        df = Counter(t for have in held for t in have)
         # In sorted order: a set's order changes with the process's string hashing, and the
         # sums below would differ in their last bits between processes.
         weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in sorted(wanted)}
         total = sum(weights.values())
         if not total:
             return np.zeros(n)
-        return np.array([_held(weights, e.terms) / total for e in pool], dtype=np.float64)
+        sums: dict[frozenset[str], float] = {}
+        for have in held:
+            if have not in sums:
+                sums[have] = _held(weights, have) / total
+        return np.array([sums[have] for have in held], dtype=np.float64)
 
 
 def _held(weights: Mapping[str, float], have: frozenset[str]) -> float:
-    """The weights of the terms `have` holds, summed in the order of `weights`. Over the
-    query's few terms: `keys() & have` would walk all of a chunk's hundreds."""
+    """The weights of the terms `have` holds, summed in the order of `weights`."""
     return sum(w for t, w in weights.items() if t in have)
 
 
@@ -188,12 +195,12 @@ class ContentLengthSignal(_Signal):
         self.high = high
 
     def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
-        return np.array([self._length(len(e.text.strip())) for e in pool], dtype=np.float64)
-
-    def _length(self, n: int) -> float:
-        if n < self.low:
-            return n / self.low
-        return 1.0 if n <= self.high else self.high / n
+        low, high = self.low, self.high
+        lengths = [len(e.text.strip()) for e in pool]
+        return np.array(
+            [n / low if n < low else 1.0 if n <= high else high / n for n in lengths],
+            dtype=np.float64,
+        )
 
 
 class SpeakerSignal(_Signal):
@@ -231,7 +238,10 @@ class SpeakerSignal(_Signal):
 def _speaker(evidence: Evidence) -> str | None:
     """The ``speaker`` of a message task, else None."""
     parameters = getattr(evidence.item, "parameters", None)
-    speaker = parameters.get("speaker") if isinstance(parameters, Mapping) else None
+    # (a dict is asked first: `isinstance` against the `Mapping` ABC costs more)
+    if parameters is None or (type(parameters) is not dict and not isinstance(parameters, Mapping)):
+        return None
+    speaker = parameters.get("speaker")
     return (speaker.strip() or None) if isinstance(speaker, str) else None
 
 
@@ -279,6 +289,10 @@ class TimeSignal(_Signal):
 
 def _closeness(evidence: Evidence) -> float:
     match = evidence.metadata.get("time_match")
+    if match is None:  # the common cases, asked first: no time named, or a float
+        return 1.0
+    if type(match) is float:
+        return match
     return float(match) if isinstance(match, int | float) else 1.0
 
 

@@ -13,8 +13,11 @@ The injector lives in `context` rather than `retrieval` because it makes `Contex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
 
 from loomctx._memo import Memo
 from loomctx.context.block import BuildContext, ContextBlock, TokenBudget, new_context_block
@@ -91,38 +94,89 @@ class RetrievalInjector:
         self, candidates: Sequence[Evidence], counter: TokenCounter, source: str
     ) -> Iterator[ContextBlock]:
         best = max(candidates[0].score, 1e-9)
-        for c in candidates:
-            scores = c.scores  # read once (the properties read the same dictionary)
-            score = scores.get("score", 0.0)
-            meta: dict[str, object] = {
-                **c.metadata,
-                "origin": c.origin,
-                "score": round(score, 4),
-                "relevance": round(scores.get("relevance", 0.0), 4),
-                # (a signal's 0 or 1, most of them, is its own rounding: `round` is dear)
-                "signals": {
-                    k: v if v == 1.0 or v == 0.0 else round(v, 4) for k, v in c.signals.items()
-                },
-            }
-            if (vector := scores.get("vector_score")) is not None:
-                meta["vector_score"] = round(vector, 4)
-            if (lexical := scores.get("lexical_score")) is not None:
-                meta["lexical_score"] = round(lexical, 4)
-            if c.origin == MEMORY_ORIGIN:
-                # "speaker: text" says what it is; when it was said lets the model resolve
-                # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32 hex).
-                meta["label"] = _label(c.item) if isinstance(c.item, Task) else ""
-            yield new_context_block(
-                source=source,
-                id=f"{source}:{c.id}"
-                if c.origin == MEMORY_ORIGIN
-                else f"{source}:{c.origin}:{c.id}",
-                content=c.text,
-                token_count=(tokens := counter.count(c.text)),
-                priority=max(0.01, min(1.0, score / best)),
-                truncatable=tokens >= self.whole_below,
-                metadata=meta,
-            )
+        # A few candidates at a time (`fit_ceiling` reads only as many as fill the ceiling),
+        # their scores rounded together (`round4`).
+        for start in range(0, len(candidates), _CHUNK):
+            chunk = candidates[start : start + _CHUNK]
+            values: list[Any] = []
+            for c in chunk:
+                scores = c.scores  # read once (the properties read the same dictionary)
+                values.append(scores.get("score", 0.0))
+                values.append(scores.get("relevance", 0.0))
+                if (vector := scores.get("vector_score")) is not None:
+                    values.append(vector)
+                if (lexical := scores.get("lexical_score")) is not None:
+                    values.append(lexical)
+                # (a signal's 0 or 1, most of them, is its own rounding)
+                values.extend(v for v in c.signals.values() if not (v == 1.0 or v == 0.0))
+            rounded = round4(values)
+            at = 0
+            for c in chunk:
+                scores = c.scores
+                score = scores.get("score", 0.0)
+                meta: dict[str, object] = {
+                    **c.metadata,
+                    "origin": c.origin,
+                    "score": rounded[at],
+                    "relevance": rounded[at + 1],
+                }
+                at += 2
+                vector, lexical = scores.get("vector_score"), scores.get("lexical_score")
+                if vector is not None:
+                    vector, at = rounded[at], at + 1
+                if lexical is not None:
+                    lexical, at = rounded[at], at + 1
+                signals: dict[str, object] = {}
+                for k, v in c.signals.items():
+                    if v == 1.0 or v == 0.0:
+                        signals[k] = v
+                    else:
+                        signals[k], at = rounded[at], at + 1
+                meta["signals"] = signals
+                if vector is not None:
+                    meta["vector_score"] = vector
+                if lexical is not None:
+                    meta["lexical_score"] = lexical
+                if c.origin == MEMORY_ORIGIN:
+                    # "speaker: text" says what it is; when it was said lets the model resolve
+                    # "yesterday" in it. A task id would mean nothing to it (21 tokens for 32
+                    # hex).
+                    meta["label"] = _label(c.item) if isinstance(c.item, Task) else ""
+                yield new_context_block(
+                    source=source,
+                    id=f"{source}:{c.id}"
+                    if c.origin == MEMORY_ORIGIN
+                    else f"{source}:{c.origin}:{c.id}",
+                    content=c.text,
+                    token_count=(tokens := counter.count(c.text)),
+                    priority=max(0.01, min(1.0, score / best)),
+                    truncatable=tokens >= self.whole_below,
+                    metadata=meta,
+                )
+
+
+_CHUNK: Final = 24
+
+
+def round4(values: Sequence[Any]) -> list[Any]:
+    """``[round(v, 4) for v in values]``, bit for bit, in arrays: `round` works through a
+    decimal string (correctly rounded), dear at hundreds of scores a build. A float whose
+    scaled value ``v * 10_000`` is not within 1e-6 of a tie rounds to the nearest integer of
+    it (the product's error, under 1e-4 here, cannot cross to the other side), and that
+    integer over 10,000, with the sign of `v` (a zero keeps it), is the float nearest the
+    decimal, as `round` gives; a near tie, a value of 1e12 or more (or not finite), and
+    anything not a float (set aside as NaN) go through `round`."""
+    if not values:
+        return []
+    plain = [v if type(v) is float and -1e12 < v < 1e12 else math.nan for v in values]
+    floats = np.array(plain, dtype=np.float64)
+    scaled = floats * 10_000.0
+    whole = np.floor(scaled)
+    frac = scaled - whole
+    result: list[Any] = np.copysign((whole + (frac > 0.5)) / 10_000.0, floats).tolist()
+    for i in np.flatnonzero(~(np.abs(frac - 0.5) >= 1e-6)).tolist():  # near ties, NaN
+        result[i] = round(values[i], 4)
+    return result
 
 
 class UnifiedRetrievalSource:
