@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from loomctx.embeddings import MultilingualE5Embedder
 from loomctx.errors import ConfigError
 from loomctx.knowledge import KnowledgeBase, KnowledgeHit
-from loomctx.knowledge._fusion import Pool, fuse
+from loomctx.knowledge._fusion import Pool, fused
 from loomctx.stores.base import Record, VectorSearch
 from loomctx.testing.embedders import HashingEmbedder
 
@@ -126,6 +128,19 @@ def test_an_english_question_finds_the_chinese_document(e5: MultilingualE5Embedd
 
 
 # --- fusion ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk: Record
+    score: float
+    vector_score: float | None
+    lexical_score: float | None
+
+
+def fuse(*pools: Any, **options: Any) -> list[Hit]:
+    """`fused`'s four lists read as one value per winner."""
+    return [Hit(*row) for row in zip(*fused(*pools, **options), strict=True)]
 
 
 def pool(*found: tuple[str, float] | tuple[str, float, str]) -> Pool[Record]:

@@ -57,7 +57,7 @@ import numpy.typing as npt
 
 from loomctx.search import best_first, first_scores, min_max, ranking, relative, weighted
 
-__all__ = ["DENSE_WEIGHT", "Fused", "Pool", "fuse", "fused"]
+__all__ = ["DENSE_WEIGHT", "Pool", "fused"]
 
 DENSE_WEIGHT: Final = 0.5
 Floats = npt.NDArray[np.float64]
@@ -83,51 +83,6 @@ class Pool(Generic[T]):
     scores: Sequence[float] | Floats = field(default_factory=tuple)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fused(Generic[T]):
-    """One chunk's fused score and the raw scores it came from."""
-
-    chunk: T
-    score: float
-    vector_score: float | None
-    lexical_score: float | None
-
-
-def fuse(
-    query_terms: Sequence[str],
-    lexical: Pool[T],
-    dense: Pool[T] | None,
-    *,
-    lexical_complete: bool,
-    fast: Pool[T] | None = None,
-    limit: int | None = None,
-) -> list[Fused[T]]:
-    """The best `limit` (default: all) chunks of `lexical`, `dense` (None: no embedder) and
-    `fast` with their fused scores, best first (ties by key). `lexical_complete`: lexical
-    search returned every chunk that has a query term, so a chunk it missed has a BM25 of 0
-    (else: unknown, None). `fast`: the fast embedder's hits, the dense part of the chunks
-    `dense` lacks (see the module docstring)."""
-    out = []
-    for chunk, score, vector_score, lexical_score in zip(
-        *fused(
-            query_terms,
-            lexical,
-            dense,
-            lexical_complete=lexical_complete,
-            fast=fast,
-            limit=limit,
-        ),
-        strict=True,
-    ):
-        made = object.__new__(Fused)  # `Fused(...)`, its slots set directly: one per hit
-        _SET_CHUNK(made, chunk)
-        _SET_SCORE(made, score)
-        _SET_VECTOR(made, vector_score)
-        _SET_LEXICAL(made, lexical_score)
-        out.append(made)
-    return out
-
-
 def fused(
     query_terms: Sequence[str],
     lexical: Pool[T],
@@ -137,8 +92,12 @@ def fused(
     fast: Pool[T] | None = None,
     limit: int | None = None,
 ) -> tuple[list[T], list[float], list[float | None], list[float | None]]:
-    """`fuse`'s winners as four lists (chunks, scores, vector scores, lexical scores), best
-    first: what a caller that makes its own value of each hit reads, without a `Fused`."""
+    """The best `limit` (default: all) chunks of `lexical`, `dense` (None: no embedder) and
+    `fast` with their fused scores, best first (ties by key), as four lists: chunks, fused
+    scores, vector scores, lexical scores (the caller makes its own value of each winner).
+    `lexical_complete`: lexical search returned every chunk that has a query term, so a
+    chunk it missed has a BM25 of 0 (else: unknown, None). `fast`: the fast embedder's hits,
+    the dense part of the chunks `dense` lacks (see the module docstring)."""
     index: dict[str, int] = {}
     chunks: list[T] = []
 
@@ -188,11 +147,6 @@ def fused(
         [None if c != c else c for c in cos],
         [missing if x != x else x for x in lex[at].tolist()],
     )
-
-
-_SET_CHUNK, _SET_SCORE, _SET_VECTOR, _SET_LEXICAL = (
-    Fused.__dict__[name].__set__ for name in ("chunk", "score", "vector_score", "lexical_score")
-)
 
 
 def _damped(rescaled: Floats, cosine: Floats) -> Floats:
