@@ -222,8 +222,7 @@ class ContextCompactor:
         opening = cold and policy.cold_tail and not marks
         first = opening and policy.first_tail
         run, plan, placed = await place(first)
-        prefix = _prefix(run, placed)
-        if opening and not first and prefix < pricing.min_tokens:
+        if opening and not first and (prefix := _prefix(run, placed)) < pricing.min_tokens:
             # History placed as on any call would not make a prefix the provider caches, so
             # it seeds no cache for the calls after: it yields to the tail as with
             # `first_tail`.
