@@ -181,13 +181,20 @@ def test_a_new_call_appears_live(page: Page, served: Served) -> None:
         finally:
             store.close()
 
+    # The page's event stream is held until the second call is saved: a call made between
+    # the page and its stream must reach the page too.
+    held: list[Any] = []
+    page.page.route("**/events*", lambda route: held.append(route))
     save(1, "the first call")
-    page.page.goto(f"{served.url}/inspect/s/live")
+    with page.page.expect_request("**/events*"):
+        page.page.goto(f"{served.url}/inspect/s/live")
     rows = page.page.locator("tr.call-row")
     assert rows.count() == 1
     first = rows.first.element_handle()
     save(2, "a call made while the page is open")
-    expect(rows).to_have_count(2, timeout=10_000)
+    assert len(held) == 1
+    held[0].continue_()
+    expect(rows).to_have_count(2, timeout=60_000)
     # Appended: the row that was there is the same element, not a re-render.
     assert page.page.evaluate("(el) => el.isConnected", first)
     assert "a call made while the page is open" in rows.last.inner_text()

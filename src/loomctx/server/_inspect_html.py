@@ -416,7 +416,8 @@ def timeline_page(
         f"{timeline_rows(rows, base=base, session=name, pricing=pricing, scale=scale)}"
         "</tbody></table>"
         f'<p id="live" class="live" role="status" aria-live="polite" '
-        f'data-events="{_e(href)}/events" data-rows="{_e(href)}/rows">'
+        f'data-events="{_e(href)}/events?seen={int(session.get("windows", 0))}" '
+        f'data-rows="{_e(href)}/rows">'
         "live: new calls appear here as they are made</p>"
     )
     return page(f"Session {name}", body, base=base, nonce=nonce, script=True)

@@ -7,7 +7,8 @@ tenant whose API key the browser holds) and by `loomctx inspect --web` (a local 
 - ``GET /inspect/s/{session}/w/{turn}/{call}``: one window, its text, what was left out and
   why, and the diff against the previous call;
 - ``GET /inspect/search?q=``: which calls contained a text, and when it left the window;
-- ``GET /inspect/s/{session}/events``: server-sent events, one ``window`` event per new call.
+- ``GET /inspect/s/{session}/events?seen=<calls>``: server-sent events, one ``window`` event
+  per new call, counted from the calls the page was rendered with.
   It polls the store (one small read a second), so it sees calls that any instance serving
   the same store saved; ``/rows?after=<seq>&scale=<tokens>`` is the timeline's rows saved
   after the store's write `seq`, what the page fetches and appends on an event.
@@ -356,7 +357,10 @@ class Inspector:
     async def events(self, request: Request, tenant: str) -> Response:
         session, info = self._session(request, tenant)
         log = self._log(tenant)
-        seen = int(str(info.get("windows", 0)))
+        # The calls the page was rendered with: one made between the page and this stream
+        # is sent at once, not lost because the stream began after it.
+        known = "seen" in request.query_params
+        seen = _count(request, "seen") if known else int(str(info.get("windows", 0)))
 
         async def stream() -> AsyncIterator[bytes]:
             nonlocal seen
