@@ -14,10 +14,21 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from loomctx.errors import StoreError
 from loomctx.stores import _lexical, _vectors
 from loomctx.stores._lexical import LexicalIndex
 from loomctx.stores._vectors import VectorIndex
-from loomctx.stores.base import Hit, Namespace, Put, PutVectors, Record, Scan, Search, VectorSearch
+from loomctx.stores.base import (
+    Get,
+    Hit,
+    Namespace,
+    Put,
+    PutVectors,
+    Record,
+    Scan,
+    Search,
+    VectorSearch,
+)
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.text import terms
 
@@ -164,6 +175,37 @@ def test_writes_of_another_process_are_seen(tmp_path: Path) -> None:
         assert [h.record.key for h in nearest] == ["new"]
         assert reader.get(NS, "k0") is None
         assert "k0" not in {h.record.key for h in reader.search(NS, " ".join(WORDS), limit=100)}
+
+
+def test_a_read_only_batch_reads_one_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "loom.db"
+    with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        fill(reader, 5)
+        answers(reader)
+        check = SQLiteStore._check_external_writes
+
+        def commit_meanwhile(self: SQLiteStore, conn: object) -> None:
+            check(self, conn)  # type: ignore[arg-type]
+            if self is reader:  # another process commits after the indexes were checked
+                writer.put(Record(namespace=NS, key="late", kind="turn", text="omega"))
+
+        monkeypatch.setattr(SQLiteStore, "_check_external_writes", commit_meanwhile)
+        late: list[Get | Search] = [Get(namespace=NS, key="late"), Search(prefix=NS, query="omega")]
+        assert reader.batch(late) == [None, []]
+        monkeypatch.undo()
+        found, hits = reader.batch(late)
+        assert found is not None
+        assert [hit.record.key for hit in hits] == ["late"]
+
+
+def test_a_loaded_vector_index_still_checks_the_query_dimension() -> None:
+    with SQLiteStore() as store:
+        fill(store, 5)
+        assert store.vector_search(NS, np.ones(8, dtype=np.float32), model="m")  # loads it
+        with pytest.raises(StoreError, match="8-d"):
+            store.vector_search(NS, np.ones(3, dtype=np.float32), model="m")
 
 
 def test_a_rolled_back_batch_leaves_no_trace_in_the_indexes() -> None:
@@ -371,6 +413,18 @@ def test_vector_index_shortlist_path(
     assert loaded.search(query, prefix="t/", kind="x", limit=7) == index.search(
         query, prefix="t/", kind="x", limit=7
     )
+
+
+@pytest.mark.parametrize("dim", [1, 7, 128, 384])
+def test_vectors_are_normalised_as_linalg_norm_does(dim: int) -> None:
+    vectors = np.random.default_rng(dim).standard_normal((50, dim)).astype(np.float32)
+    vectors[0] = 0
+    vectors[1] *= 1e-20
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1
+    assert _vectors._normalise(vectors).tobytes() == (vectors / norms).tobytes()
+    one = _vectors._normalise(vectors[7].reshape(1, -1))
+    assert one.tobytes() == (vectors[7] / norms[7]).tobytes()
 
 
 def test_vector_index_edge_cases() -> None:

@@ -55,13 +55,17 @@ def row_mask(
 ) -> npt.NDArray[np.bool_] | bool:
     """Which of the rows (given by their namespace and kind codes) lie under `prefix` (are
     in exactly that namespace, if `exact`) and have `kind`: True for all of them, False for
-    none, else a boolean mask."""
+    none, else a boolean mask.
+
+    A filter on the only name a table has ever held is no filter (every row has its code),
+    so it costs no pass over the rows: a store of one agent's memory is searched so."""
     mask: npt.NDArray[np.bool_] | bool = True
     if exact:
         own = ns_codes.get(prefix)
         if own is None:
             return False
-        mask = ns == own
+        if len(ns_codes.names) > 1:
+            mask = ns == own
     elif prefix:
         allowed = ns_codes.with_prefix(prefix)
         if not allowed.any():
@@ -72,6 +76,8 @@ def row_mask(
         code = kind_codes.get(kind)
         if code is None:
             return False
+        if len(kind_codes.names) == 1:
+            return mask
         of_kind = kinds == code
         mask = of_kind if mask is True else mask & of_kind
     return mask

@@ -245,7 +245,8 @@ class LexicalIndex:
         norm = K1 * (1 - B + B * self._len[rows] / average)
         scores = np.bincount(rows, weights * tfs * (K1 + 1) / (tfs + norm), minlength=n)
         hit = scores > 0
-        hit &= self._alive[:n]
+        if self._live < n:  # else every row is alive
+            hit &= self._alive[:n]
         if mask is not True:
             hit &= mask
         candidates = np.flatnonzero(hit)

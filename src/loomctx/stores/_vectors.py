@@ -438,7 +438,9 @@ def _words(dim: int) -> int:
 
 def _normalise(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    # What `np.linalg.norm(vectors, axis=1, keepdims=True)` computes, to the bit, without
+    # its argument handling (a search normalises its query on every call).
+    norms = np.sqrt(np.add.reduce(vectors * vectors, axis=1, keepdims=True))
     norms[norms == 0] = 1  # a zero vector stays zero: it scores 0 against everything
     unit: npt.NDArray[np.float32] = (vectors / norms).astype(np.float32, copy=False)
     return unit

@@ -199,8 +199,11 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
                 ) from error
             state = SQLiteBatch(seq=0, now=time.time())
             try:
-                # The first read starts the snapshot the indexes are then checked against.
-                state.seq = start_seq = int(self._meta(conn, "seq"))
+                # Only writes hand out seqs. In a read-only batch, the first read (the
+                # ``PRAGMA data_version`` of `_check_external_writes`) starts the snapshot
+                # the indexes are checked against.
+                start_seq = int(self._meta(conn, "seq")) if writes else 0
+                state.seq = start_seq
                 self._check_external_writes(conn)
                 results = [
                     self.run_op(conn, state, index, op, deadline) for index, op in enumerate(ops)
@@ -436,12 +439,16 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
     ) -> Found:
         prefix = check_namespace(op.prefix, prefix=not op.exact)
         query, limit = query_vector(op)
-        dim = self._model_dim(conn, op.model)
+        index = self._vectors.get(op.model)
+        # An index in memory matches SQLite's rows (checked at the batch's start, kept by its
+        # writes), so a non-empty one knows the model's dimension without a query.
+        dim = index.dim if index is not None and index.count else self._model_dim(conn, op.model)
         if dim is None or limit == 0:
             return NOTHING_FOUND
         if query.shape[0] != dim:
             raise wrong_dim(op.model, dim, query.shape[0], query=True)
-        index = self._vector_index(conn, state, op.model, dim)
+        if index is None:
+            index = self._vector_index(conn, state, op.model, dim)
         ids, scores = index.top(
             query, prefix=encode(prefix), kind=op.kind, limit=limit, exact=op.exact
         )
