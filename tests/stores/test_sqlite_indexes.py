@@ -254,6 +254,34 @@ def reference_bm25(
     return out
 
 
+def plain_postings(
+    index: LexicalIndex, term_ids: list[int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float64]]:
+    """`LexicalIndex._postings` written term by term: each term's IDF a scalar, its weights
+    a `np.full`; base postings of every term, then the tail's."""
+    rows, tfs, weights = [], [], []
+    idf = {
+        t: float(np.log(1 + (index._live - index._df[t] + 0.5) / (index._df[t] + 0.5)))
+        for t in term_ids
+    }
+    for t in term_ids:
+        if t < len(index._offsets) - 1:
+            lo, hi = index._offsets[t], index._offsets[t + 1]
+            rows.append(index._rows[lo:hi])
+            tfs.append(index._tfs[lo:hi])
+            weights.append(np.full(hi - lo, idf[t]))
+    for t in term_ids:
+        positions = index._tail_by_term.get(t, [])
+        rows.append(index._tail[1, positions])
+        tfs.append(index._tail[2, positions].astype(np.float32))
+        weights.append(np.full(len(positions), idf[t]))
+    return (
+        np.concatenate([np.empty(0, dtype=np.int64), *rows]).astype(np.int64),
+        np.concatenate([np.empty(0, dtype=np.float32), *tfs]),
+        np.concatenate([np.empty(0), *weights]),
+    )
+
+
 @pytest.mark.parametrize("min_merge", [3, 2_000])
 def test_lexical_index_matches_a_reference_bm25(
     monkeypatch: pytest.MonkeyPatch, min_merge: int
@@ -281,6 +309,12 @@ def test_lexical_index_matches_a_reference_bm25(
             index.add(rid, docs[rid][0], docs[rid][1], doc_terms)
         if step % 20 == 0 and any(d[2] for d in docs.values()):
             query = terms(" ".join(rng.choices(WORDS, k=3)))
+            term_ids = [index._vocab[t] for t in dict.fromkeys(query) if t in index._vocab]
+            for got, plain in zip(
+                index._postings(term_ids), plain_postings(index, term_ids), strict=True
+            ):
+                assert got.dtype == plain.dtype
+                assert got.tobytes() == plain.tobytes()  # the same scores, to the bit
             for prefix, kind in [("", None), ("t/a/", None), ("t/a/", "x"), ("v/", None)]:
                 expected = reference_bm25(docs, query, prefix, kind)
                 found = index.search(query, prefix=prefix, kind=kind, limit=100)

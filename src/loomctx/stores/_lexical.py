@@ -33,7 +33,7 @@ import numpy.typing as npt
 from loomctx.stores._codes import Codes, row_mask
 from loomctx.stores._rows import RowMap
 from loomctx.stores._snapshot import read_snapshot, write_snapshot
-from loomctx.stores._top import best
+from loomctx.stores._top import best, ranked
 
 __all__ = ["LexicalIndex"]
 
@@ -253,41 +253,45 @@ class LexicalIndex:
         candidates = candidates[best(scores[candidates], self._ids[candidates], limit)]
         ids = self._ids[candidates]
         found = scores[candidates]
-        order = np.lexsort((ids, -found))
+        order = ranked(found, ids)
         return ids[order].astype(np.int64, copy=False), found[order].astype(np.float64, copy=False)
 
     def _postings(
         self, term_ids: list[int]
     ) -> tuple[_IntArray, npt.NDArray[np.float32], npt.NDArray[np.float64]]:
-        """Rows, term frequencies and IDF weights of every posting of `term_ids`."""
-        live = self._live
-        idf = {
-            t: float(np.log(1 + (live - self._df[t] + 0.5) / (self._df[t] + 0.5))) for t in term_ids
-        }
+        """Rows, term frequencies and IDF weights of every posting of `term_ids`: the base
+        postings of each term in turn, then the tail's (the order `bincount` sums in)."""
+        df = np.array([self._df[t] for t in term_ids], dtype=np.int64)
+        idf = np.log(1 + (self._live - df + 0.5) / (df + 0.5))  # one per term, as float64
         parts_rows: list[npt.NDArray[Any]] = []
         parts_tfs: list[npt.NDArray[Any]] = []
-        parts_weights: list[npt.NDArray[Any]] = []
+        weighted: list[int] = []  # per part: the position of its term in `term_ids`
+        lengths: list[int] = []
+        # Each term's base postings (none for a term first seen since the last merge).
         base_terms = len(self._offsets) - 1
-        for t in term_ids:
-            if t < base_terms:
-                lo, hi = self._offsets[t], self._offsets[t + 1]
-                if hi > lo:
-                    parts_rows.append(self._rows[lo:hi])
-                    parts_tfs.append(self._tfs[lo:hi])
-                    parts_weights.append(np.full(hi - lo, idf[t]))
-        for t in term_ids:
+        ids = np.array(term_ids, dtype=np.int64)
+        starts = self._offsets[np.minimum(ids, base_terms)].tolist()
+        stops = self._offsets[np.minimum(ids + 1, base_terms)].tolist()
+        for i, (lo, hi) in enumerate(zip(starts, stops, strict=True)):
+            if hi > lo:
+                parts_rows.append(self._rows[lo:hi])
+                parts_tfs.append(self._tfs[lo:hi])
+                weighted.append(i)
+                lengths.append(hi - lo)
+        for i, t in enumerate(term_ids):
             positions = self._tail_by_term.get(t)
             if positions:
                 parts_rows.append(self._tail[1, positions])
                 parts_tfs.append(self._tail[2, positions].astype(np.float32))
-                parts_weights.append(np.full(len(positions), idf[t]))
+                weighted.append(i)
+                lengths.append(len(positions))
         if not parts_rows:
             empty = np.empty(0)
             return empty.astype(np.int64), empty.astype(np.float32), empty
         return (
             np.concatenate(parts_rows).astype(np.int64, copy=False),
             np.concatenate(parts_tfs),
-            np.concatenate(parts_weights),
+            np.repeat(idf[weighted], lengths),
         )
 
     # --- bulk load and side files ---------------------------------------------------------
