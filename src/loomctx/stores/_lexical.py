@@ -33,7 +33,7 @@ import numpy.typing as npt
 from loomctx.stores._codes import Codes, row_mask
 from loomctx.stores._rows import RowMap
 from loomctx.stores._snapshot import read_snapshot, write_snapshot
-from loomctx.stores._top import best, ranked
+from loomctx.stores._top import best
 
 __all__ = ["LexicalIndex"]
 
@@ -253,7 +253,7 @@ class LexicalIndex:
         candidates = candidates[best(scores[candidates], self._ids[candidates], limit)]
         ids = self._ids[candidates]
         found = scores[candidates]
-        order = ranked(found, ids)
+        order = np.lexsort((ids, -found))
         return ids[order].astype(np.int64, copy=False), found[order].astype(np.float64, copy=False)
 
     def _postings(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["best", "ranked"]
+__all__ = ["best"]
 
 
 def best(
@@ -35,17 +35,3 @@ def best(
     if len(inside) + len(tied) > limit:
         tied = tied[np.argsort(ties[tied], kind="stable")[: limit - len(inside)]]
     return np.concatenate([inside, tied])
-
-
-def ranked(
-    scores: npt.NDArray[np.floating] | npt.NDArray[np.integer], ids: npt.NDArray[np.integer]
-) -> npt.NDArray[np.intp]:
-    """The order of `scores` best first, ties by the smaller of `ids` (distinct): what
-    ``np.lexsort((ids, -scores))`` gives. Without tied scores any sort gives that order,
-    and numpy's default (vectorised, not stable) sort is several times faster than the
-    stable merge sort `lexsort` runs; ties take `lexsort`."""
-    order = np.argsort(-scores)
-    in_order = scores[order]
-    if np.any(in_order[1:] == in_order[:-1]):
-        return np.lexsort((ids, -scores))
-    return order

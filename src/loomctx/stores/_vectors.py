@@ -39,7 +39,7 @@ import numpy.typing as npt
 from loomctx.stores._codes import Codes, row_mask
 from loomctx.stores._rows import RowMap
 from loomctx.stores._snapshot import read_snapshot, write_snapshot
-from loomctx.stores._top import best, ranked
+from loomctx.stores._top import best
 
 __all__ = ["CODES_FROM", "EXACT_ROWS", "RERANK", "VectorIndex"]
 
@@ -326,7 +326,7 @@ class VectorIndex:
         ids = self._ids[: self._n] if rows is None else self._ids[rows]
         keep = best(scores, ids, limit)
         ids, scores = ids[keep], scores[keep]
-        order = ranked(scores, ids)
+        order = np.lexsort((ids, -scores))
         # float32 -> float64 is exact: the scores `float()` gave one at a time
         return ids[order].astype(np.int64, copy=False), scores[order].astype(np.float64)
 
