@@ -18,7 +18,14 @@ from loomctx import MemoryRanking
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import USER_MESSAGE, Task
-from loomctx.memory.timeref import NO_TIME, TimeSpan, micros, proximities, time_spans
+from loomctx.memory.timeref import (
+    NO_TIME,
+    TimeSpan,
+    meetings,
+    micros,
+    proximities,
+    time_spans,
+)
 from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store
 
@@ -172,6 +179,38 @@ def test_proximities_over_an_array_are_each_span_proximity_exactly(
             assert math.isnan(value)
         else:  # the same float, not merely close: search's scores stay byte-identical
             assert value == max(span.proximity(t) for span in found)
+
+
+_HOUR_US = 3_600 * 1_000_000
+
+
+@given(
+    now=_TIMES,
+    query=st.sampled_from(["yesterday", "last week", "3 days ago", "2 months ago", "上周, 昨天"]),
+    # each named span: its start relative to `now`, and its length (both in microseconds),
+    # near the spans queried: overlapping them, and before and after them within a margin
+    named=st.lists(
+        st.tuples(
+            st.integers(min_value=-80 * 24, max_value=5 * 24).map(lambda h: h * _HOUR_US + 7),
+            st.integers(min_value=1, max_value=10 * 24).map(lambda h: h * _HOUR_US - 3),
+        ),
+        max_size=40,
+    ),
+)
+def test_meetings_over_arrays_are_each_span_meets_exactly(
+    now: datetime, query: str, named: list[tuple[int, int]]
+) -> None:
+    found = time_spans(query, now)
+    aware = now.replace(tzinfo=UTC)
+    spans = [
+        TimeSpan(aware + timedelta(microseconds=at), aware + timedelta(microseconds=at + n), "x")
+        for at, n in named
+    ]
+    starts = np.array([micros(s.start) for s in spans], dtype=np.int64)
+    ends = np.array([micros(s.end) for s in spans], dtype=np.int64)
+    got = meetings(found, starts, ends).tolist()
+    for span, value in zip(spans, got, strict=True):  # the same float, not merely close
+        assert value == max(query_span.meets(span) for query_span in found)
 
 
 # --- memory search -----------------------------------------------------------------------------

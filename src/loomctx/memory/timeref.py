@@ -49,6 +49,7 @@ __all__ = [
     "TIME_REFS",
     "TimeSpan",
     "asks_when",
+    "meetings",
     "micros",
     "proximities",
     "span_text",
@@ -182,13 +183,35 @@ def proximities(spans: Sequence[TimeSpan], times: npt.NDArray[np.int64]) -> npt.
         return best
     out = np.full(at.shape, -np.inf)
     for span in spans:
-        start, end = micros(span.start), micros(span.end)
-        margin = max(_DAY, (span.end - span.start) / 2) // _MICRO
-        gap = np.where(at < start, start - at, at - end)
-        near = np.maximum(0.0, 1.0 - gap / margin)
-        out = np.maximum(out, np.where((start <= at) & (at < end), 1.0, near))
+        out = np.maximum(out, _proximity(span, at))
     best[timed] = out
     return best
+
+
+def meetings(
+    spans: Sequence[TimeSpan], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """The best `TimeSpan.meets` of each span of times a turn names (its start and end in
+    `starts` and `ends`, as `micros`) with any of `spans` (a query's; not empty), over whole
+    arrays: the same floats, as `proximities` gives."""
+    out = np.full(starts.shape, -np.inf)
+    for span in spans:
+        start, end = micros(span.start), micros(span.end)
+        near = np.maximum(_proximity(span, starts), _proximity(span, ends))
+        out = np.maximum(out, np.where((starts < end) & (start < ends), 1.0, near))
+    return out
+
+
+def _proximity(span: TimeSpan, at: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """`span.proximity` of each of `at` (`micros`): the gap and the margin are exact integers
+    of microseconds, divided as `timedelta`s divide (a gap whose float is not exact lies far
+    beyond any margin, so comes to 0 either way)."""
+    start, end = micros(span.start), micros(span.end)
+    margin = max(_DAY, (span.end - span.start) / 2) // _MICRO
+    gap = np.where(at < start, start - at, at - end)
+    near = np.maximum(0.0, 1.0 - gap / margin)
+    out: npt.NDArray[np.float64] = np.where((start <= at) & (at < end), 1.0, near)
+    return out
 
 
 def time_spans(query: str, now: datetime) -> list[TimeSpan]:
