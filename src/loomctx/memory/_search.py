@@ -44,6 +44,7 @@ from loomctx.memory.timeref import (
 from loomctx.search import (
     Ranking,
     best_first,
+    first_hits,
     first_scores,
     min_max,
     neighbour_boost,
@@ -199,9 +200,10 @@ class MemorySearch:
         flags = np.zeros((3, n), dtype=np.bool_)
         for how, (r, summary) in zip(rankers, found, strict=True):
             rescaled = relative(r, flat=1.0) if how == "lexical" else min_max(r)
-            parts[how] = first_scores(r.rows, rescaled, n)
+            hits = first_hits(r.rows)
+            parts[how] = first_scores(r.rows, rescaled, n, hits)
             if how != "lexical":
-                raw[how] = first_scores(r.rows, r.scores, n)
+                raw[how] = first_scores(r.rows, r.scores, n, hits)
             flags[2, r.rows[summary]] = True
             flags[1 if how == "lexical" else 0, r.rows[~summary]] = True
         w_lex, w_dense = settings.fusion_weights
