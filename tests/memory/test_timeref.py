@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from loomctx import MemoryRanking
 from loomctx.errors import ConfigError
+from loomctx.memory import timeref
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import USER_MESSAGE, Task
 from loomctx.memory.timeref import (
@@ -156,6 +157,32 @@ def test_any_text_gives_well_formed_spans(now: datetime, query: str) -> None:
         assert span.start.tzinfo is not None
         assert span.phrase
         assert 0.0 <= span.proximity(now) <= 1.0
+
+
+_PIECES = st.sampled_from(
+    ["3 ", "a few ", "two ", "day", "days", "week", "weekend", "month", "year", "s", " ago",
+     "the ", "past ", "last ", "previous ", "yesterday", "today", "tonight", "this ", "night",
+     "morning", "friday", "tues", "in ", "may", "june", " 2023", ", ", "?", "Last ", "AGO",
+     "三", "两个", "天", "周", "星期", "个月", "年", "前", "以前", "最近", "过去", "近", "的",
+     "5", "月", "2023年", "十二", "上个月", "昨天", "去年", "x",
+     # whole phrases, and the words around them
+     "this morning", "this week", "this year", "past weekend", "last night", "in march",
+     "3 weeks ago", "the past 2 months", "三天前", "最近两周", "过去的三个月", "6月", "上周"]
+)  # fmt: skip
+
+
+@given(
+    now=st.datetimes(min_value=datetime(1900, 3, 1), max_value=datetime(2900, 1, 1)),
+    pieces=st.lists(_PIECES, max_size=12),
+)
+def test_skipping_a_pattern_whose_words_a_text_lacks_finds_the_same_spans(
+    now: datetime, pieces: list[str]
+) -> None:
+    query = "".join(pieces)
+    with pytest.MonkeyPatch.context() as patch:  # every pattern scanned, as before the skip
+        patch.setattr(timeref, "_matches", lambda pattern, text, needles: pattern.finditer(text))
+        scanned = time_spans(query, now)
+    assert time_spans(query, now) == scanned
 
 
 _TIMES = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2026, 1, 1))

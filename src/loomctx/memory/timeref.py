@@ -36,7 +36,7 @@ the date it speaks of, and the window's label shows that date (`span_text`): a m
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -108,6 +108,14 @@ _WEEKDAY_OF: Final = {
     "sat": 5, "sun": 6, **{day: i for i, day in enumerate(("monday", "tuesday", "wednesday",
     "thursday", "friday", "saturday", "sunday"))},
 }  # fmt: skip
+# What every match of a pattern holds (`_matches`): `_EN_AGO`, `_EN_PAST`, `_EN_WORDS`,
+# `_ZH_AGO`, `_ZH_PAST`, `_ZH_MONTH` (and `_EN_MONTH` a month's name).
+_AGO: Final = ("ago",)
+_BACK: Final = ("past", "last", "previous")
+_WORDS: Final = ("yesterday", "last", "today", "tonight", "this", "past")
+_ZH_BEFORE: Final = ("前",)
+_ZH_RECENT: Final = ("近", "过去")
+_ZH_MONTH_SIGN: Final = ("月",)
 _ZH_AGO: Final = re.compile(rf"({_ZH_NUMBER})\s*({_ZH_UNIT})(?:以前|之前|前)")
 _ZH_PAST: Final = re.compile(rf"(?:最近|过去|近)\s*的?\s*({_ZH_NUMBER})\s*({_ZH_UNIT})")
 _MONTHS: Final = ("january", "february", "march", "april", "may", "june", "july", "august",
@@ -221,22 +229,22 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
     text = query.lower()
     found: list[tuple[int, TimeSpan]] = []
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    for m in _EN_AGO.finditer(text):
+    for m in _matches(_EN_AGO, text, _AGO):
         found.append((m.start(), _ago(today, _EN_NUMBERS.get(m[1]) or int(m[1]), m[2], m[0])))
-    for m in _EN_PAST.finditer(text):
+    for m in _matches(_EN_PAST, text, _BACK):
         count = 1 if m[1] is None else _EN_NUMBERS.get(m[1]) or int(m[1])
         if m[1] is None and "past" not in m[0]:
             continue  # "last week" is a calendar week (below), "the past week" 7 days
         found.append((m.start(), _stretch(now, count, m[2], m[0])))
-    for m in _EN_WORDS.finditer(text):
+    for m in _matches(_EN_WORDS, text, _WORDS):
         found.append((m.start(), _named(now, today, m[0])))
-    for m in _ZH_AGO.finditer(query):
+    for m in _matches(_ZH_AGO, query, _ZH_BEFORE):
         found.append((m.start(), _ago(today, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
-    for m in _ZH_PAST.finditer(query):
+    for m in _matches(_ZH_PAST, query, _ZH_RECENT):
         found.append((m.start(), _stretch(now, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
-    for m in _EN_MONTH.finditer(text):
+    for m in _matches(_EN_MONTH, text, _MONTHS):
         found.append((m.start(), _month(today, _MONTHS.index(m[1]) + 1, m[2], m[0])))
-    for m in _ZH_MONTH.finditer(query):
+    for m in _matches(_ZH_MONTH, query, _ZH_MONTH_SIGN):
         found.append((m.start(), _month(today, _zh_number(m[2]), m[1], m[0])))
     for m in _ZH_WORDS.finditer(query):
         found.append((m.start(), _named(now, today, m[0])))
@@ -245,6 +253,15 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
         if span.end > span.start and span not in spans:
             spans.append(span)
     return spans
+
+
+def _matches(
+    pattern: re.Pattern[str], text: str, needles: Sequence[str]
+) -> Iterator[re.Match[str]]:
+    """`pattern`'s matches in `text`, found without a scan of a text that holds none of
+    `needles` (words every match of the pattern holds): most texts name no time, and the
+    patterns' alternatives cost a try at every position."""
+    return pattern.finditer(text) if any(n in text for n in needles) else iter(())
 
 
 def turn_spans(text: str, said: datetime) -> list[TimeSpan]:
