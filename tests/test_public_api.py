@@ -267,6 +267,7 @@ NAMESPACES = {
     "loomctx.search": [
         "Ranking",
         "best_first",
+        "first_hits",
         "first_scores",
         "min_max",
         "neighbour_boost",

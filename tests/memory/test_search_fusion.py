@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loomctx import MemoryEmbedding, MemoryRanking, MemoryTiers
 from loomctx.errors import ConfigError
-from loomctx.memory._search import _rows
+from loomctx.memory._found import rows_of as _rows
 from loomctx.memory.core import LoomMemory, MemoryHit
 from loomctx.memory.task import MemoryTier, Task, task_text
 from loomctx.stores.base import Op, Rank, StoreContext

@@ -4,7 +4,7 @@ said, kept with the task, matched by questions about time, and shown in the wind
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,16 @@ from loomctx.context.sources.retrieval import UnifiedRetrievalSource
 from loomctx.errors import ConfigError
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task, task_label
-from loomctx.memory.timeref import TIME_REFS, asks_when, span_text, spans_of, turn_spans
+from loomctx.memory.timeref import (
+    TIME_REFS,
+    TimeSpan,
+    asks_when,
+    span_text,
+    spans_of,
+    spans_to_data,
+    time_spans,
+    turn_spans,
+)
 from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store
 
@@ -213,3 +222,46 @@ def test_the_window_label_shows_the_resolved_date() -> None:
         assert "[8 May 2023; yesterday = 7 May; last year = 2022] assistant: I went to" in text
     finally:
         memory.close()
+
+
+def test_a_turn_naming_several_times_matches_by_the_closest(store: SQLiteStore) -> None:
+    """A turn's time match is the best of when it was recorded and each time it names (the
+    closest one need not be its first), as `TimeSpan.proximity` and `meets` say."""
+    now = day(2023, 5, 31)
+    memory = LoomMemory("diary", store=store, clock=lambda: now, embedder=None)
+    hour = timedelta(hours=1)
+    named = {
+        "none": [],
+        "first": [(day(2023, 5, 18), day(2023, 5, 20)), (day(2022, 1, 1), day(2022, 2, 1))],
+        "last": [(day(2023, 1, 1), day(2023, 1, 2)), (day(2023, 5, 8), day(2023, 5, 9)),
+                 (day(2023, 5, 17) + 12 * hour, day(2023, 5, 18) + 12 * hour)],
+        "after": [(day(2023, 5, 20) + 18 * hour, day(2023, 5, 22)),
+                  (day(2023, 5, 26), day(2023, 5, 28))],
+        "far": [(day(2020, 1, 1), day(2020, 1, 2))],
+    }  # fmt: skip
+    recorded = {"none": 19, "first": 2, "last": 29, "after": 10, "far": 30}
+    memory.add_tasks(
+        [
+            turn(
+                task_id,
+                f"we went hiking, {task_id}",
+                day(2023, 5, recorded[task_id]),
+                metadata={TIME_REFS: spans_to_data([TimeSpan(a, b, "then") for a, b in spans])},
+            )
+            for task_id, spans in named.items()
+        ]
+    )
+    query = "where did I go hiking 12 days ago?"
+    asked = time_spans(query, now)
+    hits = memory.search(query, limit=len(named))
+    assert len(hits) == len(named)
+    for hit in hits:
+        spans = spans_of(hit.task.metadata)
+        created = hit.task.created_at
+        expected = max(
+            [*(s.proximity(created) for s in asked), *(s.meets(n) for s in asked for n in spans)]
+        )
+        assert hit.time_match == expected, hit.task.task_id
+    matches = {h.task.task_id: h.time_match for h in hits}
+    assert matches == {"first": 1.0, "none": 1.0, "last": 0.5, "after": 0.25, "far": 0.0}
+    memory.close()

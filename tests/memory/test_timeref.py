@@ -16,9 +16,17 @@ from hypothesis import strategies as st
 
 from loomctx import MemoryRanking
 from loomctx.errors import ConfigError
+from loomctx.memory import timeref
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import USER_MESSAGE, Task
-from loomctx.memory.timeref import NO_TIME, TimeSpan, micros, proximities, time_spans
+from loomctx.memory.timeref import (
+    NO_TIME,
+    TimeSpan,
+    meetings,
+    micros,
+    proximities,
+    time_spans,
+)
 from loomctx.stores.sqlite import SQLiteStore
 from tests.retrieval.fixtures import open_store
 
@@ -151,6 +159,32 @@ def test_any_text_gives_well_formed_spans(now: datetime, query: str) -> None:
         assert 0.0 <= span.proximity(now) <= 1.0
 
 
+_PIECES = st.sampled_from(
+    ["3 ", "a few ", "two ", "day", "days", "week", "weekend", "month", "year", "s", " ago",
+     "the ", "past ", "last ", "previous ", "yesterday", "today", "tonight", "this ", "night",
+     "morning", "friday", "tues", "in ", "may", "june", " 2023", ", ", "?", "Last ", "AGO",
+     "三", "两个", "天", "周", "星期", "个月", "年", "前", "以前", "最近", "过去", "近", "的",
+     "5", "月", "2023年", "十二", "上个月", "昨天", "去年", "x",
+     # whole phrases, and the words around them
+     "this morning", "this week", "this year", "past weekend", "last night", "in march",
+     "3 weeks ago", "the past 2 months", "三天前", "最近两周", "过去的三个月", "6月", "上周"]
+)  # fmt: skip
+
+
+@given(
+    now=st.datetimes(min_value=datetime(1900, 3, 1), max_value=datetime(2900, 1, 1)),
+    pieces=st.lists(_PIECES, max_size=12),
+)
+def test_skipping_a_pattern_whose_words_a_text_lacks_finds_the_same_spans(
+    now: datetime, pieces: list[str]
+) -> None:
+    query = "".join(pieces)
+    with pytest.MonkeyPatch.context() as patch:  # every pattern scanned, as before the skip
+        patch.setattr(timeref, "_matches", lambda pattern, text, needles: pattern.finditer(text))
+        scanned = time_spans(query, now)
+    assert time_spans(query, now) == scanned
+
+
 _TIMES = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2026, 1, 1))
 
 
@@ -172,6 +206,38 @@ def test_proximities_over_an_array_are_each_span_proximity_exactly(
             assert math.isnan(value)
         else:  # the same float, not merely close: search's scores stay byte-identical
             assert value == max(span.proximity(t) for span in found)
+
+
+_HOUR_US = 3_600 * 1_000_000
+
+
+@given(
+    now=_TIMES,
+    query=st.sampled_from(["yesterday", "last week", "3 days ago", "2 months ago", "上周, 昨天"]),
+    # each named span: its start relative to `now`, and its length (both in microseconds),
+    # near the spans queried: overlapping them, and before and after them within a margin
+    named=st.lists(
+        st.tuples(
+            st.integers(min_value=-80 * 24, max_value=5 * 24).map(lambda h: h * _HOUR_US + 7),
+            st.integers(min_value=1, max_value=10 * 24).map(lambda h: h * _HOUR_US - 3),
+        ),
+        max_size=40,
+    ),
+)
+def test_meetings_over_arrays_are_each_span_meets_exactly(
+    now: datetime, query: str, named: list[tuple[int, int]]
+) -> None:
+    found = time_spans(query, now)
+    aware = now.replace(tzinfo=UTC)
+    spans = [
+        TimeSpan(aware + timedelta(microseconds=at), aware + timedelta(microseconds=at + n), "x")
+        for at, n in named
+    ]
+    starts = np.array([micros(s.start) for s in spans], dtype=np.int64)
+    ends = np.array([micros(s.end) for s in spans], dtype=np.int64)
+    got = meetings(found, starts, ends).tolist()
+    for span, value in zip(spans, got, strict=True):  # the same float, not merely close
+        assert value == max(query_span.meets(span) for query_span in found)
 
 
 # --- memory search -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 from loomctx.search import (
     best_first,
+    first_hits,
     first_scores,
     min_max,
     neighbour_boost,
@@ -149,6 +150,22 @@ def test_firsts_is_numpys_unique_with_first_positions(seed: int) -> None:
     u, f = np.unique(rows, return_index=True)
     want[u] = values[f]
     np.testing.assert_array_equal(first_scores(rows, values, 40), want)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_first_hits_made_once_serve_every_value_of_a_ranking(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    # hits of a row each (as a dense ranking's), or several of a row (a task and its summary)
+    rows = rng.permutation(n)[: int(rng.integers(0, n + 1))] if seed % 2 else rng.integers(0, n, 80)
+    hits = first_hits(rows)
+    for values in (rng.random(rows.size), rng.normal(size=rows.size)):
+        want = np.full(n, np.nan)
+        for position, row in enumerate(rows.tolist()):  # the first (best) hit of each row
+            if np.isnan(want[row]):
+                want[row] = values[position]
+        np.testing.assert_array_equal(first_scores(rows, values, n, hits), want)
+        np.testing.assert_array_equal(first_scores(rows, values, n), want)
 
 
 def test_weighted_takes_an_infinite_part_as_nan_to_num_does() -> None:

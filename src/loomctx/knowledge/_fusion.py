@@ -55,7 +55,15 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from loomctx.search import best_first, first_scores, min_max, ranking, relative, weighted
+from loomctx.search import (
+    best_first,
+    first_hits,
+    first_scores,
+    min_max,
+    ranking,
+    relative,
+    weighted,
+)
 
 __all__ = ["DENSE_WEIGHT", "Pool", "fused"]
 
@@ -120,10 +128,15 @@ def fused(
     if not n:
         return [], [], [], []
     lex = first_scores(scored[0].rows, relative(scored[0], flat=0.0), n)
-    cosine = first_scores(scored[1].rows, scored[1].scores, n)
-    fast_cosine = first_scores(scored[2].rows, scored[2].scores, n)
-    dense_part = first_scores(scored[1].rows, _damped(min_max(scored[1]), scored[1].scores), n)
-    from_fast = first_scores(scored[2].rows, _damped(min_max(scored[2]), scored[2].scores), n)
+    dense_hits, fast_hits = first_hits(scored[1].rows), first_hits(scored[2].rows)
+    cosine = first_scores(scored[1].rows, scored[1].scores, n, dense_hits)
+    fast_cosine = first_scores(scored[2].rows, scored[2].scores, n, fast_hits)
+    dense_part = first_scores(
+        scored[1].rows, _damped(min_max(scored[1]), scored[1].scores), n, dense_hits
+    )
+    from_fast = first_scores(
+        scored[2].rows, _damped(min_max(scored[2]), scored[2].scores), n, fast_hits
+    )
     dense_part = np.where(np.isnan(dense_part), from_fast, dense_part)
     probes = [(p, _pairs(p)) for p in (_probe(t) for t in set(query_terms))]
     lexical_part = np.zeros(n)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from loomctx.knowledge._fusion import Pool, fused
 from loomctx.knowledge._types import KnowledgeHit, new_knowledge_hit
@@ -37,16 +37,17 @@ __all__ = ["ChunkSearch"]
 _KEPT: Final = 16_384  # chunk versions kept, per base (a few hundred bytes each, with text)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class _Chunk:
-    """What search reads of one version of a chunk record."""
+    """What search reads of one version of a chunk record (one value per version, so
+    compared by identity)."""
 
     key: str
     text: str  # as stored (with the overlap): what coverage reads
     shown: str  # without the overlap it repeats from the chunk before it
     chunk_id: str
     document_id: str
-    metadata: Mapping[str, Any] = field(hash=False)
+    metadata: Mapping[str, Any]
 
     @classmethod
     def of(cls, record: Record) -> _Chunk:
@@ -136,29 +137,32 @@ class ChunkSearch:
         """Each ranking's chunks, read once per version (a chunk changed since the search
         found it is left out: the next search finds its new version)."""
         kept = self._chunks
+        seqs = [r.seqs.tolist() for r in results]
         with self._lock:
-            got = [[kept.get(seq) for seq in r.seqs.tolist()] for r in results]
+            got = [list(map(kept.get, s)) for s in seqs]
+        if not any(None in chunks for chunks in got):  # (`_Chunk`s compare by identity)
+            return [
+                Pool(chunks=cast("list[_Chunk]", chunks), scores=r.scores)
+                for r, chunks in zip(results, got, strict=True)
+            ]
         missing = {
             seq: record_id
-            for r, chunks in zip(results, got, strict=True)
-            for record_id, seq, chunk in zip(r.ids.tolist(), r.seqs.tolist(), chunks, strict=True)
+            for r, chunks, versions in zip(results, got, seqs, strict=True)
+            for record_id, seq, chunk in zip(r.ids.tolist(), versions, chunks, strict=True)
             if chunk is None
         }
-        read: dict[int, _Chunk] = {}
-        if missing:
-            records = self.store.batch([Fetch(ids=list(missing.values()), seqs=list(missing))])[0]
-            read = {r.seq: _Chunk.of(r) for r in records if r is not None}
-            with self._lock:
-                kept.update(read)
-                while len(kept) > _KEPT:
-                    kept.popitem(last=False)
+        records = self.store.batch([Fetch(ids=list(missing.values()), seqs=list(missing))])[0]
+        read = {r.seq: _Chunk.of(r) for r in records if r is not None}
+        with self._lock:
+            kept.update(read)
+            while len(kept) > _KEPT:
+                kept.popitem(last=False)
         pools = []
-        for r, chunks in zip(results, got, strict=True):
-            if missing:
-                chunks = [
-                    c if c is not None else read.get(seq)
-                    for c, seq in zip(chunks, r.seqs.tolist(), strict=True)
-                ]
+        for r, chunks, versions in zip(results, got, seqs, strict=True):
+            chunks = [
+                c if c is not None else read.get(seq)
+                for c, seq in zip(chunks, versions, strict=True)
+            ]
             scores = r.scores.tolist()
             pools.append(
                 Pool(

@@ -3,7 +3,7 @@ over arrays (`loomctx.search`), only the winners decoded.
 
 The store hands back each ranker's hits as arrays (`Rank`: row ids, record versions, scores),
 without reading a record. Each hit is mapped to a row of a table of the tasks found (a
-summary counts for the task it summarizes) by what ranking reads of its record (`_HitInfo`,
+summary counts for the task it summarizes) by what ranking reads of its record (`HitInfo`,
 worked out once per record version, from the record read once with `Fetch`); fusion,
 neighbours, time and the pick of the best run on per-row numpy arrays, and only the tasks
 that win are read and decoded. The maths is `LoomMemory.search`'s docstring.
@@ -16,17 +16,27 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from loomctx.memory._found import (
+    OTHER,
+    SUMMARY_KIND,
+    TASK_KIND,
+    UNREAD,
+    Columns,
+    HitInfo,
+    Key,
+    named_micros,
+    rows_of,
+)
 from loomctx.memory.task import ASSISTANT_MESSAGE, USER_MESSAGE, Task
 from loomctx.memory.timeref import (
-    NO_TIME,
-    TimeSpan,
     asks_when,
-    micros,
+    meetings,
     proximities,
     spans_of,
     time_spans,
@@ -34,6 +44,7 @@ from loomctx.memory.timeref import (
 from loomctx.search import (
     Ranking,
     best_first,
+    first_hits,
     first_scores,
     min_max,
     neighbour_boost,
@@ -63,19 +74,6 @@ _DECODED_CACHE: Final = 4096  # tasks decoded from search hits, kept per memory
 _HIT_INFO_CACHE: Final = 65_536  # what ranking reads of a found record (~200 bytes each)
 _PLACE: Final = 1 << 40  # a namespace's span of places: orders stay far below it
 
-_Key = tuple[tuple[str, ...], str]  # (namespace, task id)
-_UNREAD: Final = object()  # a record's time that `_time_match` must read itself
-_HitInfo = tuple[str, int, bool, object, _Key | None, tuple[TimeSpan, ...], int, int]
-# (the 4th: datetime | None | _UNREAD)
-"""What search's ranking reads of a found record: the task it stands for ("" for a record
-that is not one of a memory's), its place in the write order (a task record's; -1 for others
-and for tasks added straight to L3/L4), whether it asks something (`_asks`), when its
-task was recorded (None: it does not say; `_UNREAD`: its data is not as expected), the
-key search ranks its task by (None if it stands for no task), the times the task
-names (`TIME_REFS`), that key's number in this memory's search (-1 for None) and the
-record's kind (`_OTHER`, `_TASK_KIND`, `_SUMMARY_KIND`), made once per record version
-(its `seq`) rather than once per hit."""
-_OTHER, _TASK_KIND, _SUMMARY_KIND = 0, 1, 2
 _NUMBERED: Final = 262_144  # task keys numbered before the numbering starts again
 _DENSE, _LEXICAL, _SUMMARY = 1, 2, 4  # how a task was found (`MemoryHit.via`), as bits
 _VIA: Final = tuple(
@@ -138,8 +136,8 @@ class MemorySearch:
         self.exact = exact
         self._lock = threading.Lock()
         self._decoded: OrderedDict[int, Task] = OrderedDict()  # by record seq
-        self._found = _Columns()  # what ranking reads of each record found, by row id
-        self._numbers: dict[_Key, int] = {}  # each task key found, numbered
+        self._found = Columns()  # what ranking reads of each record found, by row id
+        self._numbers: dict[Key, int] = {}  # each task key found, numbered
         self._by_task: dict[str, list[int]] = {}  # a task id's numbers (one per namespace)
         self._generation = 0  # how many times the numbering started again
 
@@ -202,9 +200,10 @@ class MemorySearch:
         flags = np.zeros((3, n), dtype=np.bool_)
         for how, (r, summary) in zip(rankers, found, strict=True):
             rescaled = relative(r, flat=1.0) if how == "lexical" else min_max(r)
-            parts[how] = first_scores(r.rows, rescaled, n)
+            hits = first_hits(r.rows)
+            parts[how] = first_scores(r.rows, rescaled, n, hits)
             if how != "lexical":
-                raw[how] = first_scores(r.rows, r.scores, n)
+                raw[how] = first_scores(r.rows, r.scores, n, hits)
             flags[2, r.rows[summary]] = True
             flags[1 if how == "lexical" else 0, r.rows[~summary]] = True
         w_lex, w_dense = settings.fusion_weights
@@ -235,10 +234,9 @@ class MemorySearch:
             answer_weight=settings.answer_weight,
         )
         closeness = self._time_match(settings, query, table)
-        if closeness:
-            rows = np.fromiter(closeness, dtype=np.intp, count=len(closeness))
-            match = np.fromiter(closeness.values(), dtype=np.float64, count=len(closeness))
-            scores[rows] *= 1 - settings.time_decay * (1 - match)
+        if closeness is not None:
+            rows = np.flatnonzero(~np.isnan(closeness))
+            scores[rows] *= 1 - settings.time_decay * (1 - closeness[rows])
         if settings.date_weight and asks_when(query):
             # Kept in 0..1: a dated turn keeps its score, the others lose a share of it.
             scores = np.where(table.dated, scores, scores * (1 / (1 + settings.date_weight)))
@@ -251,8 +249,9 @@ class MemorySearch:
         cosine = raw.get("dense", absent)[at].tolist()
         fast_cosine = raw.get("fast", absent)[at].tolist()
         via = (flags[0, at] * _DENSE | flags[1, at] * _LEXICAL | flags[2, at] * _SUMMARY).tolist()
+        near = [None] * len(best) if closeness is None else closeness[at].tolist()
         out = []
-        for k, (i, task) in enumerate(zip(best, tasks, strict=True)):
+        for k, task in enumerate(tasks):
             if task is None:
                 continue
             lex, cos, fast = lexical[k], cosine[k], fast_cosine[k]
@@ -262,7 +261,7 @@ class MemorySearch:
             _SET_VIA(hit, _VIA[via[k]])
             _SET_LEXICAL(hit, None if lex != lex else lex)
             _SET_VECTOR(hit, cos if cos == cos else None if fast != fast else fast)
-            _SET_TIME(hit, closeness.get(i))
+            _SET_TIME(hit, None if near[k] != near[k] else near[k])
             out.append(hit)
         return out
 
@@ -286,7 +285,7 @@ class MemorySearch:
         kinds = cols.kind[ids]
         # Rows in the order of their task numbers; each row's record: its first task record
         # if a hit was one, else its first hit's.
-        rows, chosen = _rows(numbers, kinds != _TASK_KIND)
+        rows, chosen = rows_of(numbers, kinds != TASK_KIND)
         offsets = np.cumsum([0, *(len(r) for r in results)])
         bounds = np.searchsorted(kept, offsets).tolist()
         found = []
@@ -296,7 +295,7 @@ class MemorySearch:
             if stop - start < len(result):  # some of its hits were left out
                 mine = mine[kept[start:stop] - offsets[r]]
             ranked = Ranking(rows=rows[start:stop], scores=mine, every=result.scores)
-            found.append((ranked, kinds[start:stop] == _SUMMARY_KIND))
+            found.append((ranked, kinds[start:stop] == SUMMARY_KIND))
         at = ids[chosen]
         return _Table(
             ids=at,
@@ -333,8 +332,8 @@ class MemorySearch:
             known = cols.known(ids, seqs)
         return cols.numbers(ids, known)
 
-    def _info(self, record: Record) -> _HitInfo:
-        """What ranking reads of a found record (`_HitInfo`)."""
+    def _info(self, record: Record) -> HitInfo:
+        """What ranking reads of a found record (`HitInfo`)."""
         data = record.data
         task_id = str(data.get("task_id", ""))
         order = int(data.get("order", -1)) if record.kind == TASK and task_id else -1
@@ -344,10 +343,10 @@ class MemorySearch:
             stamp = fields.get("created_at")
             when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
         except Exception:  # `_time_match` reads it again, and raises where it did
-            when = _UNREAD
+            when = UNREAD
         ranked_as = (record.namespace, task_id) if task_id else None
         task = data.get("task")
-        dated = spans_of(task.get("metadata")) if isinstance(task, Mapping) else ()
+        dated = named_micros(spans_of(task.get("metadata"))) if isinstance(task, Mapping) else ()
         kind = record.kind
         with self._lock:
             number = -1
@@ -364,21 +363,24 @@ class MemorySearch:
             ranked_as,
             dated,
             number,
-            _TASK_KIND if kind == TASK else _SUMMARY_KIND if kind == SUMMARY else _OTHER,
+            TASK_KIND if kind == TASK else SUMMARY_KIND if kind == SUMMARY else OTHER,
         )
 
-    def _time_match(self, settings: SearchSettings, query: str, table: _Table) -> dict[int, float]:
+    def _time_match(
+        self, settings: SearchSettings, query: str, table: _Table
+    ) -> npt.NDArray[np.float64] | None:
         """How close each found task was recorded to the time the query names ("5 days ago",
-        "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`, by row; {} when the
-        query names no time, or when no found task is close to it (the phrase is then about
-        something else than when things were recorded here: a story's "last year"). Over the
-        rows' times as one array (`proximities`); the few rows whose task names times of its
-        own, or whose record must be read again, one by one."""
+        "上周"; `loomctx.memory.timeref`), 0..1, relative to `clock()`, by row (NaN: its
+        record does not say when); None when the query names no time, or when no found task
+        is close to it (the phrase is then about something else than when things were
+        recorded here: a story's "last year"). Over the rows' times as one array
+        (`proximities`), and the times the rows' tasks name as another (`meetings`); the few
+        rows whose record must be read again, one by one."""
         if not settings.time_decay:
-            return {}
+            return None
         spans = time_spans(query, settings.clock())
         if not spans:
-            return {}
+            return None
         near = proximities(spans, table.when)
         for i in np.flatnonzero(table.unread).tolist():  # read again, to raise where it did
             found = Fetch(ids=[int(table.ids[i])], seqs=[int(table.seqs[i])])
@@ -389,24 +391,33 @@ class MemorySearch:
             when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
             if isinstance(when, datetime):
                 near[i] = max(span.proximity(when) for span in spans)
-        for i in np.flatnonzero(table.dated).tolist():  # what the turn speaks of
-            named = table.info(i)[5]
-            if named:
-                here = float(near[i])
-                near[i] = max(
-                    0.0 if here != here else here, *(s.meets(n) for s in spans for n in named)
-                )
-        rows = np.flatnonzero(~np.isnan(near))
-        if not rows.size or not near[rows].any():
-            return {}
-        return dict(zip(rows.tolist(), near[rows].tolist(), strict=True))
+        dated = np.flatnonzero(table.dated)
+        if dated.size:  # what the turns speak of: each row's best of its spans, and its time
+            infos = table.infos
+            named = [infos[i][5] for i in table.ids[dated].tolist()]
+            count = np.fromiter(map(len, named), np.intp, len(named)) // 2
+            if not count.all():  # a newer version of a row's record, found meanwhile
+                dated, count = dated[count > 0], count[count > 0]
+                named = [n for n in named if n]
+            flat = np.fromiter(chain.from_iterable(named), np.int64, 2 * int(count.sum()))
+            # each row's starts, then its ends (`named_micros`)
+            first = np.cumsum(count) - count  # each row's first span among all
+            at = np.repeat(first, count) + np.arange(flat.size // 2)
+            meets = meetings(spans, flat[at], flat[at + np.repeat(count, count)])
+            best = np.maximum.reduceat(meets, first)
+            here = near[dated]
+            near[dated] = np.maximum(np.where(np.isnan(here), 0.0, here), best)
+        timed = ~np.isnan(near)
+        if not near[timed].any():
+            return None
+        return near
 
     def _load_tasks(self, table: _Table, rows: Sequence[int]) -> list[Task | None]:
         """The task of each of `rows`: a task record's own, a summary's the task it
         summarizes; None for one whose record changed or went since the search found it."""
         at = np.asarray(rows, dtype=np.intp)
         ids, seqs = table.ids[at].tolist(), table.seqs[at].tolist()
-        own = (table.kinds[at] == _TASK_KIND).tolist()  # a task record, not a summary
+        own = (table.kinds[at] == TASK_KIND).tolist()  # a task record, not a summary
         out: list[Task | None] = [None] * len(rows)
         with self._lock:
             get, used = self._decoded.get, self._decoded.move_to_end
@@ -465,97 +476,18 @@ class _Table:
     # By row id: the columns' own dict (a search that finds a newer version of a record
     # meanwhile replaces its entry, key unchanged; starting the numbering again replaces
     # the dict, not its entries).
-    infos: Mapping[int, _HitInfo]
+    infos: Mapping[int, HitInfo]
     found: list[tuple[Ranking, npt.NDArray[np.bool_]]]
 
-    def info(self, row: int) -> _HitInfo:
+    def info(self, row: int) -> HitInfo:
         """What ranking reads of the record of `row`."""
         return self.infos[int(self.ids[row])]
 
-    def key(self, row: int) -> _Key:
+    def key(self, row: int) -> Key:
         """The key `row` is ranked by (its task's namespace and id): ties go by it."""
         key = self.infos[int(self.ids[row])][4]
         assert key is not None, "a row stands for a task"
         return key
-
-
-class _Columns:
-    """What ranking reads of the records found (`_HitInfo`), by the store's row id: numpy
-    columns for what fusion reads of every hit, and the whole `_HitInfo` for the rows that
-    need more. An id's entries are those of the version `seq[id]` (-1: none): a hit reads
-    them only while its version is that one, so a record changed since is read again."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        """Forget every record."""
-        self.seq = np.full(0, -1, dtype=np.int64)
-        self.number = np.full(0, -1, dtype=np.intp)
-        self.kind = np.zeros(0, dtype=np.int8)
-        self.place = np.full(0, -1, dtype=np.int64)
-        self.asks = np.zeros(0, dtype=np.bool_)
-        self.dated = np.zeros(0, dtype=np.bool_)
-        self.when = np.full(0, NO_TIME, dtype=np.int64)
-        self.unread = np.zeros(0, dtype=np.bool_)
-        self.info: dict[int, _HitInfo] = {}
-
-    def known(
-        self, ids: npt.NDArray[np.int64], seqs: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.bool_]:
-        """Whether the columns hold each of `ids` at its version in `seqs`."""
-        held = self.seq
-        if not ids.size or int(ids.max()) < held.shape[0]:
-            out: npt.NDArray[np.bool_] = held[ids] == seqs
-            return out
-        inside = ids < held.shape[0]
-        out = np.zeros(ids.shape, dtype=np.bool_)
-        out[inside] = held[ids[inside]] == seqs[inside]
-        return out
-
-    def numbers(
-        self, ids: npt.NDArray[np.int64], known: npt.NDArray[np.bool_]
-    ) -> npt.NDArray[np.intp]:
-        """The number of the task each hit stands for; -1 for a hit of no task, or of a
-        version the columns do not hold (not `known`, as `known` says)."""
-        if known.all():
-            every: npt.NDArray[np.intp] = self.number[ids]
-            return every
-        out = np.full(ids.shape, -1, dtype=np.intp)
-        out[known] = self.number[ids[known]]
-        return out
-
-    def put(self, ids: list[int], seqs: list[int], infos: list[_HitInfo]) -> None:
-        """Record the `infos` of the versions `seqs` of the records at `ids`."""
-        if not ids:
-            return
-        top = max(ids) + 1
-        if top > self.seq.shape[0]:
-            size = max(top, 2 * self.seq.shape[0])
-            for name, fill in (
-                ("number", -1),
-                ("kind", 0),
-                ("place", -1),
-                ("asks", False),
-                ("dated", False),
-                ("when", NO_TIME),
-                ("unread", False),
-                ("seq", -1),  # last: a reader never sees a version without its entries
-            ):
-                old = getattr(self, name)
-                grown = np.full(size, fill, dtype=old.dtype)
-                grown[: old.shape[0]] = old
-                setattr(self, name, grown)
-        at = np.asarray(ids, dtype=np.intp)
-        self.number[at] = [i[6] for i in infos]
-        self.kind[at] = [i[7] for i in infos]
-        self.place[at] = [i[1] for i in infos]
-        self.asks[at] = [i[2] for i in infos]
-        self.dated[at] = [bool(i[5]) for i in infos]
-        self.when[at] = [micros(i[3]) if isinstance(i[3], datetime) else NO_TIME for i in infos]
-        self.unread[at] = [i[3] is _UNREAD for i in infos]
-        self.info.update(zip(ids, infos, strict=True))
-        self.seq[at] = seqs
 
 
 def _asks(record: Record) -> bool:
@@ -565,30 +497,6 @@ def _asks(record: Record) -> bool:
         return False
     task = record.data.get("task")
     return isinstance(task, Mapping) and task.get("action") in (USER_MESSAGE, ASSISTANT_MESSAGE)
-
-
-def _rows(
-    numbers: npt.NDArray[np.intp], later: npt.NDArray[np.bool_]
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Each hit's row, the rank of its task number among those found (`np.unique`'s
-    inverse), and each row's chosen hit: its first hit that is not `later` if any, else its
-    first. One sort of the numbers packed with the flag and the hit's position (numpy's
-    stable sorts, which `np.unique` and `np.lexsort` make, cost several)."""
-    m = numbers.shape[0]
-    shift = max(m - 1, 1).bit_length()
-    if int(numbers.max()) >= 1 << (61 - shift):  # too large to pack
-        _, rows = np.unique(numbers, return_inverse=True)
-        pick = np.lexsort((np.arange(m), later, rows))
-        return rows, pick[np.r_[True, rows[pick][1:] != rows[pick][:-1]]]
-    packed = np.sort((((numbers.astype(np.int64) << 1) | later) << shift) | np.arange(m))
-    at = packed & ((1 << shift) - 1)
-    number = packed >> (shift + 1)
-    start = np.empty(m, dtype=np.bool_)
-    start[0] = True
-    np.not_equal(number[1:], number[:-1], out=start[1:])
-    rows = np.empty(m, dtype=np.intp)
-    rows[at] = np.cumsum(start) - 1
-    return rows, at[start].astype(np.intp)
 
 
 _NEW_HIT: Final = object.__new__

@@ -36,7 +36,7 @@ the date it speaks of, and the window's label shows that date (`span_text`): a m
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -49,6 +49,7 @@ __all__ = [
     "TIME_REFS",
     "TimeSpan",
     "asks_when",
+    "meetings",
     "micros",
     "proximities",
     "span_text",
@@ -107,6 +108,14 @@ _WEEKDAY_OF: Final = {
     "sat": 5, "sun": 6, **{day: i for i, day in enumerate(("monday", "tuesday", "wednesday",
     "thursday", "friday", "saturday", "sunday"))},
 }  # fmt: skip
+# What every match of a pattern holds (`_matches`): `_EN_AGO`, `_EN_PAST`, `_EN_WORDS`,
+# `_ZH_AGO`, `_ZH_PAST`, `_ZH_MONTH` (and `_EN_MONTH` a month's name).
+_AGO: Final = ("ago",)
+_BACK: Final = ("past", "last", "previous")
+_WORDS: Final = ("yesterday", "last", "today", "tonight", "this", "past")
+_ZH_BEFORE: Final = ("前",)
+_ZH_RECENT: Final = ("近", "过去")
+_ZH_MONTH_SIGN: Final = ("月",)
 _ZH_AGO: Final = re.compile(rf"({_ZH_NUMBER})\s*({_ZH_UNIT})(?:以前|之前|前)")
 _ZH_PAST: Final = re.compile(rf"(?:最近|过去|近)\s*的?\s*({_ZH_NUMBER})\s*({_ZH_UNIT})")
 _MONTHS: Final = ("january", "february", "march", "april", "may", "june", "july", "august",
@@ -182,13 +191,35 @@ def proximities(spans: Sequence[TimeSpan], times: npt.NDArray[np.int64]) -> npt.
         return best
     out = np.full(at.shape, -np.inf)
     for span in spans:
-        start, end = micros(span.start), micros(span.end)
-        margin = max(_DAY, (span.end - span.start) / 2) // _MICRO
-        gap = np.where(at < start, start - at, at - end)
-        near = np.maximum(0.0, 1.0 - gap / margin)
-        out = np.maximum(out, np.where((start <= at) & (at < end), 1.0, near))
+        out = np.maximum(out, _proximity(span, at))
     best[timed] = out
     return best
+
+
+def meetings(
+    spans: Sequence[TimeSpan], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """The best `TimeSpan.meets` of each span of times a turn names (its start and end in
+    `starts` and `ends`, as `micros`) with any of `spans` (a query's; not empty), over whole
+    arrays: the same floats, as `proximities` gives."""
+    out = np.full(starts.shape, -np.inf)
+    for span in spans:
+        start, end = micros(span.start), micros(span.end)
+        near = np.maximum(_proximity(span, starts), _proximity(span, ends))
+        out = np.maximum(out, np.where((starts < end) & (start < ends), 1.0, near))
+    return out
+
+
+def _proximity(span: TimeSpan, at: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """`span.proximity` of each of `at` (`micros`): the gap and the margin are exact integers
+    of microseconds, divided as `timedelta`s divide (a gap whose float is not exact lies far
+    beyond any margin, so comes to 0 either way)."""
+    start, end = micros(span.start), micros(span.end)
+    margin = max(_DAY, (span.end - span.start) / 2) // _MICRO
+    gap = np.where(at < start, start - at, at - end)
+    near = np.maximum(0.0, 1.0 - gap / margin)
+    out: npt.NDArray[np.float64] = np.where((start <= at) & (at < end), 1.0, near)
+    return out
 
 
 def time_spans(query: str, now: datetime) -> list[TimeSpan]:
@@ -198,22 +229,22 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
     text = query.lower()
     found: list[tuple[int, TimeSpan]] = []
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    for m in _EN_AGO.finditer(text):
+    for m in _matches(_EN_AGO, text, _AGO):
         found.append((m.start(), _ago(today, _EN_NUMBERS.get(m[1]) or int(m[1]), m[2], m[0])))
-    for m in _EN_PAST.finditer(text):
+    for m in _matches(_EN_PAST, text, _BACK):
         count = 1 if m[1] is None else _EN_NUMBERS.get(m[1]) or int(m[1])
         if m[1] is None and "past" not in m[0]:
             continue  # "last week" is a calendar week (below), "the past week" 7 days
         found.append((m.start(), _stretch(now, count, m[2], m[0])))
-    for m in _EN_WORDS.finditer(text):
+    for m in _matches(_EN_WORDS, text, _WORDS):
         found.append((m.start(), _named(now, today, m[0])))
-    for m in _ZH_AGO.finditer(query):
+    for m in _matches(_ZH_AGO, query, _ZH_BEFORE):
         found.append((m.start(), _ago(today, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
-    for m in _ZH_PAST.finditer(query):
+    for m in _matches(_ZH_PAST, query, _ZH_RECENT):
         found.append((m.start(), _stretch(now, _zh_number(m[1]), _ZH_UNITS[m[2]], m[0])))
-    for m in _EN_MONTH.finditer(text):
+    for m in _matches(_EN_MONTH, text, _MONTHS):
         found.append((m.start(), _month(today, _MONTHS.index(m[1]) + 1, m[2], m[0])))
-    for m in _ZH_MONTH.finditer(query):
+    for m in _matches(_ZH_MONTH, query, _ZH_MONTH_SIGN):
         found.append((m.start(), _month(today, _zh_number(m[2]), m[1], m[0])))
     for m in _ZH_WORDS.finditer(query):
         found.append((m.start(), _named(now, today, m[0])))
@@ -222,6 +253,15 @@ def time_spans(query: str, now: datetime) -> list[TimeSpan]:
         if span.end > span.start and span not in spans:
             spans.append(span)
     return spans
+
+
+def _matches(
+    pattern: re.Pattern[str], text: str, needles: Sequence[str]
+) -> Iterator[re.Match[str]]:
+    """`pattern`'s matches in `text`, found without a scan of a text that holds none of
+    `needles` (words every match of the pattern holds): most texts name no time, and the
+    patterns' alternatives cost a try at every position."""
+    return pattern.finditer(text) if any(n in text for n in needles) else iter(())
 
 
 def turn_spans(text: str, said: datetime) -> list[TimeSpan]:

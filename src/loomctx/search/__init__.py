@@ -9,6 +9,7 @@ are decoded back into objects by the caller. See `loomctx.search._fusion`.
 from loomctx.search._fusion import (
     Ranking,
     best_first,
+    first_hits,
     first_scores,
     min_max,
     neighbour_boost,
@@ -20,6 +21,7 @@ from loomctx.search._fusion import (
 __all__ = [
     "Ranking",
     "best_first",
+    "first_hits",
     "first_scores",
     "min_max",
     "neighbour_boost",

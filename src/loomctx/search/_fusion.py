@@ -30,6 +30,7 @@ import numpy.typing as npt
 __all__ = [
     "Ranking",
     "best_first",
+    "first_hits",
     "first_scores",
     "firsts",
     "min_max",
@@ -93,17 +94,26 @@ def min_max(r: Ranking) -> Floats:
     return np.ones(r.scores.shape)
 
 
-def first_scores(rows: Rows, values: Floats, n: int) -> Floats:
+def first_scores(
+    rows: Rows, values: Floats, n: int, hits: tuple[Rows, Rows | slice] | None = None
+) -> Floats:
     """Per row of a table of `n`, the value of its first hit in `rows` (hits are best first);
-    NaN for a row without a hit."""
+    NaN for a row without a hit. `hits`: `first_hits(rows)`, for a ranking whose several
+    values are spread over the rows (made here if not given)."""
     out = np.full(n, np.nan)
     if rows.size:
-        if int(np.bincount(rows).max()) == 1:  # one hit per row (the usual case): no sort
-            out[rows] = values
-        else:
-            unique, first = firsts(rows)
-            out[unique] = values[first]
+        found, first = first_hits(rows) if hits is None else hits
+        out[found] = values[first]
     return out
+
+
+def first_hits(rows: Rows) -> tuple[Rows, Rows | slice]:
+    """The rows a ranking's hits found, each once, and the position of each one's first hit
+    (hits are best first); ``(rows, slice(None))`` when each hit is of a row of its own (the
+    usual case: no sort)."""
+    if rows.size and int(np.bincount(rows).max()) > 1:
+        return firsts(rows)
+    return rows, slice(None)
 
 
 def firsts(keys: npt.NDArray[np.integer]) -> tuple[npt.NDArray[np.int64], Rows]:
