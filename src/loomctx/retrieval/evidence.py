@@ -17,6 +17,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Final
 
+from loomctx._memo import Memo
+from loomctx.knowledge import KnowledgeHit
+from loomctx.memory.task import Task
 from loomctx.text import terms
 
 __all__ = ["MEMORY_ORIGIN", "Evidence", "fingerprint", "new_evidence", "session_of", "term_set"]
@@ -148,11 +151,26 @@ def session_of(evidence: Evidence) -> Hashable | None:
     """The session a piece was said in: its task's ``session_id`` (metadata, else
     parameters), else the day its task was recorded; None for what is no task's (a
     knowledge chunk), which no session holds."""
-    task = evidence.item
+    item = evidence.item
+    kind = type(item)
+    if kind is Task:  # memory search hands back the same task objects build after build
+        return _task_session(item)
+    if kind is KnowledgeHit:  # (slotted: a metadata, no parameters, no created_at)
+        fields = item.metadata
+        sid = fields.get("session_id") if isinstance(fields, Mapping) else None
+        return sid if isinstance(sid, str) and sid else None
+    return _session(item)
+
+
+def _session(item: Any) -> Hashable | None:
+    """`session_of` an evidence's `item`."""
     for where in ("metadata", "parameters"):
-        fields = getattr(task, where, None)
+        fields = getattr(item, where, None)
         sid = fields.get("session_id") if isinstance(fields, Mapping) else None
         if isinstance(sid, str) and sid:
             return sid
-    when = getattr(task, "created_at", None)
+    when = getattr(item, "created_at", None)
     return when.date() if isinstance(when, datetime) else None
+
+
+_task_session: Memo[Task, Hashable | None] = Memo(_session, 8192)
