@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from loomctx.errors import ConfigError, check_unit
-from loomctx.retrieval.evidence import Evidence, new_evidence, session_of
+from loomctx.retrieval.evidence import Evidence, fingerprint, new_evidence, session_of
 from loomctx.retrieval.signals import Scores, Signal, default_signals, is_weight
 
 __all__ = ["Reranker", "dedupe", "session_of", "spread_sessions"]
@@ -38,7 +38,7 @@ def dedupe(pool: Sequence[Evidence]) -> list[Evidence]:
     tie), in the order of first appearance."""
     kept: dict[str, Evidence] = {}
     for e in pool:
-        key = e.fingerprint
+        key = fingerprint(e.text)  # (`Evidence.fingerprint`, without the property's call)
         seen = kept.get(key)
         if seen is None or _dense(e) > _dense(seen):
             kept[key] = e  # a replaced value keeps its key's place: first appearance
