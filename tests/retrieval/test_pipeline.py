@@ -129,6 +129,8 @@ def test_new_evidence_is_the_value_the_constructor_makes() -> None:
     assert [f.name for f in dataclasses.fields(Evidence)] == list(fields)  # all set below
     made = new_evidence(**fields)
     assert made == Evidence(**fields)
+    assert type(made) is Evidence
+    assert repr(made) == repr(Evidence(**fields))
     assert new_evidence(**{**fields, "signals": None}) == Evidence(**{**fields, "signals": {}})
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.text = "changed"  # type: ignore[misc]

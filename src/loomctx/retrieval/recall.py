@@ -86,10 +86,11 @@ def _local(kb: KnowledgeBaseProvider) -> KnowledgeBase | None:
 
 
 def _chunks(kb: KnowledgeBaseProvider, hits: Sequence[KnowledgeHit]) -> list[Evidence]:
+    origin = f"knowledge:{kb.name}"
     return [
         new_evidence(
             h.chunk_id,
-            f"knowledge:{kb.name}",
+            origin,
             h.text,
             h,
             {"chunk_id": h.chunk_id, "document_id": h.document_id, **h.metadata},

@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from loomctx.errors import ConfigError, check_unit
-from loomctx.retrieval.evidence import Evidence, new_evidence, session_of
+from loomctx.retrieval.evidence import Evidence, fingerprint, new_evidence, session_of
 from loomctx.retrieval.signals import Scores, Signal, default_signals, is_weight
 
 __all__ = ["Reranker", "dedupe", "session_of", "spread_sessions"]
@@ -38,7 +38,7 @@ def dedupe(pool: Sequence[Evidence]) -> list[Evidence]:
     tie), in the order of first appearance."""
     kept: dict[str, Evidence] = {}
     for e in pool:
-        key = e.fingerprint
+        key = fingerprint(e.text)  # (`Evidence.fingerprint`, without the property's call)
         seen = kept.get(key)
         if seen is None or _dense(e) > _dense(seen):
             kept[key] = e  # a replaced value keeps its key's place: first appearance
@@ -88,27 +88,26 @@ class Reranker:
         scored = {s.name: _scores(s, query, unique) for s in self.signals}
         final = np.zeros(len(unique))
         for name, weight in self.weights.items():
-            final = final + scored[name] * weight
-        final = final / sum(self.weights.values())
+            final += scored[name] * weight  # (in place: the same sum, one array fewer)
+        final /= sum(self.weights.values())
         keep = np.flatnonzero(final >= self.min_score)
         order = keep[np.argsort(-final[keep], kind="stable")]  # ties keep recall order
         names = tuple(scored)
-        rows = np.column_stack([scored[n] for n in names]).tolist()  # one list per piece
-        totals = final.tolist()
-        ranked = []
-        for i in order.tolist():  # `Evidence.rescored`, inlined: one per piece of every pool
-            e = unique[i]
-            ranked.append(
-                new_evidence(
-                    e.id,
-                    e.origin,
-                    e.text,
-                    e.item,
-                    e.metadata,
-                    {**e.scores, "score": totals[i]},
-                    dict(zip(names, rows[i], strict=False)),  # (a row: a score per name)
-                )
+        # A row of signal scores per piece, best first (one list per piece).
+        rows = np.column_stack([scored[n] for n in names])[order].tolist()
+        pieces = map(unique.__getitem__, order.tolist())
+        ranked = [  # `Evidence.rescored`, inlined: one per piece of every pool
+            new_evidence(
+                e.id,
+                e.origin,
+                e.text,
+                e.item,
+                e.metadata,
+                {**e.scores, "score": total},
+                dict(zip(names, row, strict=False)),  # (a row: a score per name)
             )
+            for e, total, row in zip(pieces, final[order].tolist(), rows, strict=False)
+        ]
         return spread_sessions(ranked, self.session_spread) if self.session_spread else ranked
 
 

@@ -31,6 +31,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
+from itertools import chain
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -38,7 +39,7 @@ import numpy.typing as npt
 
 from loomctx.errors import ConfigError, check_int
 from loomctx.memory.task import ASSISTANT_MESSAGE
-from loomctx.retrieval.evidence import Evidence, session_of
+from loomctx.retrieval.evidence import Evidence, session_of, term_set
 from loomctx.text import terms
 
 __all__ = [
@@ -142,8 +143,8 @@ class QueryOverlapSignal(_Signal):
         # The query's terms each piece holds (a set intersection walks the smaller set: the
         # query's few terms, not a chunk's hundreds). Pieces share few distinct such sets, so
         # each set's weight is summed once.
-        held = [wanted & e.terms for e in pool]
-        df = Counter(t for have in held for t in have)
+        held = list(map(wanted.intersection, [term_set(e.text) for e in pool]))
+        df = Counter(chain.from_iterable(held))
         # In sorted order: a set's order changes with the process's string hashing, and the
         # sums below would differ in their last bits between processes.
         weights = {t: math.log(1 + (n + 1) / (df[t] + 0.5)) for t in sorted(wanted)}
@@ -320,11 +321,20 @@ class SessionSignal(_Signal):
         self.top = top
 
     def score(self, query: str, pool: Sequence[Evidence]) -> Scores:
-        groups = [_group(e) for e in pool]
+        groups = list(map(_group, pool))
         found: dict[Hashable, list[float]] = {}
-        for e, g in zip(pool, groups, strict=True):
-            found.setdefault(g, []).append(max(0.0, e.relevance))
-        mass = {g: sum(sorted(v, reverse=True)[: self.top]) for g, v in found.items()}
+        for g, e in zip(groups, pool, strict=True):
+            relevance = max(0.0, e.scores.get("relevance", 0.0))
+            if (values := found.get(g)) is None:
+                found[g] = [relevance]
+            else:
+                values.append(relevance)
+        top = self.top
+        # (a session of one piece, most knowledge documents, sums its one value unsorted)
+        mass = {
+            g: sum(sorted(v, reverse=True)[:top]) if len(v) > 1 else sum(v)
+            for g, v in found.items()
+        }
         best = max(mass.values(), default=0.0)
         if best <= 0:
             return np.ones(len(pool))
