@@ -61,12 +61,12 @@ async def test_local_knowledge_bases_are_searched_in_the_memory_s_thread(tmp_pat
         memory.close()
 
 
-async def test_without_a_memory_each_knowledge_base_searches_itself(tmp_path: Path) -> None:
+async def test_without_a_memory_the_knowledge_bases_are_searched_together(tmp_path: Path) -> None:
     threads: list[int] = []
     with open_store(tmp_path) as store:
         kbs = [_kb(store, "handbook", HANDBOOK, threads), _kb(store, "runbook", RUNBOOK, threads)]
         found = await recall(QUERY, knowledge_bases=kbs)
-        assert len(threads) == 2
+        assert threads == [threading.get_ident()] * 2
         assert [c.origin for c in found] == sorted(
             (c.origin for c in found), key=["knowledge:handbook", "knowledge:runbook"].index
         )
