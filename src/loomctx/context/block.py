@@ -36,6 +36,7 @@ __all__ = [
     "Section",
     "TokenBudget",
     "new_context_block",
+    "new_history_block",
 ]
 
 Section = Literal["instructions", "skills", "tools", "context", "history", "user", "turn"]
@@ -147,6 +148,36 @@ def new_context_block(
     _SET_MESSAGES(made, ())
     _SET_TOOL(made, None)
     _SET_SEQUENCE(made, 0)
+    _SET_ID(made, id)
+    _SET_METADATA(made, metadata)
+    return made
+
+
+def new_history_block(
+    *,
+    source: str,
+    id: str,
+    messages: tuple[Message, ...],
+    token_count: int,
+    priority: float,
+    sequence: int,
+    metadata: Mapping[str, Any],
+) -> ContextBlock:
+    """The `history` block ``ContextBlock(section="history", ...)`` makes, for less: a
+    history source makes one per unit it offers, and when the conversation moves on, every
+    unit's place in it moves too. The caller guarantees what `ContextBlock.__post_init__`
+    checks (as for `new_context_block`, and `messages` a tuple)."""
+    made = object.__new__(ContextBlock)
+    _SET_SOURCE(made, source)
+    _SET_SECTION(made, "history")
+    _SET_CONTENT(made, "")
+    _SET_TOKENS(made, token_count)
+    _SET_PRIORITY(made, priority)
+    _SET_PINNED(made, False)
+    _SET_TRUNCATABLE(made, False)
+    _SET_MESSAGES(made, messages)
+    _SET_TOOL(made, None)
+    _SET_SEQUENCE(made, sequence)
     _SET_ID(made, id)
     _SET_METADATA(made, metadata)
     return made

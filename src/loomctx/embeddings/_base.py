@@ -180,6 +180,12 @@ class BaseEmbedder(ABC):
             return self._embed_cached(items)
         return self._embed_all(items, kind)
 
+    def has_query(self, text: str) -> bool:
+        """Whether ``embed([text], kind="query")`` answers from the query cache, computing
+        nothing (a caller may then run it where it would not wait on a model)."""
+        with self._cache_lock:
+            return text in self._cache
+
     def _embed_all(self, texts: list[str], kind: EmbedKind) -> NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

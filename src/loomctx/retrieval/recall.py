@@ -1,11 +1,13 @@
 """Recall: `Evidence` for a query from memory (L4) and knowledge bases, concurrently.
 
-Memory recall is `LoomMemory.search` (lexical and dense ranks fused) run in a worker thread, as
-it reads the store and may embed the query; each knowledge base searches itself, except that a
-plain `KnowledgeBase` beside a memory is searched in the memory's thread, after it: both
-searches are Python work under the interpreter lock, and in two threads each waited for the
-other's switch interval rather than running. Each piece's ``relevance`` score is its recall
-score on 0..1: the fused score of `LoomMemory.search` or of the knowledge base's own search;
+Memory recall is `LoomMemory.search` (lexical and dense ranks fused); the plain `KnowledgeBase`s
+are searched after it, in the same thread (both searches are Python work under the interpreter
+lock, and in two threads each waited for the other's switch interval rather than running); any
+other knowledge base searches itself, concurrently. That thread is a worker when a model must
+embed the query (its work frees the lock for the event loop) or a remote knowledge base is
+waited on; otherwise it is the caller's own: a worker only added the wait for it to take the
+lock, and for the loop to take it back. Each piece's ``relevance`` score is its recall score on
+0..1: the fused score of `LoomMemory.search` or of the knowledge base's own search;
 ``vector_score`` and ``lexical_score`` are added when those searches found it.
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from loomctx._memo import Memo
+from loomctx.embeddings import BaseEmbedder
 from loomctx.knowledge import KnowledgeBase
 from loomctx.memory.core import LoomMemory
 from loomctx.memory.task import Task, task_line
@@ -78,6 +81,18 @@ async def recall_knowledge(
     return _chunks(kb, await kb.search(query, limit=limit, min_relevance=min_score))
 
 
+def _embeds(query: str, memory: LoomMemory | None, local: Iterable[KnowledgeBase]) -> bool:
+    """Whether searching `memory` and the `local` knowledge bases for `query` would run an
+    embedding model: an `embedder` without the query in its cache (`BaseEmbedder.has_query`;
+    one that keeps no cache is taken to). A fast (static) embedder looks its vector up in a
+    table: no model runs."""
+    models = [memory.embedder if memory is not None else None, *(kb.embedder for kb in local)]
+    return any(
+        model is not None and not (isinstance(model, BaseEmbedder) and model.has_query(query))
+        for model in models
+    )
+
+
 def _local(kb: KnowledgeBaseProvider) -> KnowledgeBase | None:
     """`kb` if it is a `KnowledgeBase` whose search is its own `search_sync` in a thread."""
     if isinstance(kb, KnowledgeBase) and type(kb).search is KnowledgeBase.search:
@@ -123,27 +138,27 @@ async def recall(
     """Every source's candidates (`limit` per source), memory first, in recall order;
     `depth`: see `recall_memory`."""
     skip = tuple(exclude)
-    # Local knowledge bases join the memory's thread (see the module docstring).
-    local: dict[int, KnowledgeBase] = {}
-    if memory is not None:
-        for i, kb in enumerate(knowledge_bases):
-            if (plain := _local(kb)) is not None:
-                local[i] = plain
+    # Local knowledge bases are searched with the memory, in one thread (module docstring).
+    local = {i: plain for i, kb in enumerate(knowledge_bases) if (plain := _local(kb)) is not None}
     parts: dict[int, list[Evidence]] = {}
 
     async def remote(i: int, kb: KnowledgeBaseProvider) -> None:
         parts[i] = await recall_knowledge(kb, query, limit=limit, min_score=min_score)
 
-    def in_thread(memory: LoomMemory) -> None:
-        parts[-1] = recall_memory(
-            memory, query, limit=limit, min_score=min_score, exclude=skip, depth=depth
-        )
+    def search_local() -> None:
+        if memory is not None:
+            parts[-1] = recall_memory(
+                memory, query, limit=limit, min_score=min_score, exclude=skip, depth=depth
+            )
         for i, kb in local.items():
             parts[i] = _chunks(kb, kb.search_sync(query, limit=limit, min_relevance=min_score))
 
     jobs = [remote(i, kb) for i, kb in enumerate(knowledge_bases) if i not in local]
-    if memory is not None:
-        jobs.insert(0, asyncio.to_thread(in_thread, memory))
-    await asyncio.gather(*jobs)
+    if memory is None and not local:
+        await asyncio.gather(*jobs)
+    elif not jobs and not _embeds(query, memory, local.values()):
+        search_local()  # nothing to wait on: a worker thread would only add handoffs
+    else:
+        await asyncio.gather(asyncio.to_thread(search_local), *jobs)
     # In the order of the sources: memory, then each knowledge base.
     return [c for i in sorted(parts) for c in parts[i]]

@@ -12,7 +12,8 @@ the rest of the way cannot take is refused with a 400 naming the field:
   parser's recursion; a few hundred levels would overflow the encoder of the upstream call).
 
 A lone surrogate can only arrive as a ``\\uD8..``-``\\uDF..`` escape (raw UTF-8 cannot encode
-one), so the whole body is walked for them only when the raw bytes hold such an escape; the
+one), so the whole body is walked for them only when the raw bytes hold such an escape that is
+not half of a pair (`json.dumps` escapes every emoji as a pair); the
 depth is checked on the fields other than those named in `parse_json`'s `deep` (a chat
 history re-sent on every call is converted and checked message by message elsewhere).
 
@@ -37,6 +38,9 @@ __all__ = ["MAX_DEPTH", "check_value", "int_param", "parse_json", "read_body", "
 
 MAX_DEPTH: Final = MAX_ARGUMENT_DEPTH  # the request body nests no deeper than tool arguments
 _ESCAPED_SURROGATE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+_HIGH_ESCAPE: Final = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_ESCAPE: Final = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_HIGH: Final = frozenset(b"89abAB")
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")
 
 
@@ -75,13 +79,38 @@ def parse_json(body: bytes, *, deep: Collection[str] = ()) -> Any:
         ) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5,000-digit integer
         raise _invalid(f"the request body is not valid JSON: {exc}") from None
-    if _ESCAPED_SURROGATE.search(body) is not None:
+    if _lone_surrogate_escape(body):
         check_value(value, "")
     elif isinstance(value, dict):
         for key, item in value.items():
             if key not in deep:
                 check_value(item, key)
     return value
+
+
+def _lone_surrogate_escape(body: bytes) -> bool:
+    """Whether `body` (valid JSON) holds a ``\\uD800``-``\\uDFFF`` escape that is not half of
+    a pair: a paired one (an emoji, as `json.dumps` escapes it) decodes to one character.
+    An escape's backslash is one only after an even run of backslashes (``\\\\ud800`` is
+    text)."""
+    for found in _ESCAPED_SURROGATE.finditer(body):
+        at = found.start()
+        if not _escapes(body, at):
+            continue
+        if body[at + 3] in _HIGH:  # high half: a low escape must follow at once
+            if _LOW_ESCAPE.match(body, at + 6) is None:
+                return True
+        elif at < 6 or _HIGH_ESCAPE.match(body, at - 6) is None or not _escapes(body, at - 6):
+            return True  # low half without a high one just before it
+    return False
+
+
+def _escapes(body: bytes, at: int) -> bool:
+    """Whether the backslash at `at` starts an escape (is preceded by an even run of them)."""
+    start = at
+    while start > 0 and body[start - 1] == 0x5C:  # backslash
+        start -= 1
+    return (at - start) % 2 == 0
 
 
 def check_value(value: Any, path: str) -> None:

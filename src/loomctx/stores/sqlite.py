@@ -399,10 +399,11 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
         low, high = bounds
         # The prefix's own namespace walks the (namespace, seq) index and stops after `limit`
         # rows, so the recent records of a session cost the same however long it grows.
+        if op.exact:
+            own = f"SELECT id, {COLUMNS} FROM records WHERE namespace = ?{filters}{tail}"
+            return self._kept_records(conn.execute(own, [low, *params]).fetchall())
         own = f"SELECT {COLUMNS} FROM records WHERE namespace = ?{filters}{tail}"
         rows = conn.execute(own, [low, *params]).fetchall()
-        if op.exact:
-            return [record_from_row(row) for row in rows]
         # Namespaces below it: first look among the newest (or oldest) rows of the whole
         # store, which finds `limit` rows at once when they are dense; else sort the range.
         below = f"namespace > ? AND namespace < ?{filters}"
@@ -470,6 +471,25 @@ class SQLiteStore(BaseStore, SideIndexes, OpDispatcher[sqlite3.Connection, SQLit
             seqs[unknown] = [read.get(record_id, -1) for record_id in missing]
             self._seq_of.set(ids[unknown], seqs[unknown])
         return seqs
+
+    def _kept_records(self, rows: Sequence[Any]) -> list[Record]:
+        """The records of `rows` (``id`` then `COLUMNS`), each taken from the records kept
+        (see `_records_at`) when it is there, else decoded and kept: a conversation's newest
+        records are scanned again after every turn (`LoomMemory.recent_tasks`)."""
+        cache = self._records
+        out: list[Record] = []
+        for row in rows:
+            record = cache.get(row[0])
+            if record is None or record.seq != row[6]:
+                record = record_from_row(row[1:])
+                if self.record_cache:
+                    cache[row[0]] = record
+            elif isinstance(record.data, JSONData):
+                record = cache[row[0]] = replace(record, data=record.data.decoded())
+            out.append(record)
+        while len(cache) > self.record_cache:
+            cache.popitem(last=False)
+        return out
 
     def _records_at(
         self,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from loomctx import (
     Agent,
@@ -20,6 +22,8 @@ from loomctx import (
 from loomctx.context import BuildContext, TokenBudget
 from loomctx.context.sources import L1RecentSource
 from loomctx.memory import MemoryTier, tasks_from_messages
+from loomctx.memory.core import _walk_on
+from loomctx.memory.task import USER_MESSAGE, Task
 from loomctx.stores.sqlite import SQLiteStore
 from loomctx.testing import FunctionLLM
 
@@ -122,3 +126,33 @@ async def test_the_tail_offers_no_important_task_the_history_holds() -> None:
     assert important.blocks_offered == 0
     assert not [b for b in report.blocks if b.source == "L2_important"]
     memory.close()
+
+
+@settings(max_examples=300)
+@example(ids=[1, 2, 3, 2], gaps=set(), at=3, count=3, asked=5)  # a task again after the turn
+@example(ids=[1, 2, 3, 4, 4], gaps=set(), at=3, count=2, asked=5)  # twice after the turn
+@example(ids=[1, 2, 3, 4, 5], gaps={3}, at=3, count=4, asked=5)  # a task missing after it
+@given(
+    ids=st.lists(st.integers(0, 30), min_size=1, max_size=40),
+    gaps=st.sets(st.integers(0, 39), max_size=3),
+    at=st.integers(0, 40),
+    count=st.integers(1, 30),
+    asked=st.integers(1, 30),
+)
+def test_the_walk_worked_out_from_the_last_one_is_the_full_walk(
+    ids: list[int], gaps: set[int], at: int, count: int, asked: int
+) -> None:
+    """`_walk_on` (after a turn) gives what `LoomMemory._walk` gives over every task known,
+    or None; orders hold tasks by id, some ids twice (a task recorded again later), some
+    orders missing."""
+    tasks = {i: Task(action=USER_MESSAGE, task_id=f"t{i}") for i in set(ids)}
+    by_order = {o: tasks[i] for o, i in enumerate(ids) if o not in gaps}
+    before = len(ids)
+    at = min(at, before)
+    got = LoomMemory._walk({o: t for o, t in by_order.items() if o < at}, at, asked)
+    newer = {o: t for o, t in by_order.items() if o >= at}
+    contiguous = bool(got) and got[-1][0] - got[0][0] + 1 == len(got)
+    assume(contiguous)
+    walk = _walk_on(got, newer, at, before, count)
+    if walk is not None:
+        assert walk == LoomMemory._walk({**dict(got), **newer}, before, count)

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final, TypeAlias, TypeVar
 
-from loomctx.context.block import BuildContext, ContextBlock, TokenBudget
+from loomctx.context.block import BuildContext, ContextBlock, TokenBudget, new_history_block
 from loomctx.context.excerpt import (
     DEFAULT_EXCERPT_SHARE,
     MIN_EXCERPT_TOKENS,
@@ -234,7 +234,9 @@ class L1RecentSource(_MemorySource):
         the run's own exchange have sources of their own."""
         run_id = ctx.metadata.get("run_id")
         depth = self.depth or self.memory.max_l1_size
-        tasks = [t for t in self._recent() if run_id is None or t.metadata.get("run_id") != run_id]
+        tasks = self._recent()
+        if run_id is not None:
+            tasks = [t for t in tasks if t.metadata.get("run_id") != run_id]
         limit = self.max_item_tokens or int(budget.ceiling * DEFAULT_EXCERPT_SHARE)
         cap = min(budget.ceiling, max(MIN_EXCERPT_TOKENS, limit))
         blocks: list[ContextBlock] = []
@@ -254,14 +256,21 @@ class L1RecentSource(_MemorySource):
                     room -= tokens
                     blocks.append(last[2])
                     continue
-            messages, excerpts, tokens = self._unit(task, cap, ctx.counter)
+            if last is not None and last[0] is task and last[3][2:] == shape[2:]:
+                # The same unit at another place (the conversation moved on): its messages,
+                # cost and excerpts are what they were.
+                messages, tokens = last[2].messages, last[2].token_count
+                shown = last[2].metadata.get("excerpts")
+            else:
+                messages, excerpts, tokens = self._unit(task, cap, ctx.counter)
+                shown = tuple(e.to_dict() for e in excerpts) if excerpts else None
             meta: dict[str, object] = {
                 "task_id": task.task_id,
                 "age": age,
                 "capacity": depth,
             }
-            if excerpts:
-                meta["excerpts"] = tuple(e.to_dict() for e in excerpts)
+            if shown:
+                meta["excerpts"] = shown
             oversized = tokens > room and tokens > cap
             if oversized:
                 # Larger than one item may be even when cut (its call's arguments alone,
@@ -278,9 +287,8 @@ class L1RecentSource(_MemorySource):
             if last is not None and last[0] is task and last[1] == made:
                 block = last[2]  # the same as the last build's (a value: offered again)
             else:
-                block = ContextBlock(
+                block = new_history_block(
                     source=self.name,
-                    section="history",
                     messages=messages,
                     token_count=tokens,
                     priority=max(0.01, _AGE_DECAY**age),
