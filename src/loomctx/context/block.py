@@ -123,6 +123,36 @@ class ContextBlock:
 )  # fmt: skip
 
 
+def _unchecked(
+    source: str,
+    section: Section,
+    content: str,
+    token_count: int,
+    priority: float,
+    truncatable: bool,
+    messages: tuple[Message, ...],
+    sequence: int,
+    id: str,
+    metadata: Mapping[str, Any],
+) -> ContextBlock:
+    """A block with its slots set directly, neither pinned nor a tool's: what
+    `ContextBlock.__post_init__` checks, the caller guarantees."""
+    made = object.__new__(ContextBlock)
+    _SET_SOURCE(made, source)
+    _SET_SECTION(made, section)
+    _SET_CONTENT(made, content)
+    _SET_TOKENS(made, token_count)
+    _SET_PRIORITY(made, priority)
+    _SET_PINNED(made, False)
+    _SET_TRUNCATABLE(made, truncatable)
+    _SET_MESSAGES(made, messages)
+    _SET_TOOL(made, None)
+    _SET_SEQUENCE(made, sequence)
+    _SET_ID(made, id)
+    _SET_METADATA(made, metadata)
+    return made
+
+
 def new_context_block(
     *,
     source: str,
@@ -137,20 +167,9 @@ def new_context_block(
     retrieval source makes one per candidate of every build. The caller guarantees what
     `ContextBlock.__post_init__` checks (a non-empty `id`, `priority` within 0..1,
     `token_count` >= 0); the fields it does not take have their defaults."""
-    made = object.__new__(ContextBlock)
-    _SET_SOURCE(made, source)
-    _SET_SECTION(made, "context")
-    _SET_CONTENT(made, content)
-    _SET_TOKENS(made, token_count)
-    _SET_PRIORITY(made, priority)
-    _SET_PINNED(made, False)
-    _SET_TRUNCATABLE(made, truncatable)
-    _SET_MESSAGES(made, ())
-    _SET_TOOL(made, None)
-    _SET_SEQUENCE(made, 0)
-    _SET_ID(made, id)
-    _SET_METADATA(made, metadata)
-    return made
+    return _unchecked(
+        source, "context", content, token_count, priority, truncatable, (), 0, id, metadata
+    )
 
 
 def new_history_block(
@@ -167,20 +186,9 @@ def new_history_block(
     history source makes one per unit it offers, and when the conversation moves on, every
     unit's place in it moves too. The caller guarantees what `ContextBlock.__post_init__`
     checks (as for `new_context_block`, and `messages` a tuple)."""
-    made = object.__new__(ContextBlock)
-    _SET_SOURCE(made, source)
-    _SET_SECTION(made, "history")
-    _SET_CONTENT(made, "")
-    _SET_TOKENS(made, token_count)
-    _SET_PRIORITY(made, priority)
-    _SET_PINNED(made, False)
-    _SET_TRUNCATABLE(made, False)
-    _SET_MESSAGES(made, messages)
-    _SET_TOOL(made, None)
-    _SET_SEQUENCE(made, sequence)
-    _SET_ID(made, id)
-    _SET_METADATA(made, metadata)
-    return made
+    return _unchecked(
+        source, "history", "", token_count, priority, False, messages, sequence, id, metadata
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
